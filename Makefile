@@ -1,0 +1,41 @@
+# dataforge: `make demo` and `make test` work from a fresh clone (Python 3.11, pip, apt).
+PYTHON ?= python3
+PY := .venv/bin/python
+VENV_STAMP := .venv/.installed
+export PYTHONHASHSEED := 0
+
+.PHONY: setup demo test test-all lint bench clean-demo
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make demo   set up, then run pipelines/demo.yaml end to end on embedded Ray and inspect it"
+	@echo "make test   set up, then run the test suite"
+
+setup: $(VENV_STAMP)
+
+$(VENV_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv .venv
+	$(PY) -m pip install -q --upgrade "pip>=24" setuptools wheel
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+# Other targets (demo-data, kenlm, demo-tokenizer, demo-lm, ...) live in mk/*.mk.
+-include mk/*.mk
+
+DEMO_DEPS ?=
+TEST_DEPS ?=
+
+demo: setup $(DEMO_DEPS)
+	.venv/bin/dataforge validate pipelines/demo.yaml
+	.venv/bin/dataforge run pipelines/demo.yaml --overwrite
+	.venv/bin/dataforge inspect out/demo --head 2 --verify
+
+test: setup $(TEST_DEPS)
+	.venv/bin/pytest -q -m "not slow and not gpu" --timeout=900
+
+test-all: setup $(TEST_DEPS)
+	.venv/bin/pytest -q -m "not gpu" --timeout=1800
+
+lint: setup
+	.venv/bin/ruff check dataforge trainer tests benchmarks
+	.venv/bin/ruff format --check dataforge trainer tests benchmarks

@@ -1,0 +1,154 @@
+"""``dataforge`` command line: parses arguments and calls library functions.
+
+Exit codes: 0 ok, 1 run failed, 2 bad usage or bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+# Subcommands contributed by other packages; a module that is absent is skipped.
+_EXTENSIONS = ("dataforge.tokenization.cli", "dataforge.lm.cli", "trainer.cli")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from dataforge.config import ConfigError, load_pipeline
+    from dataforge.runtime.manifest import AccountingError, RunDirError
+
+    try:
+        config = load_pipeline(args.pipeline, args.set)
+        problems = _problems(config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if problems:
+        for p in problems:
+            print(f"error: {p}", file=sys.stderr)
+        return 2
+    out = Path(args.output) if args.output else config.resolve(config.output.path)
+    from dataforge.runtime.ray_runner import run_on_ray
+
+    try:
+        manifest = run_on_ray(config, out, address=args.address, overwrite=args.overwrite,
+                              log=lambda m: print(f"[dataforge] {m}", file=sys.stderr, flush=True))
+    except RunDirError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (AccountingError, RuntimeError, OSError) as exc:
+        print(f"error: run failed: {exc}", file=sys.stderr)
+        return 1
+    total = manifest["counts"]["total"]
+    print(json.dumps({"output": str(out), "input": total["input"], "kept": total["kept"],
+                      "repeated": total["repeated"], "dropped": total["dropped"]}, ensure_ascii=False))
+    return 0
+
+
+def _problems(config) -> list[str]:
+    """Everything ``validate`` checks beyond the YAML itself: input paths, op resources,
+    cross-stage rules."""
+    from dataforge.config import ConfigError
+    from dataforge.io.readers import plan_input_tasks
+    from dataforge.runtime.segments import make_op
+
+    problems = []
+    try:
+        plan_input_tasks(config)
+    except ConfigError as exc:
+        problems.append(str(exc))
+    for i, stage in enumerate(config.stages):
+        op = make_op(stage, config)
+        problems += [f"stages[{i}] ({stage.op}): {p}" for p in op.validate()]
+        check = getattr(importlib.import_module(type(op).__module__), "check_pipeline", None)
+        if check is not None:
+            problems += [f"stages[{i}] ({stage.op}): {p}" for p in check(list(config.stages), i)]
+    return problems
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from dataforge.config import ConfigError, load_pipeline
+    from dataforge.io.readers import plan_input_tasks
+
+    try:
+        config = load_pipeline(args.pipeline, args.set)
+        problems = _problems(config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if problems:
+        for p in problems:
+            print(f"error: {p}", file=sys.stderr)
+        return 2
+    tasks = plan_input_tasks(config)
+    print(f"ok: {config.name}: {len(config.inputs)} sources, {len(tasks)} files, "
+          f"{sum(t.bytes for t in tasks)} bytes, stages: {[s.op for s in config.stages]}")
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from dataforge.inspect import InspectError, inspect_path
+
+    try:
+        return inspect_path(Path(args.path), head=args.head, verify=args.verify, as_json=args.json)
+    except InspectError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dataforge",
+        description="Data preprocessing pipelines on Ray for LLM training (Chinese and English).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run (or resume) a pipeline on Ray",
+                         description="Run PIPELINE.yaml on embedded local Ray or an existing cluster. "
+                         "Re-running into an OUT of the same config resumes; a different config is "
+                         "refused unless --overwrite.")
+    run.add_argument("pipeline", metavar="PIPELINE.yaml")
+    run.add_argument("-o", "--output", metavar="OUT", help="run directory (default: output.path)")
+    run.add_argument("--address", help="Ray cluster address (default: ray.address, RAY_ADDRESS, else local)")
+    run.add_argument("--set", action="append", default=[], metavar="key.path=value",
+                     help="override a config value (YAML syntax), e.g. --set stages.0.batch_size=500")
+    run.add_argument("--overwrite", action="store_true", help="replace a run of a different config in OUT")
+    run.set_defaults(func=_cmd_run)
+
+    val = sub.add_parser("validate", help="check a pipeline without running it",
+                         description="Check the config, input paths, models and tokenizers, without Ray.")
+    val.add_argument("pipeline", metavar="PIPELINE.yaml")
+    val.add_argument("--set", action="append", default=[], metavar="key.path=value")
+    val.set_defaults(func=_cmd_validate)
+
+    ins = sub.add_parser("inspect", help="summarize, print or verify MDS output",
+                         description="Summarize an MDS dataset (a run directory or its mds/ dir).")
+    ins.add_argument("path", metavar="PATH")
+    ins.add_argument("--head", type=int, default=0, metavar="N", help="print the first N samples")
+    ins.add_argument("--verify", action="store_true",
+                     help="check shard hashes, sizes and sample counts; exit 1 on corruption")
+    ins.add_argument("--json", action="store_true", help="machine-readable output")
+    ins.set_defaults(func=_cmd_inspect)
+
+    for module_name in _EXTENSIONS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue
+            raise
+        module.add_subcommand(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""Streaming readers: one input file (a task) -> Arrow batches in the record schema.
+
+Every physical record becomes exactly one row: a record that cannot be used (malformed
+JSON, missing or non-string text, over ``max_doc_chars``, invalid UTF-8 under
+``invalid_utf8: drop``) is emitted with its drop reason so that the runtime counts it.
+Lines are read with a bounded ``readline`` so a 100 MB line never sits in memory whole.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import io
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zstandard
+
+from dataforge.config import ConfigError, InputConfig, PipelineConfig, ReadConfig
+from dataforge.records import BASE_SCHEMA
+
+__all__ = ["InputTask", "TaskReader", "ReadError", "plan_input_tasks"]
+
+# surrogateescape maps each undecodable byte to U+DC80..U+DCFF: finding one means the
+# line held invalid UTF-8.
+_ESCAPED_BYTES = re.compile("[\udc80-\udcff]+")
+_LINE_SLACK = 4  # JSON escapes can make a line several times longer than its text
+
+
+class ReadError(RuntimeError):
+    """An input file that cannot be read to the end (truncated or corrupt stream)."""
+
+
+@dataclass(frozen=True)
+class InputTask:
+    """One input file of one source; the unit of work, commit and resume."""
+
+    task_id: str
+    source: str
+    path: str
+    relpath: str
+    bytes: int
+
+
+def _glob_root(pattern: str) -> Path:
+    parts = Path(pattern).parts
+    fixed = [p for p in _takewhile_plain(parts)]
+    root = Path(*fixed) if fixed else Path(".")
+    return root if root.is_dir() else root.parent
+
+
+def _takewhile_plain(parts: tuple[str, ...]) -> Iterator[str]:
+    for part in parts:
+        if glob.has_magic(part):
+            return
+        yield part
+
+
+def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
+    """Expand every source's path/glob into sorted tasks.
+
+    Raises:
+        ConfigError: a source's path matches no file.
+    """
+    tasks = []
+    for s_idx, source in enumerate(config.inputs):
+        pattern = str(config.resolve(source.path))
+        files = sorted(p for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
+        if not files:
+            raise ConfigError(f"inputs[{s_idx}] ({source.name}): path {source.path!r} matches no file")
+        root = _glob_root(pattern)
+        for f_idx, file in enumerate(files):
+            rel = Path(file).relative_to(root).as_posix() if Path(file).is_relative_to(root) else Path(file).name
+            tasks.append(
+                InputTask(
+                    task_id=f"{s_idx:03d}-{f_idx:06d}",
+                    source=source.name,
+                    path=str(Path(file).resolve()),
+                    relpath=rel,
+                    bytes=Path(file).stat().st_size,
+                )
+            )
+    return tasks
+
+
+def _open_binary(path: str) -> BinaryIO:
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if path.endswith(".zst") or path.endswith(".zstd"):
+        raw = open(path, "rb")  # noqa: SIM115 - closed with the reader
+        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True, read_across_frames=True)
+    return open(path, "rb")  # noqa: SIM115
+
+
+class TaskReader:
+    """Reads one task in batches of ``read.batch_rows`` rows.
+
+    Attributes:
+        events: counters of repairs that did not drop a record (``invalid_utf8_replaced``).
+    """
+
+    def __init__(self, task: InputTask, source: InputConfig, read: ReadConfig) -> None:
+        self.task = task
+        self.source = source
+        self.read = read
+        self.events: Counter[str] = Counter()
+        self._seen_ids: set[str] = set()
+        self._ord_counter = -1
+
+    def batches(self) -> Iterator[pa.Table]:
+        rows: list[dict[str, Any]] = []
+        try:
+            for row in self._rows():
+                rows.append(row)
+                if len(rows) >= self.read.batch_rows:
+                    yield pa.Table.from_pylist(rows, schema=BASE_SCHEMA)
+                    rows = []
+        except (zstandard.ZstdError, EOFError, gzip.BadGzipFile, OSError) as exc:
+            raise ReadError(f"{self.task.path}: corrupt or truncated input ({type(exc).__name__}: {exc})") from exc
+        if rows:
+            yield pa.Table.from_pylist(rows, schema=BASE_SCHEMA)
+
+    # -- one row per physical record ---------------------------------------------------
+    def _rows(self) -> Iterator[dict[str, Any]]:
+        fmt = self.source.format
+        if fmt == "parquet":
+            yield from self._parquet_rows()
+        elif fmt == "txt" and self.source.txt_unit == "file":
+            yield from self._txt_file_row()
+        elif fmt == "txt" and self.source.txt_unit == "paragraph":
+            yield from self._txt_paragraph_rows()
+        else:
+            for lineno, line, too_long in self._lines():
+                yield self._row_from_line(lineno, line, too_long)
+
+    def _lines(self) -> Iterator[tuple[int, str, bool]]:
+        limit = self.read.max_doc_chars * (_LINE_SLACK if self.source.format == "jsonl" else 1) + 2
+        with _open_binary(self.task.path) as raw:
+            # newline=None: \r\n, \r and \n all end a line (CR-only files are common in old corpora)
+            text = io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape", newline=None)
+            lineno = 0
+            while True:
+                line = text.readline(limit)
+                if not line:
+                    return
+                lineno += 1
+                too_long = not line.endswith("\n") and len(line) >= limit
+                if too_long:
+                    while True:  # discard the rest of the line chunk by chunk
+                        rest = text.readline(limit)
+                        if not rest or rest.endswith("\n"):
+                            break
+                    line = ""
+                yield lineno, line.rstrip("\n"), too_long
+
+    def _base_row(self, line_id: str, text: str = "", drop: str | None = None) -> dict[str, Any]:
+        return {
+            "id": f"{self.source.name}/{self.task.relpath}:{line_id}",
+            "text": text,
+            "source": self.source.name,
+            "lang": self.source.lang,
+            "meta": "{}",
+            "drop": drop,
+            "_ord": 0,
+        }
+
+    def _finish(self, row: dict[str, Any]) -> dict[str, Any]:
+        row["_ord"] = self._next_ord()
+        if row["drop"] is None:
+            if row["id"] in self._seen_ids:
+                row["drop"] = "duplicate_id"
+            else:
+                self._seen_ids.add(row["id"])
+        return row
+
+    def _next_ord(self) -> int:
+        self._ord_counter += 1
+        return self._ord_counter
+
+    def _fix_utf8(self, text: str) -> tuple[str, str | None]:
+        if not _ESCAPED_BYTES.search(text):
+            return text, None
+        if self.read.invalid_utf8 == "drop":
+            return "", "invalid_utf8"
+        self.events["invalid_utf8_replaced"] += 1
+        return _ESCAPED_BYTES.sub("\ufffd", text), None
+
+    def _row_from_line(self, lineno: int, line: str, too_long: bool) -> dict[str, Any]:
+        row = self._base_row(str(lineno))
+        if too_long:
+            row["drop"] = "too_long"
+            return self._finish(row)
+        line, bad = self._fix_utf8(line)
+        if bad:
+            row["drop"] = bad
+            return self._finish(row)
+        if self.source.format == "txt":
+            return self._finish(self._with_text(row, line))
+        if not line.strip():
+            row["drop"] = "error:json_blank_line"
+            return self._finish(row)
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            row["drop"] = "error:json"
+            return self._finish(row)
+        if not isinstance(obj, dict):
+            row["drop"] = "error:json_not_object"
+            return self._finish(row)
+        return self._finish(self._from_object(row, obj))
+
+    def _from_object(self, row: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+        key = self.source.id_key
+        if key is not None:
+            value = obj.get(key)
+            if value is None or isinstance(value, (dict, list)) or value == "":
+                row["drop"] = "error:missing_id"
+                return row
+            row["id"] = f"{self.source.name}/{value}"
+        if self.source.meta_keys:
+            meta = {k: obj[k] for k in self.source.meta_keys if k in obj}
+            row["meta"] = json.dumps(meta, ensure_ascii=False, sort_keys=True)
+        if self.source.text_key not in obj:
+            row["drop"] = "error:missing_text"
+            return row
+        text = obj[self.source.text_key]
+        if not isinstance(text, str):
+            row["drop"] = "error:text_type"
+            return row
+        return self._with_text(row, text)
+
+    def _with_text(self, row: dict[str, Any], text: str) -> dict[str, Any]:
+        if len(text) > self.read.max_doc_chars:
+            row["drop"] = "too_long"
+        elif not text.strip():
+            row["drop"] = "empty"
+        else:
+            row["text"] = text
+        return row
+
+    def _txt_file_row(self) -> Iterator[dict[str, Any]]:
+        with _open_binary(self.task.path) as raw:
+            data = raw.read(self.read.max_doc_chars * 4 + 1)
+            overflow = len(data) > self.read.max_doc_chars * 4
+        row = self._base_row("0")
+        if overflow:
+            row["drop"] = "too_long"
+            yield self._finish(row)
+            return
+        text, bad = self._fix_utf8(data.decode("utf-8", errors="surrogateescape"))
+        if bad:
+            row["drop"] = bad
+            yield self._finish(row)
+            return
+        yield self._finish(self._with_text(row, text.replace("\r\n", "\n").replace("\r", "\n")))
+
+    def _txt_paragraph_rows(self) -> Iterator[dict[str, Any]]:
+        para: list[str] = []
+        start = 0
+        for lineno, line, too_long in self._lines():
+            if too_long:
+                if para:
+                    yield self._row_from_line(start, "\n".join(para), False)
+                    para = []
+                yield self._row_from_line(lineno, "", True)
+            elif line.strip():
+                if not para:
+                    start = lineno
+                para.append(line)
+            elif para:
+                yield self._row_from_line(start, "\n".join(para), False)
+                para = []
+        if para:
+            yield self._row_from_line(start, "\n".join(para), False)
+
+    def _parquet_rows(self) -> Iterator[dict[str, Any]]:
+        pf = pq.ParquetFile(self.task.path)
+        names = set(pf.schema_arrow.names)
+        wanted = [self.source.text_key]
+        if self.source.id_key:
+            wanted.append(self.source.id_key)
+        wanted += [k for k in self.source.meta_keys if k in names]
+        missing = [k for k in wanted if k not in names]
+        if missing:
+            raise ReadError(
+                f"{self.task.path}: parquet file has no column(s) {missing}; columns: {sorted(names)}"
+            )
+        index = 0
+        for batch in pf.iter_batches(batch_size=self.read.batch_rows, columns=sorted(set(wanted))):
+            for obj in batch.to_pylist():
+                row = self._base_row(str(index))
+                index += 1
+                if isinstance(obj.get(self.source.text_key), str):
+                    text, bad = self._fix_utf8(obj[self.source.text_key])
+                    obj[self.source.text_key] = text
+                    if bad:
+                        row["drop"] = bad
+                        yield self._finish(row)
+                        continue
+                yield self._finish(self._from_object(row, obj))

@@ -1,0 +1,131 @@
+"""Output sinks: one committed part per task, merged into one dataset at the end.
+
+MDS parts are written with mosaicml-streaming's ``MDSWriter`` into a private temporary
+directory; :func:`merge_mds_indexes` writes the root ``index.json`` only after every part
+is committed, so a reader never sees a half dataset that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+__all__ = [
+    "BASE_MDS_ENCODINGS",
+    "mds_columns",
+    "merge_mds_indexes",
+    "output_table",
+    "write_json_atomic",
+    "write_part",
+]
+
+BASE_MDS_ENCODINGS = {"id": "str", "text": "str", "source": "str", "lang": "str", "meta": "json"}
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON via a temp file and rename, so readers see old or new, never half."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, ensure_ascii=False, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def output_table(table: pa.Table) -> pa.Table:
+    """Drop runtime-internal columns (``_*`` and ``drop``) before writing."""
+    keep = [c for c in table.column_names if not c.startswith("_") and c != "drop"]
+    return table.select(keep)
+
+
+def mds_columns(table: pa.Table, declared: dict[str, str]) -> dict[str, str]:
+    """MDS column encodings for an output table: base columns, op-declared columns, and
+    a safe default for anything else (never ``pkl``)."""
+    columns = {}
+    for field in table.schema:
+        name = field.name
+        if name in BASE_MDS_ENCODINGS:
+            columns[name] = BASE_MDS_ENCODINGS[name]
+        elif name in declared:
+            columns[name] = declared[name]
+        elif pa.types.is_integer(field.type):
+            columns[name] = "int64"
+        elif pa.types.is_floating(field.type):
+            columns[name] = "float64"
+        elif pa.types.is_string(field.type):
+            columns[name] = "str"
+        else:
+            columns[name] = "json"
+        if columns[name] == "pkl":
+            raise ValueError(f"column {name!r}: pkl encoding is never written (unsafe to read)")
+    return columns
+
+
+def _column_values(column: pa.ChunkedArray, encoding: str) -> list[Any]:
+    if encoding.startswith("ndarray"):
+        dtype = np.dtype(encoding.split(":")[1]) if ":" in encoding else np.int32
+        arr = column.combine_chunks()
+        flat = pc.list_flatten(arr).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+        offsets = arr.offsets.to_numpy()
+        offsets = offsets - offsets[0]
+        return [flat[offsets[i] : offsets[i + 1]] for i in range(len(arr))]
+    values = column.to_pylist()
+    if encoding == "json":
+        return [json.loads(v) if isinstance(v, str) else v for v in values]
+    return values
+
+
+def write_part(table: pa.Table, out_dir: Path, fmt: str, declared: dict[str, str], *,
+               compression: str | None, size_limit: int, hashes: tuple[str, ...]) -> int:
+    """Write the kept rows of one task into ``out_dir`` (MDS dir, data.parquet or
+    data.jsonl). Returns the number of records written."""
+    table = output_table(table)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if fmt == "parquet":
+        pq.write_table(table, out_dir / "data.parquet", compression=compression or "none")
+    elif fmt == "jsonl":
+        with open(out_dir / "data.jsonl", "w", encoding="utf-8") as f:
+            for row in table.to_pylist():
+                if "meta" in row and isinstance(row["meta"], str):
+                    row["meta"] = json.loads(row["meta"])
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    elif fmt == "mds":
+        from streaming import MDSWriter
+
+        columns = mds_columns(table, declared)
+        values = {name: _column_values(table.column(name), enc) for name, enc in columns.items()}
+        with MDSWriter(out=str(out_dir), columns=columns, compression=compression,
+                       hashes=list(hashes), size_limit=size_limit, exist_ok=False) as writer:
+            for i in range(table.num_rows):
+                writer.write({name: values[name][i] for name in columns})
+    else:
+        raise ValueError(f"unknown output format {fmt!r}; valid: mds, parquet, jsonl")
+    return table.num_rows
+
+
+def merge_mds_indexes(root: Path, part_dirs: list[Path]) -> dict[str, Any]:
+    """Write ``root/index.json`` listing the shards of every part in the given order
+    (basenames made relative to ``root``). Returns the merged index."""
+    shards = []
+    for part in part_dirs:
+        index_path = part / "index.json"
+        if not index_path.exists():
+            continue  # a task with no kept records writes no shard
+        index = json.loads(index_path.read_text())
+        rel = part.relative_to(root).as_posix()
+        for shard in index["shards"]:
+            shard = dict(shard)
+            for key in ("raw_data", "zip_data"):
+                if shard.get(key):
+                    shard[key] = {**shard[key], "basename": f"{rel}/{shard[key]['basename']}"}
+            shards.append(shard)
+    merged = {"version": 2, "shards": shards}
+    write_json_atomic(root / "index.json", merged)
+    return merged

@@ -1,0 +1,49 @@
+"""Global barrier stages (dedup, sample): the context their planners receive.
+
+A barrier op (``dataforge.ops.base.BarrierOp``) runs in three steps: ``prepare`` per batch in
+the segment before the barrier, ``plan`` once over all prepared parts (the planner module
+``dataforge.runtime.barriers.<op name>``, which may use Ray), and ``apply`` per task in the
+segment after it, with the task's decision table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BarrierContext", "run_planner"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BarrierContext:
+    """Everything a planner may read or write.
+
+    Attributes:
+        parts: task id -> parquet file of the live rows after ``prepare`` (all columns).
+            Task ids sort in a fixed order; process them sorted for determinism.
+        decision_dir: the planner writes ``<task_id>.parquet`` here (``_ord`` plus its own
+            columns); a missing file means no decision rows for that task.
+        audit_dir: ``OUT/<op name>/`` for audit output.
+        num_cpus: CPUs of the Ray cluster.
+        seed: the pipeline seed.
+        source_stats: per source live totals before the barrier: docs, chars, tokens.
+        sources: source name -> language code, in YAML order.
+        ray_available: True when ray is initialized (inside ``dataforge run``).
+    """
+
+    parts: dict[str, Path]
+    decision_dir: Path
+    audit_dir: Path
+    num_cpus: int
+    seed: int
+    source_stats: dict[str, dict[str, int]]
+    sources: dict[str, str]
+    ray_available: bool
+
+
+def run_planner(op: Any, ctx: BarrierContext) -> dict[str, Any]:
+    """Run the planner of barrier op ``op`` and return its JSON-able summary."""
+    module = importlib.import_module(f"dataforge.runtime.barriers.{op.name}")
+    return module.plan(op, ctx)

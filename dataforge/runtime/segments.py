@@ -1,0 +1,286 @@
+"""Segments: the plan cut at barrier stages, and the per-task work of one segment.
+
+A pipeline ``read -> ops... -> [barrier] -> ops... -> write`` becomes segments separated
+by barriers. Every segment processes the same task ids (one per input file); task ``t`` of
+segment ``k`` reads the live rows task ``t`` of segment ``k-1`` committed, applies the
+barrier's decision for ``t``, runs the segment's ops, and commits a part:
+
+    _work/seg<k>/<t>/         live.parquet (intermediate) or out/ (final sink part),
+                              dropped.parquet, stats.json
+    _work/seg<k>/<t>.done     completion marker (the stats), written after the rename
+
+This module imports no ray: the runtime decides where :class:`SegmentRunner` runs (Ray
+actors in ``dataforge run``, in-process in tests and the baseline benchmark).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+import uuid
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import xxhash
+
+from dataforge.config import PipelineConfig, StageConfig
+from dataforge.io.readers import InputTask, TaskReader
+from dataforge.io.sinks import write_json_atomic, write_part
+from dataforge.ops.base import BarrierOp, Op, OpContext, op_class
+from dataforge.records import DROP
+
+__all__ = ["Segment", "SegmentRunner", "build_segments", "make_op", "op_context"]
+
+COPY = "_copy"
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """Stages between two barriers.
+
+    Attributes:
+        index: segment number (0 reads the inputs).
+        stages: (stage index, config) of the per-batch ops.
+        barrier_in: the barrier whose decision this segment applies first.
+        barrier_out: the barrier whose ``prepare`` runs at the end of this segment.
+        final: whether this segment writes the output sink.
+    """
+
+    index: int
+    stages: tuple[tuple[int, StageConfig], ...]
+    barrier_in: tuple[int, StageConfig] | None
+    barrier_out: tuple[int, StageConfig] | None
+    final: bool
+
+
+def build_segments(config: PipelineConfig) -> list[Segment]:
+    """Cut the stage list at barrier ops."""
+    segments: list[Segment] = []
+    current: list[tuple[int, StageConfig]] = []
+    barrier_in = None
+    for i, stage in enumerate(config.stages):
+        if issubclass(op_class(stage.op), BarrierOp):
+            segments.append(Segment(len(segments), tuple(current), barrier_in, (i, stage), False))
+            current, barrier_in = [], (i, stage)
+        else:
+            current.append((i, stage))
+    segments.append(Segment(len(segments), tuple(current), barrier_in, None, True))
+    return segments
+
+
+def op_context(config: PipelineConfig) -> OpContext:
+    return OpContext(seed=config.seed, sources={s.name: s.lang for s in config.inputs},
+                     base_dir=config.base_dir)
+
+
+def make_op(stage: StageConfig, config: PipelineConfig) -> Op:
+    return op_class(stage.op)(stage.params, op_context(config))
+
+
+def declared_encodings(config: PipelineConfig) -> dict[str, str]:
+    """MDS encodings declared by all ops of the pipeline."""
+    declared: dict[str, str] = {}
+    for stage in config.stages:
+        op = make_op(stage, config)
+        if hasattr(op, "mds_encodings"):
+            declared.update(op.mds_encodings())
+    return declared
+
+
+class SegmentRunner:
+    """Runs one segment's work for one task at a time; holds the loaded ops."""
+
+    def __init__(self, config: PipelineConfig, segment: Segment, work_dir: str) -> None:
+        self.config = config
+        self.segment = segment
+        self.seg_dir = Path(work_dir) / f"seg{segment.index}"
+        self.ops = [(i, s, make_op(s, config)) for i, s in segment.stages]
+        self.barrier_in = make_op(segment.barrier_in[1], config) if segment.barrier_in else None
+        self.barrier_out = make_op(segment.barrier_out[1], config) if segment.barrier_out else None
+        self.declared = declared_encodings(config) if segment.final else {}
+        for _, _, op in self.ops:
+            op.setup()
+        for op in (self.barrier_in, self.barrier_out):
+            if op is not None:
+                op.setup()
+
+    def run_task(self, task: dict[str, Any]) -> dict[str, Any]:
+        """Process one task and commit its part; returns the part's stats. Idempotent:
+        a task whose marker exists is not redone (retries and resume)."""
+        task_id = task["task_id"]
+        marker = self.seg_dir / f"{task_id}.done"
+        if marker.exists():
+            return json.loads(marker.read_text())
+        self.seg_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.seg_dir / f".{task_id}.tmp-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            stats = self._process(task, tmp)
+            write_json_atomic(tmp / "stats.json", stats)
+            final = self.seg_dir / task_id
+            if final.exists():  # a previous attempt committed the dir but died before the marker
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            write_json_atomic(marker, stats)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return stats
+
+    # -- the work ----------------------------------------------------------------------
+    def _input_batches(self, task: dict[str, Any], stats: dict[str, Any]):
+        if self.segment.index == 0:
+            source = next(s for s in self.config.inputs if s.name == task["source"])
+            reader = TaskReader(InputTask(**task["input"]), source, self.config.read)
+            yield from reader.batches()
+            stats["events"] = dict(reader.events)
+            return
+        previous = Path(task["previous"])
+        live = pq.read_table(previous) if previous.exists() else None
+        if live is None or live.num_rows == 0:
+            return
+        if self.barrier_in is not None:
+            decision_path = task.get("decision")
+            decision = pq.read_table(decision_path) if decision_path and Path(decision_path).exists() else None
+            started = time.perf_counter()
+            live = self.barrier_in.apply(live, decision)
+            self._time(stats, self.segment.barrier_in[0], started)
+        size = self.config.read.batch_rows
+        for offset in range(0, live.num_rows, size):
+            yield live.slice(offset, size)
+
+    def _time(self, stats: dict[str, Any], stage_index: int, started: float) -> None:
+        key = str(stage_index)
+        stats["op_seconds"][key] = stats["op_seconds"].get(key, 0.0) + time.perf_counter() - started
+
+    def _process(self, task: dict[str, Any], tmp: Path) -> dict[str, Any]:
+        stats: dict[str, Any] = {"task_id": task["task_id"], "op_seconds": {}, "events": {}}
+        counts: dict[str, dict[str, Any]] = defaultdict(
+            lambda: {"input": 0, "kept": 0, "repeated": 0, "dropped": Counter(),
+                     "docs": 0, "chars": 0, "tokens": 0}
+        )
+        sinks = _PartSinks(tmp, self.config, self.segment.final, self.declared)
+        started_all = time.perf_counter()
+        for batch in self._input_batches(task, stats):
+            if self.segment.index == 0:
+                for src, n in Counter(batch.column("source").to_pylist()).items():
+                    counts[src]["input"] += n
+            for stage_index, stage, op in self.ops:
+                started = time.perf_counter()
+                batch = _run_op_isolating_errors(op, batch, stage.batch_size)
+                self._time(stats, stage_index, started)
+            mask = pc.is_null(batch.column(DROP))
+            dropped = batch.filter(pc.invert(mask))
+            live = batch.filter(mask)
+            if self.barrier_out is not None and live.num_rows:
+                started = time.perf_counter()
+                live = self.barrier_out.prepare(live)
+                self._time(stats, self.segment.barrier_out[0], started)
+            _count(counts, live, dropped)
+            sinks.write(live, dropped)
+        stats["rows_written"] = sinks.close()
+        stats["seconds"] = time.perf_counter() - started_all
+        stats["by_source"] = {
+            src: {**c, "dropped": dict(c["dropped"])} for src, c in sorted(counts.items())
+        }
+        return stats
+
+
+def _run_op_isolating_errors(op: Op, batch: pa.Table, batch_size: int | None) -> pa.Table:
+    """Run ``op`` over ``batch`` (in slices of ``batch_size``); if it raises, rerun row by
+    row so that only the offending records are dropped, with reason ``error:<op>``."""
+    if batch_size and batch.num_rows > batch_size:
+        return pa.concat_tables(
+            [_run_op_isolating_errors(op, batch.slice(o, batch_size), None)
+             for o in range(0, batch.num_rows, batch_size)],
+            promote_options="default",
+        )
+    try:
+        return op(batch)
+    except Exception:  # noqa: BLE001 - isolated and counted per record below
+        if batch.num_rows == 1:
+            reason = f"error:{op.name}"
+            return batch.set_column(batch.schema.get_field_index(DROP), DROP, pa.array([reason], pa.string()))
+        rows = [_run_op_isolating_errors(op, batch.slice(i, 1), None) for i in range(batch.num_rows)]
+        return pa.concat_tables(rows, promote_options="default")
+
+
+def _count(counts: dict[str, dict[str, Any]], live: pa.Table, dropped: pa.Table) -> None:
+    if dropped.num_rows:
+        for (src, reason), n in Counter(zip(dropped.column("source").to_pylist(),
+                                            dropped.column(DROP).to_pylist(), strict=True)).items():
+            counts[src]["dropped"][reason] += n
+    if not live.num_rows:
+        return
+    sources = live.column("source").to_numpy(zero_copy_only=False)
+    copies = (live.column(COPY).fill_null(0).to_numpy() if COPY in live.column_names
+              else np.zeros(live.num_rows, dtype=np.int64))
+    chars = pc.utf8_length(live.column("text")).to_numpy(zero_copy_only=False)
+    tokens = (live.column("num_tokens").fill_null(0).to_numpy() if "num_tokens" in live.column_names
+              else np.zeros(live.num_rows, dtype=np.int64))
+    for src in np.unique(sources):
+        sel = sources == src
+        c = counts[str(src)]
+        c["kept"] += int(np.sum(sel & (copies == 0)))
+        c["repeated"] += int(np.sum(sel & (copies > 0)))
+        c["docs"] += int(np.sum(sel))
+        c["chars"] += int(np.sum(chars[sel]))
+        c["tokens"] += int(np.sum(tokens[sel]))
+
+
+class _PartSinks:
+    """Streams one task's live and dropped rows to their files in the part directory."""
+
+    def __init__(self, part: Path, config: PipelineConfig, final: bool, declared: dict[str, str]):
+        self.part = part
+        self.config = config
+        self.final = final
+        self.declared = declared
+        self.live: list[pa.Table] = []
+        self.dropped_writer: pq.ParquetWriter | None = None
+        self.live_writer: pq.ParquetWriter | None = None
+        self.rows = 0
+
+    def write(self, live: pa.Table, dropped: pa.Table) -> None:
+        if dropped.num_rows:
+            cols = ["id", "source", DROP, "_ord"] + (["text"] if self.config.output.rejects else [])
+            table = dropped.select(cols)
+            if self.dropped_writer is None:
+                self.dropped_writer = pq.ParquetWriter(self.part / "dropped.parquet", table.schema)
+            self.dropped_writer.write_table(table.cast(self.dropped_writer.schema))
+        if not live.num_rows:
+            return
+        if self.final:
+            self.live.append(live)  # written by the sink at close (MDS writer wants one pass)
+        else:
+            if self.live_writer is None:
+                self.live_writer = pq.ParquetWriter(self.part / "live.parquet", live.schema)
+            self.live_writer.write_table(live.cast(self.live_writer.schema))
+        self.rows += live.num_rows
+
+    def close(self) -> int:
+        for writer in (self.dropped_writer, self.live_writer):
+            if writer is not None:
+                writer.close()
+        if self.final and self.live:
+            table = pa.concat_tables(self.live, promote_options="default")
+            ids = table.column("id").to_pylist()
+            np.save(self.part / "idhash.npy",
+                    np.fromiter((xxhash.xxh64_intdigest(i) for i in ids), np.uint64, len(ids)))
+            out = self.config.output
+            groups = ([(s, table.filter(pc.equal(table.column("source"), s)))
+                       for s in sorted(set(table.column("source").to_pylist()))]
+                      if out.split_by_source else [("", table)])
+            for name, group in groups:
+                write_part(group, self.part / "out" / name if name else self.part / "out", out.format,
+                           self.declared, compression=out.compression, size_limit=out.size_limit,
+                           hashes=out.hashes)
+        return self.rows
