@@ -250,8 +250,14 @@ def _decode_tokens(root: Path, tokens: np.ndarray) -> str | None:
 def inspect_path(path: Path, head: int = 0, verify: bool = False, as_json: bool = False) -> int:
     """Run ``dataforge inspect``. Returns the exit code (1 when --verify finds corruption)."""
     root = _dataset_dir(path)
-    summary = summarize(root)
     problems = verify_dataset(root) if verify else []
+    if problems:  # a corrupt shard cannot be summarized; report what is wrong
+        if as_json:
+            print(json.dumps({"path": str(root), "verify": {"ok": False, "problems": problems}}, indent=2))
+        for p in problems if not as_json else []:
+            print(f"CORRUPT: {p}", file=sys.stderr)
+        return 1
+    summary = summarize(root)
     samples = []
     if head:
         for i, record in enumerate(iter_samples(root)):

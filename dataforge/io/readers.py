@@ -94,9 +94,56 @@ def _open_binary(path: str) -> BinaryIO:
     if path.endswith(".gz"):
         return gzip.open(path, "rb")
     if path.endswith(".zst") or path.endswith(".zstd"):
-        raw = open(path, "rb")  # noqa: SIM115 - closed with the reader
-        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True, read_across_frames=True)
+        return io.BufferedReader(_ZstdFrames(path), buffer_size=1 << 20)
     return open(path, "rb")  # noqa: SIM115
+
+
+class _ZstdFrames(io.RawIOBase):
+    """Streaming zstd decompression that raises on a truncated stream.
+
+    ``zstandard``'s own stream_reader returns a clean EOF when the input ends mid-frame;
+    a corpus file cut short by a failed copy must be an error, not silently fewer records.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._path = path
+        self._dobj = zstandard.ZstdDecompressor().decompressobj()
+        self._pending = b""
+        self._in_frame = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        while not self._pending:
+            chunk = self._file.read(1 << 20)
+            if not chunk:
+                if self._in_frame:
+                    raise EOFError(f"{self._path}: zstd stream ends in the middle of a frame (truncated)")
+                return 0
+            self._feed(chunk)
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def _feed(self, chunk: bytes) -> None:
+        out = []
+        while chunk:
+            self._in_frame = True
+            out.append(self._dobj.decompress(chunk))
+            if self._dobj.eof:
+                chunk = self._dobj.unused_data
+                self._dobj = zstandard.ZstdDecompressor().decompressobj()
+                self._in_frame = False
+            else:
+                chunk = b""
+        self._pending += b"".join(out)
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
 
 
 class TaskReader:

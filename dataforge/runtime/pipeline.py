@@ -245,12 +245,19 @@ def _commit(config, out, work, input_tasks, segments, seg_stats, barrier_summari
     if config.output.format == "mds":
         root = out / "mds"
         if config.output.split_by_source:
+            from dataforge.ops.sample import stream_proportions
+
+            # Stream proportions count samples, so they come from written records per source
+            # (repeats included), which is what streaming.Stream(proportion=...) weighs.
+            share = {e["source"]: e["proportion"] for e in stream_proportions(
+                {"sources": {s: {"output_docs": c["kept"] + c["repeated"]}
+                             for s, c in counts["by_source"].items()}})}
             streams = []
             for src in sources:
                 src_parts = [p for p in parts if p.parent.name == src]
                 if src_parts:
                     merge_mds_indexes(root / src, src_parts)
-                    streams.append({"source": src, "path": f"mds/{src}"})
+                    streams.append({"source": src, "path": f"mds/{src}", "proportion": share[src]})
             output_info["streams"] = streams
         index = merge_mds_indexes(root, parts)
         output_info["shards"] = len(index["shards"])

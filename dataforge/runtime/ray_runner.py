@@ -12,7 +12,9 @@ which on small machines costs more than the stages themselves.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,10 @@ __all__ = ["RayExecutor", "init_ray", "run_on_ray"]
 def init_ray(config: PipelineConfig, address: str | None) -> str:
     """Connect to the cluster (``address``, ``ray.address``, ``RAY_ADDRESS``) or start
     embedded local Ray. Returns a description for the log."""
+    if not sys.stderr.isatty():
+        # Without a terminal Ray Data logs a progress table every few seconds; keep the
+        # log readable (our own per-task lines remain).
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
     if ray.is_initialized():
         return "already initialized Ray"
     address = address or config.ray.address or os.environ.get("RAY_ADDRESS")
