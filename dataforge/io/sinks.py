@@ -23,7 +23,7 @@ __all__ = [
     "merge_mds_indexes",
     "output_table",
     "write_json_atomic",
-    "write_part",
+    "PartWriter",
 ]
 
 BASE_MDS_ENCODINGS = {"id": "str", "text": "str", "source": "str", "lang": "str", "meta": "json"}
@@ -82,32 +82,62 @@ def _column_values(column: pa.ChunkedArray, encoding: str) -> list[Any]:
     return values
 
 
-def write_part(table: pa.Table, out_dir: Path, fmt: str, declared: dict[str, str], *,
-               compression: str | None, size_limit: int, hashes: tuple[str, ...]) -> int:
-    """Write the kept rows of one task into ``out_dir`` (MDS dir, data.parquet or
-    data.jsonl). Returns the number of records written."""
-    table = output_table(table)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if fmt == "parquet":
-        pq.write_table(table, out_dir / "data.parquet", compression=compression or "none")
-    elif fmt == "jsonl":
-        with open(out_dir / "data.jsonl", "w", encoding="utf-8") as f:
-            for row in table.to_pylist():
-                if "meta" in row and isinstance(row["meta"], str):
-                    row["meta"] = json.loads(row["meta"])
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    elif fmt == "mds":
-        from streaming import MDSWriter
+class PartWriter:
+    """Streams the kept rows of one task into ``out_dir``: an MDS directory, or
+    ``data.parquet`` / ``data.jsonl``. Open lazily (a task may keep nothing)."""
 
-        columns = mds_columns(table, declared)
-        values = {name: _column_values(table.column(name), enc) for name, enc in columns.items()}
-        with MDSWriter(out=str(out_dir), columns=columns, compression=compression,
-                       hashes=list(hashes), size_limit=size_limit, exist_ok=False) as writer:
+    def __init__(self, out_dir: Path, fmt: str, declared: dict[str, str], *,
+                 compression: str | None, size_limit: int, hashes: tuple[str, ...]) -> None:
+        if fmt not in ("mds", "parquet", "jsonl"):
+            raise ValueError(f"unknown output format {fmt!r}; valid: mds, parquet, jsonl")
+        self.out_dir, self.fmt, self.declared = out_dir, fmt, declared
+        self.compression, self.size_limit, self.hashes = compression, size_limit, hashes
+        self._writer: Any = None
+        self._columns: dict[str, str] = {}
+        self.rows = 0
+
+    def _open(self, table: pa.Table) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if self.fmt == "parquet":
+            self._writer = pq.ParquetWriter(self.out_dir / "data.parquet", table.schema,
+                                            compression=self.compression or "none")
+        elif self.fmt == "jsonl":
+            self._writer = open(self.out_dir / "data.jsonl", "w", encoding="utf-8")  # noqa: SIM115
+        else:
+            from streaming import MDSWriter
+
+            self._columns = mds_columns(table, self.declared)
+            self._writer = MDSWriter(out=str(self.out_dir), columns=self._columns,
+                                     compression=self.compression, hashes=list(self.hashes),
+                                     size_limit=self.size_limit, exist_ok=False)
+
+    def write(self, table: pa.Table) -> None:
+        table = output_table(table)
+        if table.num_rows == 0:
+            return
+        if self._writer is None:
+            self._open(table)
+        if self.fmt == "parquet":
+            self._writer.write_table(table.cast(self._writer.schema))
+        elif self.fmt == "jsonl":
+            for row in table.to_pylist():
+                if isinstance(row.get("meta"), str):
+                    row["meta"] = json.loads(row["meta"])
+                self._writer.write(json.dumps(row, ensure_ascii=False) + "\n")
+        else:
+            values = {name: _column_values(table.column(name), enc) for name, enc in self._columns.items()}
             for i in range(table.num_rows):
-                writer.write({name: values[name][i] for name in columns})
-    else:
-        raise ValueError(f"unknown output format {fmt!r}; valid: mds, parquet, jsonl")
-    return table.num_rows
+                self._writer.write({name: values[name][i] for name in self._columns})
+        self.rows += table.num_rows
+
+    def close(self) -> int:
+        """Finish the part (MDS: flush the last shard and write its index.json)."""
+        if self._writer is not None:
+            if self.fmt == "mds":
+                self._writer.finish()
+            else:
+                self._writer.close()
+        return self.rows
 
 
 def merge_mds_indexes(root: Path, part_dirs: list[Path]) -> dict[str, Any]:

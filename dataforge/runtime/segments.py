@@ -33,7 +33,7 @@ import xxhash
 
 from dataforge.config import PipelineConfig, StageConfig
 from dataforge.io.readers import InputTask, TaskReader
-from dataforge.io.sinks import write_json_atomic, write_part
+from dataforge.io.sinks import PartWriter, write_json_atomic
 from dataforge.ops.base import BarrierOp, Op, OpContext, op_class
 from dataforge.records import DROP
 
@@ -244,9 +244,10 @@ class _PartSinks:
         self.config = config
         self.final = final
         self.declared = declared
-        self.live: list[pa.Table] = []
         self.dropped_writer: pq.ParquetWriter | None = None
         self.live_writer: pq.ParquetWriter | None = None
+        self.outputs: dict[str, PartWriter] = {}
+        self.id_hashes: list[np.ndarray] = []
         self.rows = 0
 
     def write(self, live: pa.Table, dropped: pa.Table) -> None:
@@ -258,29 +259,33 @@ class _PartSinks:
             self.dropped_writer.write_table(table.cast(self.dropped_writer.schema))
         if not live.num_rows:
             return
-        if self.final:
-            self.live.append(live)  # written by the sink at close (MDS writer wants one pass)
-        else:
+        self.rows += live.num_rows
+        if not self.final:
             if self.live_writer is None:
                 self.live_writer = pq.ParquetWriter(self.part / "live.parquet", live.schema)
             self.live_writer.write_table(live.cast(self.live_writer.schema))
-        self.rows += live.num_rows
+            return
+        ids = live.column("id").to_pylist()
+        self.id_hashes.append(np.fromiter((xxhash.xxh64_intdigest(i) for i in ids), np.uint64, len(ids)))
+        out = self.config.output
+        if out.split_by_source:
+            sources = live.column("source")
+            groups = [(s, live.filter(pc.equal(sources, s))) for s in sorted(set(sources.to_pylist()))]
+        else:
+            groups = [("", live)]
+        for name, group in groups:
+            if name not in self.outputs:
+                self.outputs[name] = PartWriter(
+                    self.part / "out" / name if name else self.part / "out", out.format, self.declared,
+                    compression=out.compression, size_limit=out.size_limit, hashes=out.hashes)
+            self.outputs[name].write(group)
 
     def close(self) -> int:
         for writer in (self.dropped_writer, self.live_writer):
             if writer is not None:
                 writer.close()
-        if self.final and self.live:
-            table = pa.concat_tables(self.live, promote_options="default")
-            ids = table.column("id").to_pylist()
-            np.save(self.part / "idhash.npy",
-                    np.fromiter((xxhash.xxh64_intdigest(i) for i in ids), np.uint64, len(ids)))
-            out = self.config.output
-            groups = ([(s, table.filter(pc.equal(table.column("source"), s)))
-                       for s in sorted(set(table.column("source").to_pylist()))]
-                      if out.split_by_source else [("", table)])
-            for name, group in groups:
-                write_part(group, self.part / "out" / name if name else self.part / "out", out.format,
-                           self.declared, compression=out.compression, size_limit=out.size_limit,
-                           hashes=out.hashes)
+        for output in self.outputs.values():
+            output.close()
+        if self.id_hashes:
+            np.save(self.part / "idhash.npy", np.concatenate(self.id_hashes))
         return self.rows
