@@ -63,13 +63,19 @@ def main() -> None:
     ray.shutdown()
     assert dist["counts"] == base["counts"], "Ray and single-process runs must agree"
     kept = base["counts"]["total"]["kept"]
-    print(f"input: {text_mb:.1f} MB of text ({total_bytes / 1e6:.1f} MB on disk) in {len(base['inputs'])} files; kept {kept} of "
-          f"{base['counts']['total']['input']} records")
+    print(
+        f"input: {text_mb:.1f} MB of text ({total_bytes / 1e6:.1f} MB on disk) in {len(base['inputs'])} files; kept {kept} of "
+        f"{base['counts']['total']['input']} records"
+    )
     print(f"single-process loop : {local_s:7.1f} s  {text_mb / local_s:6.2f} MB/s")
-    print(f"dataforge run (Ray) : {ray_s:7.1f} s  {text_mb / ray_s:6.2f} MB/s  "
-          f"(+{init_s:.1f} s ray.init, {args.cpus} CPUs)")
-    print(f"ratio Ray / single-process: {local_s / ray_s:.2f}x "
-          f"(including ray.init: {local_s / (ray_s + init_s):.2f}x)")
+    print(
+        f"dataforge run (Ray) : {ray_s:7.1f} s  {text_mb / ray_s:6.2f} MB/s  "
+        f"(+{init_s:.1f} s ray.init, {args.cpus} CPUs)"
+    )
+    print(
+        f"ratio Ray / single-process: {local_s / ray_s:.2f}x "
+        f"(including ray.init: {local_s / (ray_s + init_s):.2f}x)"
+    )
     shutil.rmtree(work, ignore_errors=True)
 
 

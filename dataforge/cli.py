@@ -35,8 +35,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from dataforge.runtime.ray_runner import run_on_ray
 
     try:
-        manifest = run_on_ray(config, out, address=args.address, overwrite=args.overwrite,
-                              log=lambda m: print(f"[dataforge] {m}", file=sys.stderr, flush=True))
+        manifest = run_on_ray(
+            config,
+            out,
+            address=args.address,
+            overwrite=args.overwrite,
+            log=lambda m: print(f"[dataforge] {m}", file=sys.stderr, flush=True),
+        )
     except RunDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -44,8 +49,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"error: run failed: {exc}", file=sys.stderr)
         return 1
     total = manifest["counts"]["total"]
-    print(json.dumps({"output": str(out), "input": total["input"], "kept": total["kept"],
-                      "repeated": total["repeated"], "dropped": total["dropped"]}, ensure_ascii=False))
+    print(
+        json.dumps(
+            {
+                "output": str(out),
+                "input": total["input"],
+                "kept": total["kept"],
+                "repeated": total["repeated"],
+                "dropped": total["dropped"],
+            },
+            ensure_ascii=False,
+        )
+    )
     return 0
 
 
@@ -85,8 +100,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             print(f"error: {p}", file=sys.stderr)
         return 2
     tasks = plan_input_tasks(config)
-    print(f"ok: {config.name}: {len(config.inputs)} sources, {len(tasks)} files, "
-          f"{sum(t.bytes for t in tasks)} bytes, stages: {[s.op for s in config.stages]}")
+    print(
+        f"ok: {config.name}: {len(config.inputs)} sources, {len(tasks)} files, "
+        f"{sum(t.bytes for t in tasks)} bytes, stages: {[s.op for s in config.stages]}"
+    )
     return 0
 
 
@@ -107,30 +124,51 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run (or resume) a pipeline on Ray",
-                         description="Run PIPELINE.yaml on embedded local Ray or an existing cluster. "
-                         "Re-running into an OUT of the same config resumes; a different config is "
-                         "refused unless --overwrite.")
+    run = sub.add_parser(
+        "run",
+        help="run (or resume) a pipeline on Ray",
+        description="Run PIPELINE.yaml on embedded local Ray or an existing cluster. "
+        "Re-running into an OUT of the same config resumes; a different config is "
+        "refused unless --overwrite.",
+    )
     run.add_argument("pipeline", metavar="PIPELINE.yaml")
     run.add_argument("-o", "--output", metavar="OUT", help="run directory (default: output.path)")
-    run.add_argument("--address", help="Ray cluster address (default: ray.address, RAY_ADDRESS, else local)")
-    run.add_argument("--set", action="append", default=[], metavar="key.path=value",
-                     help="override a config value (YAML syntax), e.g. --set stages.0.batch_size=500")
-    run.add_argument("--overwrite", action="store_true", help="replace a run of a different config in OUT")
+    run.add_argument(
+        "--address", help="Ray cluster address (default: ray.address, RAY_ADDRESS, else local)"
+    )
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="key.path=value",
+        help="override a config value (YAML syntax), e.g. --set stages.0.batch_size=500",
+    )
+    run.add_argument(
+        "--overwrite", action="store_true", help="replace a run of a different config in OUT"
+    )
     run.set_defaults(func=_cmd_run)
 
-    val = sub.add_parser("validate", help="check a pipeline without running it",
-                         description="Check the config, input paths, models and tokenizers, without Ray.")
+    val = sub.add_parser(
+        "validate",
+        help="check a pipeline without running it",
+        description="Check the config, input paths, models and tokenizers, without Ray.",
+    )
     val.add_argument("pipeline", metavar="PIPELINE.yaml")
     val.add_argument("--set", action="append", default=[], metavar="key.path=value")
     val.set_defaults(func=_cmd_validate)
 
-    ins = sub.add_parser("inspect", help="summarize, print or verify MDS output",
-                         description="Summarize an MDS dataset (a run directory or its mds/ dir).")
+    ins = sub.add_parser(
+        "inspect",
+        help="summarize, print or verify MDS output",
+        description="Summarize an MDS dataset (a run directory or its mds/ dir).",
+    )
     ins.add_argument("path", metavar="PATH")
     ins.add_argument("--head", type=int, default=0, metavar="N", help="print the first N samples")
-    ins.add_argument("--verify", action="store_true",
-                     help="check shard hashes, sizes and sample counts; exit 1 on corruption")
+    ins.add_argument(
+        "--verify",
+        action="store_true",
+        help="check shard hashes, sizes and sample counts; exit 1 on corruption",
+    )
     ins.add_argument("--json", action="store_true", help="machine-readable output")
     ins.set_defaults(func=_cmd_inspect)
 

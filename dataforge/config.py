@@ -178,18 +178,26 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> Pipel
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML (only plain YAML is accepted, no python tags): {exc}") from exc
+        raise ConfigError(
+            f"{path}: invalid YAML (only plain YAML is accepted, no python tags): {exc}"
+        ) from exc
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping with keys {sorted(_PIPELINE_KEYS)}")
+        raise ConfigError(
+            f"{path}: the top level must be a mapping with keys {sorted(_PIPELINE_KEYS)}"
+        )
     raw = apply_overrides(raw, overrides or [], str(path))
     return pipeline_from_mapping(raw, base_dir=str(path.resolve().parent), where=str(path))
 
 
-def pipeline_from_mapping(raw: dict[str, Any], base_dir: str, where: str = "<config>") -> PipelineConfig:
+def pipeline_from_mapping(
+    raw: dict[str, Any], base_dir: str, where: str = "<config>"
+) -> PipelineConfig:
     """Build a PipelineConfig from an already-parsed mapping."""
     unknown = set(raw) - _PIPELINE_KEYS
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid: {sorted(_PIPELINE_KEYS)}")
+        raise ConfigError(
+            f"{where}: unknown key(s) {sorted(unknown)}; valid: {sorted(_PIPELINE_KEYS)}"
+        )
     for key in ("name", "inputs", "output"):
         if key not in raw:
             raise ConfigError(f"{where}: missing required key {key!r}")
@@ -200,9 +208,12 @@ def pipeline_from_mapping(raw: dict[str, Any], base_dir: str, where: str = "<con
         raise ConfigError(f"{where}: 'stages' must be a list")
     fields = {k: v for k, v in raw.items() if k != "stages"}
     fields["inputs"] = [
-        from_mapping(InputConfig, item, f"{where}: inputs[{i}]") for i, item in enumerate(raw["inputs"])
+        from_mapping(InputConfig, item, f"{where}: inputs[{i}]")
+        for i, item in enumerate(raw["inputs"])
     ]
-    stages = tuple(_stage_from_mapping(s, f"{where}: stages[{i}]") for i, s in enumerate(stages_raw))
+    stages = tuple(
+        _stage_from_mapping(s, f"{where}: stages[{i}]") for i, s in enumerate(stages_raw)
+    )
     try:
         base = from_mapping(PipelineConfig, {**fields, "stages": [], "base_dir": base_dir}, where)
         return dataclasses.replace(base, stages=stages)
@@ -216,7 +227,9 @@ def _stage_from_mapping(raw: Any, where: str) -> StageConfig:
     from dataforge.ops.base import OP_REGISTRY, op_class
 
     if not isinstance(raw, dict) or "op" not in raw:
-        raise ConfigError(f"{where}: a stage is a mapping with an 'op' key; valid ops: {', '.join(sorted(OP_REGISTRY))}")
+        raise ConfigError(
+            f"{where}: a stage is a mapping with an 'op' key; valid ops: {', '.join(sorted(OP_REGISTRY))}"
+        )
     name = raw["op"]
     try:
         cls = op_class(name)
@@ -272,10 +285,14 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
                 return _coerce(arg, value, where)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} matches none of {args}")
+        raise ConfigError(
+            errors[0] if len(errors) == 1 else f"{where}: {value!r} matches none of {args}"
+        )
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"{where}: {value!r} is not valid; valid: {', '.join(map(repr, args))}")
+            raise ConfigError(
+                f"{where}: {value!r} is not valid; valid: {', '.join(map(repr, args))}"
+            )
         return value
     if dataclasses.is_dataclass(tp):
         return from_mapping(tp, value, where)
@@ -289,7 +306,9 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
         key_t, val_t = args if args else (Any, Any)
-        return {_coerce(key_t, k, where): _coerce(val_t, v, f"{where}.{k}") for k, v in value.items()}
+        return {
+            _coerce(key_t, k, where): _coerce(val_t, v, f"{where}.{k}") for k, v in value.items()
+        }
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
@@ -326,7 +345,9 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> di
             last = i == len(parts) - 1
             if isinstance(node, list):
                 if not part.isdigit() or int(part) >= len(node):
-                    raise ConfigError(f"--set {key}: {part!r} is not an index of a {len(node)}-item list")
+                    raise ConfigError(
+                        f"--set {key}: {part!r} is not an index of a {len(node)}-item list"
+                    )
                 if last:
                     node[int(part)] = value
                 else:

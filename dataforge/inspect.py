@@ -46,15 +46,21 @@ def load_index(root: Path) -> dict[str, Any]:
         raise InspectError(f"{root / 'index.json'}: unreadable index ({exc})") from exc
     for i, shard in enumerate(index.get("shards", [])):
         if shard.get("format") != "mds":
-            raise InspectError(f"shard {i}: format {shard.get('format')!r} is not supported (only mds)")
+            raise InspectError(
+                f"shard {i}: format {shard.get('format')!r} is not supported (only mds)"
+            )
         if "pkl" in shard.get("column_encodings", []):
-            raise InspectError(f"shard {i}: refusing a pkl column (unpickling can run arbitrary code)")
+            raise InspectError(
+                f"shard {i}: refusing a pkl column (unpickling can run arbitrary code)"
+            )
         for key in ("raw_data", "zip_data"):
             info = shard.get(key)
             if info:
                 rel = PurePosixPath(info["basename"])
                 if rel.is_absolute() or ".." in rel.parts:
-                    raise InspectError(f"shard {i}: path {info['basename']!r} escapes the dataset directory")
+                    raise InspectError(
+                        f"shard {i}: path {info['basename']!r} escapes the dataset directory"
+                    )
     return index
 
 
@@ -63,7 +69,9 @@ def _shard_bytes(root: Path, shard: dict[str, Any]) -> bytes:
         data = (root / shard["zip_data"]["basename"]).read_bytes()
         if shard.get("compression", "").split(":")[0] != "zstd":
             raise InspectError(f"compression {shard['compression']!r} is not supported by inspect")
-        return zstandard.ZstdDecompressor().decompress(data, max_output_size=shard["raw_data"]["bytes"])
+        return zstandard.ZstdDecompressor().decompress(
+            data, max_output_size=shard["raw_data"]["bytes"]
+        )
     return (root / shard["raw_data"]["basename"]).read_bytes()
 
 
@@ -90,7 +98,11 @@ def _decode(encoding: str, data: bytes) -> Any:
 def _shard_samples(raw: bytes, shard: dict[str, Any]) -> Iterator[dict[str, Any]]:
     n = int(np.frombuffer(raw, np.uint32, 1, 0)[0])
     offsets = np.frombuffer(raw, np.uint32, n + 1, 4)
-    names, encodings, sizes = shard["column_names"], shard["column_encodings"], shard["column_sizes"]
+    names, encodings, sizes = (
+        shard["column_names"],
+        shard["column_encodings"],
+        shard["column_sizes"],
+    )
     n_var = sum(1 for s in sizes if s is None)
     for i in range(n):
         sample = raw[offsets[i] : offsets[i + 1]]
@@ -128,8 +140,11 @@ def verify_dataset(path: Path) -> list[str]:
     for i, shard in enumerate(load_index(root)["shards"]):
         for key in ("zip_data", "raw_data"):
             info = shard.get(key)
-            if not info or (key == "raw_data" and shard.get("zip_data")
-                            and not (root / info["basename"]).exists()):
+            if not info or (
+                key == "raw_data"
+                and shard.get("zip_data")
+                and not (root / info["basename"]).exists()
+            ):
                 continue
             file = root / info["basename"]
             if not file.exists():
@@ -137,7 +152,9 @@ def verify_dataset(path: Path) -> list[str]:
                 continue
             data = file.read_bytes()
             if len(data) != info["bytes"]:
-                problems.append(f"shard {i}: {info['basename']} has {len(data)} bytes, index says {info['bytes']}")
+                problems.append(
+                    f"shard {i}: {info['basename']} has {len(data)} bytes, index says {info['bytes']}"
+                )
             for algo, expected in (info.get("hashes") or {}).items():
                 if _hash(algo, data) != expected:
                     problems.append(f"shard {i}: {info['basename']} {algo} mismatch")
@@ -156,8 +173,11 @@ def verify_dataset(path: Path) -> list[str]:
 
 def _histogram(values: list[int]) -> list[dict[str, int]]:
     counts, _ = np.histogram(np.asarray(values, dtype=np.int64), bins=HIST_EDGES)
-    return [{"lo": lo, "hi": hi, "count": int(c)} for lo, hi, c in
-            zip(HIST_EDGES[:-1], HIST_EDGES[1:], counts, strict=True) if c]
+    return [
+        {"lo": lo, "hi": hi, "count": int(c)}
+        for lo, hi, c in zip(HIST_EDGES[:-1], HIST_EDGES[1:], counts, strict=True)
+        if c
+    ]
 
 
 def summarize(path: Path) -> dict[str, Any]:
@@ -186,21 +206,31 @@ def summarize(path: Path) -> dict[str, Any]:
         "bytes_compressed": sum(s["zip_data"]["bytes"] for s in shards if s.get("zip_data")),
         "compression": first.get("compression"),
         "hashes": first.get("hashes", []),
-        "columns": dict(zip(first.get("column_names", []), first.get("column_encodings", []), strict=True)),
+        "columns": dict(
+            zip(first.get("column_names", []), first.get("column_encodings", []), strict=True)
+        ),
         "per_source": dict(sorted(per_source.items())),
         "text_chars_histogram": {s: _histogram(v) for s, v in sorted(text_lengths.items())},
     }
     if token_lengths:
-        summary["token_length_histogram"] = {s: _histogram(v) for s, v in sorted(token_lengths.items())}
+        summary["token_length_histogram"] = {
+            s: _histogram(v) for s, v in sorted(token_lengths.items())
+        }
     if ppl:
         summary["perplexity_histogram"] = {
-            s: [{"lo": float(lo), "hi": float(hi), "count": int(c)} for lo, hi, c in
-                zip(*(lambda h: (h[1][:-1], h[1][1:], h[0]))(np.histogram(v, bins=10)), strict=True)]
+            s: [
+                {"lo": float(lo), "hi": float(hi), "count": int(c)}
+                for lo, hi, c in zip(
+                    *(lambda h: (h[1][:-1], h[1][1:], h[0]))(np.histogram(v, bins=10)), strict=True
+                )
+            ]
             for s, v in sorted(ppl.items())
         }
     manifest = root.parent / "manifest.json"
     if manifest.exists():
-        summary["manifest_counts"] = json.loads(manifest.read_text()).get("counts", {}).get("by_source")
+        summary["manifest_counts"] = (
+            json.loads(manifest.read_text()).get("counts", {}).get("by_source")
+        )
     return summary
 
 
@@ -208,17 +238,23 @@ def _print_summary(s: dict[str, Any]) -> None:
     ratio = s["bytes_raw"] / s["bytes_compressed"] if s["bytes_compressed"] else 1.0
     print(f"dataset     {s['path']}")
     print(f"shards      {s['shards']}    samples {s['samples']}")
-    print(f"bytes       raw {s['bytes_raw']:,}  compressed {s['bytes_compressed']:,} "
-          f"({s['compression']}, x{ratio:.2f})  hashes {s['hashes']}")
+    print(
+        f"bytes       raw {s['bytes_raw']:,}  compressed {s['bytes_compressed']:,} "
+        f"({s['compression']}, x{ratio:.2f})  hashes {s['hashes']}"
+    )
     print("columns     " + ", ".join(f"{k}:{v}" for k, v in s["columns"].items()))
     print("per source  " + ", ".join(f"{k}={v}" for k, v in s["per_source"].items()))
-    for title, key in (("text length (chars)", "text_chars_histogram"),
-                       ("token length", "token_length_histogram")):
+    for title, key in (
+        ("text length (chars)", "text_chars_histogram"),
+        ("token length", "token_length_histogram"),
+    ):
         if key not in s:
             continue
         print(f"{title} histogram:")
         for src, bins in s[key].items():
-            cells = "  ".join(f"[{b['lo']},{b['hi'] if b['hi'] < 1 << 60 else 'inf'}):{b['count']}" for b in bins)
+            cells = "  ".join(
+                f"[{b['lo']},{b['hi'] if b['hi'] < 1 << 60 else 'inf'}):{b['count']}" for b in bins
+            )
             print(f"  {src:<14} {cells}")
     if "perplexity_histogram" in s:
         print("perplexity histogram:")
@@ -253,7 +289,11 @@ def inspect_path(path: Path, head: int = 0, verify: bool = False, as_json: bool 
     problems = verify_dataset(root) if verify else []
     if problems:  # a corrupt shard cannot be summarized; report what is wrong
         if as_json:
-            print(json.dumps({"path": str(root), "verify": {"ok": False, "problems": problems}}, indent=2))
+            print(
+                json.dumps(
+                    {"path": str(root), "verify": {"ok": False, "problems": problems}}, indent=2
+                )
+            )
         for p in problems if not as_json else []:
             print(f"CORRUPT: {p}", file=sys.stderr)
         return 1
@@ -276,8 +316,10 @@ def inspect_path(path: Path, head: int = 0, verify: bool = False, as_json: bool 
         _print_summary(summary)
         for i, record in enumerate(samples):
             text = record.get("text", "")
-            print(f"--- sample {i}: id={record.get('id')} source={record.get('source')} "
-                  f"lang={record.get('lang')} chars={len(text)}")
+            print(
+                f"--- sample {i}: id={record.get('id')} source={record.get('source')} "
+                f"lang={record.get('lang')} chars={len(text)}"
+            )
             print(text[:500] + (" ..." if len(text) > 500 else ""))
             if "tokens" in record:
                 print(f"  tokens ({len(record['tokens'])}): {record['tokens'][:24]}...")

@@ -68,5 +68,7 @@ def with_meta(batch: pa.Table, key: str, values: list[Any]) -> pa.Table:
     for meta, value in zip(metas, values, strict=True):
         if value is not None:
             meta[key] = value
-    encoded = pa.array([json.dumps(m, ensure_ascii=False, sort_keys=True) for m in metas], pa.string())
+    encoded = pa.array(
+        [json.dumps(m, ensure_ascii=False, sort_keys=True) for m in metas], pa.string()
+    )
     return batch.set_column(batch.schema.get_field_index("meta"), "meta", encoded)

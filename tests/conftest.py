@@ -46,7 +46,9 @@ def small_corpus(tmp_path: Path) -> Path:
     with open(root / "zh" / "part-1.jsonl", "a", encoding="utf-8") as fh:
         fh.write('{"text": "broken\n')
     for f in range(2):
-        recs = [{"doc_id": f"d{f}-{i}", "text": t, "title": f"t{i}"} for i, t in enumerate(EN_TEXTS)]
+        recs = [
+            {"doc_id": f"d{f}-{i}", "text": t, "title": f"t{i}"} for i, t in enumerate(EN_TEXTS)
+        ]
         write_jsonl(root / "en" / f"docs-{f}.jsonl", recs)
     return root
 
@@ -65,7 +67,9 @@ def write_pipeline():
 
 @pytest.fixture
 def pipeline_file(tmp_path: Path, small_corpus: Path) -> Path:
-    return _write_pipeline(tmp_path, """
+    return _write_pipeline(
+        tmp_path,
+        """
         name: small
         seed: 7
         max_error_rate: 0.2
@@ -73,4 +77,5 @@ def pipeline_file(tmp_path: Path, small_corpus: Path) -> Path:
           - {name: news_zh, path: "corpus/zh/*.jsonl", lang: zh}
           - {name: docs_en, path: "corpus/en/*.jsonl", lang: en, id_key: doc_id, meta_keys: [title]}
         output: {path: out/small, format: mds, size_limit: 4096}
-    """)
+    """,
+    )

@@ -74,10 +74,16 @@ def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
         pattern = str(config.resolve(source.path))
         files = sorted(p for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
         if not files:
-            raise ConfigError(f"inputs[{s_idx}] ({source.name}): path {source.path!r} matches no file")
+            raise ConfigError(
+                f"inputs[{s_idx}] ({source.name}): path {source.path!r} matches no file"
+            )
         root = _glob_root(pattern)
         for f_idx, file in enumerate(files):
-            rel = Path(file).relative_to(root).as_posix() if Path(file).is_relative_to(root) else Path(file).name
+            rel = (
+                Path(file).relative_to(root).as_posix()
+                if Path(file).is_relative_to(root)
+                else Path(file).name
+            )
             tasks.append(
                 InputTask(
                     task_id=f"{s_idx:03d}-{f_idx:06d}",
@@ -120,7 +126,9 @@ class _ZstdFrames(io.RawIOBase):
             chunk = self._file.read(1 << 20)
             if not chunk:
                 if self._in_frame:
-                    raise EOFError(f"{self._path}: zstd stream ends in the middle of a frame (truncated)")
+                    raise EOFError(
+                        f"{self._path}: zstd stream ends in the middle of a frame (truncated)"
+                    )
                 return 0
             self._feed(chunk)
         n = min(len(buffer), len(self._pending))
@@ -170,7 +178,9 @@ class TaskReader:
                     yield pa.Table.from_pylist(rows, schema=BASE_SCHEMA)
                     rows = []
         except (zstandard.ZstdError, EOFError, gzip.BadGzipFile, OSError) as exc:
-            raise ReadError(f"{self.task.path}: corrupt or truncated input ({type(exc).__name__}: {exc})") from exc
+            raise ReadError(
+                f"{self.task.path}: corrupt or truncated input ({type(exc).__name__}: {exc})"
+            ) from exc
         if rows:
             yield pa.Table.from_pylist(rows, schema=BASE_SCHEMA)
 

@@ -86,8 +86,16 @@ class PartWriter:
     """Streams the kept rows of one task into ``out_dir``: an MDS directory, or
     ``data.parquet`` / ``data.jsonl``. Open lazily (a task may keep nothing)."""
 
-    def __init__(self, out_dir: Path, fmt: str, declared: dict[str, str], *,
-                 compression: str | None, size_limit: int, hashes: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        out_dir: Path,
+        fmt: str,
+        declared: dict[str, str],
+        *,
+        compression: str | None,
+        size_limit: int,
+        hashes: tuple[str, ...],
+    ) -> None:
         if fmt not in ("mds", "parquet", "jsonl"):
             raise ValueError(f"unknown output format {fmt!r}; valid: mds, parquet, jsonl")
         self.out_dir, self.fmt, self.declared = out_dir, fmt, declared
@@ -99,17 +107,23 @@ class PartWriter:
     def _open(self, table: pa.Table) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         if self.fmt == "parquet":
-            self._writer = pq.ParquetWriter(self.out_dir / "data.parquet", table.schema,
-                                            compression=self.compression or "none")
+            self._writer = pq.ParquetWriter(
+                self.out_dir / "data.parquet", table.schema, compression=self.compression or "none"
+            )
         elif self.fmt == "jsonl":
             self._writer = open(self.out_dir / "data.jsonl", "w", encoding="utf-8")  # noqa: SIM115
         else:
             from streaming import MDSWriter
 
             self._columns = mds_columns(table, self.declared)
-            self._writer = MDSWriter(out=str(self.out_dir), columns=self._columns,
-                                     compression=self.compression, hashes=list(self.hashes),
-                                     size_limit=self.size_limit, exist_ok=False)
+            self._writer = MDSWriter(
+                out=str(self.out_dir),
+                columns=self._columns,
+                compression=self.compression,
+                hashes=list(self.hashes),
+                size_limit=self.size_limit,
+                exist_ok=False,
+            )
 
     def write(self, table: pa.Table) -> None:
         table = output_table(table)
@@ -125,7 +139,9 @@ class PartWriter:
                     row["meta"] = json.loads(row["meta"])
                 self._writer.write(json.dumps(row, ensure_ascii=False) + "\n")
         else:
-            values = {name: _column_values(table.column(name), enc) for name, enc in self._columns.items()}
+            values = {
+                name: _column_values(table.column(name), enc) for name, enc in self._columns.items()
+            }
             for i in range(table.num_rows):
                 self._writer.write({name: values[name][i] for name in self._columns})
         self.rows += table.num_rows

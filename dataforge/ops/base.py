@@ -116,7 +116,9 @@ class Filter(Op):
         drops = batch.column(DROP).to_pylist()
         for i, reason in zip(live_idx, reasons, strict=True):
             drops[i] = reason
-        return batch.set_column(batch.schema.get_field_index(DROP), DROP, pa.array(drops, pa.string()))
+        return batch.set_column(
+            batch.schema.get_field_index(DROP), DROP, pa.array(drops, pa.string())
+        )
 
 
 class BarrierOp(Op):

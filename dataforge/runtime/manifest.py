@@ -53,7 +53,9 @@ def prepare_run_dir(out: Path, config_sha: str, overwrite: bool) -> str:
         elif manifest.exists():
             previous = json.loads(manifest.read_text()).get("config_sha256")
         else:
-            raise RunDirError(f"{out} is not empty and is not a dataforge run directory; choose another -o")
+            raise RunDirError(
+                f"{out} is not empty and is not a dataforge run directory; choose another -o"
+            )
         if previous == config_sha and not overwrite:
             if manifest.exists() and json.loads(manifest.read_text()).get("status") == "complete":
                 return "complete"
@@ -78,8 +80,16 @@ def sum_counts(seg_stats: list[list[dict[str, Any]]]) -> dict[str, Any]:
     for k, stats_list in enumerate(seg_stats):
         for stats in stats_list:
             for src, c in stats["by_source"].items():
-                acc = by_source.setdefault(src, {"input": 0, "kept": 0, "repeated": 0,
-                                                 "dropped": Counter(), "events": Counter()})
+                acc = by_source.setdefault(
+                    src,
+                    {
+                        "input": 0,
+                        "kept": 0,
+                        "repeated": 0,
+                        "dropped": Counter(),
+                        "events": Counter(),
+                    },
+                )
                 if k == 0:
                     acc["input"] += c["input"]
                 acc["dropped"].update(c["dropped"])
@@ -95,9 +105,14 @@ def sum_counts(seg_stats: list[list[dict[str, Any]]]) -> dict[str, Any]:
         total["kept"] += acc["kept"]
         total["repeated"] += acc["repeated"]
         total["dropped"].update(acc["dropped"])
-    plain = {src: {**acc, "dropped": dict(sorted(acc["dropped"].items())),
-                   "events": dict(acc["events"])} for src, acc in sorted(by_source.items())}
-    return {"by_source": plain, "total": {**total, "dropped": dict(sorted(total["dropped"].items()))}}
+    plain = {
+        src: {**acc, "dropped": dict(sorted(acc["dropped"].items())), "events": dict(acc["events"])}
+        for src, acc in sorted(by_source.items())
+    }
+    return {
+        "by_source": plain,
+        "total": {**total, "dropped": dict(sorted(total["dropped"].items()))},
+    }
 
 
 def check_accounting(counts: dict[str, Any], records_in_output: int, max_error_rate: float) -> None:
@@ -112,7 +127,9 @@ def check_accounting(counts: dict[str, Any], records_in_output: int, max_error_r
     for src, c in counts["by_source"].items():
         dropped = sum(c["dropped"].values())
         if c["input"] != c["kept"] + dropped:
-            problems.append(f"source {src}: input {c['input']} != kept {c['kept']} + dropped {dropped}")
+            problems.append(
+                f"source {src}: input {c['input']} != kept {c['kept']} + dropped {dropped}"
+            )
         errors = sum(n for reason, n in c["dropped"].items() if reason.startswith("error:"))
         if c["input"] and errors / c["input"] > max_error_rate:
             detail = {r: n for r, n in c["dropped"].items() if r.startswith("error:")}
@@ -122,15 +139,28 @@ def check_accounting(counts: dict[str, Any], records_in_output: int, max_error_r
             )
     expected = counts["total"]["kept"] + counts["total"]["repeated"]
     if records_in_output != expected:
-        problems.append(f"output holds {records_in_output} records, expected kept+repeated {expected}")
+        problems.append(
+            f"output holds {records_in_output} records, expected kept+repeated {expected}"
+        )
     if problems:
         raise AccountingError("; ".join(problems))
 
 
 def versions() -> dict[str, str]:
     found = {"python": platform.python_version()}
-    for dist in ("dataforge", "ray", "mosaicml-streaming", "pyarrow", "numpy", "sentencepiece",
-                 "jieba", "rjieba", "kenlm", "datasketch", "torch"):
+    for dist in (
+        "dataforge",
+        "ray",
+        "mosaicml-streaming",
+        "pyarrow",
+        "numpy",
+        "sentencepiece",
+        "jieba",
+        "rjieba",
+        "kenlm",
+        "datasketch",
+        "torch",
+    ):
         try:
             found[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -42,8 +42,14 @@ class Executor(Protocol):
 
     num_cpus: int
 
-    def run_segment(self, config: PipelineConfig, segment: Segment, work_dir: Path,
-                    tasks: list[dict[str, Any]], log: Callable[[str], None]) -> None: ...
+    def run_segment(
+        self,
+        config: PipelineConfig,
+        segment: Segment,
+        work_dir: Path,
+        tasks: list[dict[str, Any]],
+        log: Callable[[str], None],
+    ) -> None: ...
 
 
 class LocalExecutor:
@@ -62,8 +68,14 @@ def _log(msg: str) -> None:
     print(f"[dataforge] {msg}", file=sys.stderr, flush=True)
 
 
-def run_pipeline(config: PipelineConfig, out: Path, executor: Executor, *,
-                 overwrite: bool = False, log: Callable[[str], None] = _log) -> dict[str, Any]:
+def run_pipeline(
+    config: PipelineConfig,
+    out: Path,
+    executor: Executor,
+    *,
+    overwrite: bool = False,
+    log: Callable[[str], None] = _log,
+) -> dict[str, Any]:
     """Run (or resume) ``config`` into ``out``. Returns the manifest.
 
     Raises:
@@ -89,23 +101,41 @@ def run_pipeline(config: PipelineConfig, out: Path, executor: Executor, *,
         if segment.barrier_in is not None:
             stage_index, stage = segment.barrier_in
             t0 = time.time()
-            barrier_summaries[stage_index] = _run_barrier(config, out, work, segment.index - 1,
-                                                          stage_index, stage, seg_stats[-1], executor)
+            barrier_summaries[stage_index] = _run_barrier(
+                config, out, work, segment.index - 1, stage_index, stage, seg_stats[-1], executor
+            )
             timings[f"barrier{stage_index}:{stage.op}"] = round(time.time() - t0, 3)
         tasks = _segment_tasks(segment, input_tasks, work)
-        pending = [t for t in tasks if not (work / f"seg{segment.index}" / f"{t['task_id']}.done").exists()]
-        log(f"segment {segment.index}: {len(pending)} of {len(tasks)} tasks to run "
-            f"(ops: {[s.op for _, s in segment.stages] or '-'})")
+        pending = [
+            t for t in tasks if not (work / f"seg{segment.index}" / f"{t['task_id']}.done").exists()
+        ]
+        log(
+            f"segment {segment.index}: {len(pending)} of {len(tasks)} tasks to run "
+            f"(ops: {[s.op for _, s in segment.stages] or '-'})"
+        )
         t0 = time.time()
         if pending:
             executor.run_segment(config, segment, work, pending, log)
         timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
         seg_stats.append([_read_marker(work, segment.index, t["task_id"]) for t in tasks])
-    return _commit(config, out, work, input_tasks, segments, seg_stats, barrier_summaries,
-                   timings, sha, started, log)
+    return _commit(
+        config,
+        out,
+        work,
+        input_tasks,
+        segments,
+        seg_stats,
+        barrier_summaries,
+        timings,
+        sha,
+        started,
+        log,
+    )
 
 
-def _segment_tasks(segment: Segment, input_tasks: list[InputTask], work: Path) -> list[dict[str, Any]]:
+def _segment_tasks(
+    segment: Segment, input_tasks: list[InputTask], work: Path
+) -> list[dict[str, Any]]:
     tasks = []
     for task in input_tasks:
         spec: dict[str, Any] = {"task_id": task.task_id, "source": task.source}
@@ -114,7 +144,9 @@ def _segment_tasks(segment: Segment, input_tasks: list[InputTask], work: Path) -
         else:
             spec["previous"] = str(work / f"seg{segment.index - 1}" / task.task_id / "live.parquet")
             if segment.barrier_in is not None:
-                spec["decision"] = str(work / f"barrier{segment.barrier_in[0]}" / f"{task.task_id}.parquet")
+                spec["decision"] = str(
+                    work / f"barrier{segment.barrier_in[0]}" / f"{task.task_id}.parquet"
+                )
         tasks.append(spec)
     return tasks
 
@@ -126,7 +158,9 @@ def _read_marker(work: Path, seg: int, task_id: str) -> dict[str, Any]:
     return json.loads(marker.read_text())
 
 
-def _run_barrier(config, out, work, prev_seg, stage_index, stage, prev_stats, executor) -> dict[str, Any]:
+def _run_barrier(
+    config, out, work, prev_seg, stage_index, stage, prev_stats, executor
+) -> dict[str, Any]:
     marker = work / f"barrier{stage_index}.done"
     if marker.exists():
         return json.loads(marker.read_text())
@@ -145,14 +179,20 @@ def _run_barrier(config, out, work, prev_seg, stage_index, stage, prev_stats, ex
         live = work / f"seg{prev_seg}" / stats["task_id"] / "live.parquet"
         if live.exists():
             parts[stats["task_id"]] = live
-    source_stats: dict[str, dict[str, int]] = {s.name: {"docs": 0, "chars": 0, "tokens": 0} for s in config.inputs}
+    source_stats: dict[str, dict[str, int]] = {
+        s.name: {"docs": 0, "chars": 0, "tokens": 0} for s in config.inputs
+    }
     for stats in prev_stats:
         for src, c in stats["by_source"].items():
             for key in ("docs", "chars", "tokens"):
                 source_stats[src][key] += c[key]
     ctx = BarrierContext(
-        parts=dict(sorted(parts.items())), decision_dir=tmp, audit_dir=audit_dir,
-        num_cpus=executor.num_cpus, seed=config.seed, source_stats=source_stats,
+        parts=dict(sorted(parts.items())),
+        decision_dir=tmp,
+        audit_dir=audit_dir,
+        num_cpus=executor.num_cpus,
+        seed=config.seed,
+        source_stats=source_stats,
         sources={s.name: s.lang for s in config.inputs},
         ray_available=getattr(executor, "ray_available", False),
     )
@@ -173,8 +213,11 @@ def _move_parts(config, out: Path, work: Path, final_seg: int, task_ids: list[st
     moved = []
     for task_id in task_ids:
         src = work / f"seg{final_seg}" / task_id / "out"
-        pairs = ([(src / s, dest_root / s / task_id) for s in sources]
-                 if config.output.split_by_source else [(src, dest_root / task_id)])
+        pairs = (
+            [(src / s, dest_root / s / task_id) for s in sources]
+            if config.output.split_by_source
+            else [(src, dest_root / task_id)]
+        )
         for part_src, dest in pairs:
             if part_src.exists():
                 if dest.exists():
@@ -201,7 +244,9 @@ def _count_output(config, parts: list[Path]) -> int:
 
 
 def _check_unique_ids(work: Path, final_seg: int, task_ids: list[str]) -> None:
-    hashes = [np.load(p) for t in task_ids if (p := work / f"seg{final_seg}" / t / "idhash.npy").exists()]
+    hashes = [
+        np.load(p) for t in task_ids if (p := work / f"seg{final_seg}" / t / "idhash.npy").exists()
+    ]
     if not hashes:
         return
     allh = np.sort(np.concatenate(hashes))
@@ -213,8 +258,19 @@ def _check_unique_ids(work: Path, final_seg: int, task_ids: list[str]) -> None:
         )
 
 
-def _commit(config, out, work, input_tasks, segments, seg_stats, barrier_summaries, timings,
-            sha, started, log) -> dict[str, Any]:
+def _commit(
+    config,
+    out,
+    work,
+    input_tasks,
+    segments,
+    seg_stats,
+    barrier_summaries,
+    timings,
+    sha,
+    started,
+    log,
+) -> dict[str, Any]:
     final_seg = segments[-1].index
     task_ids = [t.task_id for t in input_tasks]
     counts = sum_counts(seg_stats)
@@ -224,8 +280,10 @@ def _commit(config, out, work, input_tasks, segments, seg_stats, barrier_summari
         "config": to_plain(config),
         "config_sha256": sha,
         "versions": versions(),
-        "inputs": [{"source": t.source, "path": t.path, "bytes": t.bytes, "task_id": t.task_id}
-                   for t in input_tasks],
+        "inputs": [
+            {"source": t.source, "path": t.path, "bytes": t.bytes, "task_id": t.task_id}
+            for t in input_tasks
+        ],
         "counts": counts,
         "stages": _stage_report(config, seg_stats, barrier_summaries),
         "timings": timings,
@@ -240,8 +298,11 @@ def _commit(config, out, work, input_tasks, segments, seg_stats, barrier_summari
         manifest["error"] = str(exc)
         write_json_atomic(out / "manifest.json", manifest)
         raise
-    output_info: dict[str, Any] = {"format": config.output.format, "path": config.output.format,
-                                   "records": written}
+    output_info: dict[str, Any] = {
+        "format": config.output.format,
+        "path": config.output.format,
+        "records": written,
+    }
     if config.output.format == "mds":
         root = out / "mds"
         if config.output.split_by_source:
@@ -249,9 +310,17 @@ def _commit(config, out, work, input_tasks, segments, seg_stats, barrier_summari
 
             # Stream proportions count samples, so they come from written records per source
             # (repeats included), which is what streaming.Stream(proportion=...) weighs.
-            share = {e["source"]: e["proportion"] for e in stream_proportions(
-                {"sources": {s: {"output_docs": c["kept"] + c["repeated"]}
-                             for s, c in counts["by_source"].items()}})}
+            share = {
+                e["source"]: e["proportion"]
+                for e in stream_proportions(
+                    {
+                        "sources": {
+                            s: {"output_docs": c["kept"] + c["repeated"]}
+                            for s, c in counts["by_source"].items()
+                        }
+                    }
+                )
+            }
             streams = []
             for src in sources:
                 src_parts = [p for p in parts if p.parent.name == src]
@@ -269,8 +338,10 @@ def _commit(config, out, work, input_tasks, segments, seg_stats, barrier_summari
     write_json_atomic(out / "manifest.json", manifest)
     if not config.output.keep_work:
         shutil.rmtree(work, ignore_errors=True)
-    log(f"done: {counts['total']['kept']} of {counts['total']['input']} records kept "
-        f"(+{counts['total']['repeated']} repeated) -> {out}")
+    log(
+        f"done: {counts['total']['kept']} of {counts['total']['input']} records kept "
+        f"(+{counts['total']['repeated']} repeated) -> {out}"
+    )
     return manifest
 
 

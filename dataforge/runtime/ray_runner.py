@@ -77,13 +77,20 @@ class RayExecutor:
         self.config = config
         self.num_cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
 
-    def run_segment(self, config: PipelineConfig, segment: Segment, work_dir: Path,
-                    tasks: list[dict[str, Any]], log: Callable[[str], None]) -> None:
+    def run_segment(
+        self,
+        config: PipelineConfig,
+        segment: Segment,
+        work_dir: Path,
+        tasks: list[dict[str, Any]],
+        log: Callable[[str], None],
+    ) -> None:
         cpus_per_actor = config.ray.cpus_per_actor
         size = config.ray.actors or max(1, int(self.num_cpus // cpus_per_actor))
         size = min(size, len(tasks))
-        ds = ray.data.from_items([{"task": json.dumps(t)} for t in tasks],
-                                 override_num_blocks=len(tasks))
+        ds = ray.data.from_items(
+            [{"task": json.dumps(t)} for t in tasks], override_num_blocks=len(tasks)
+        )
         ds = ds.map_batches(
             _SegmentActor,
             fn_constructor_kwargs={"config": config, "segment": segment, "work_dir": str(work_dir)},
@@ -98,12 +105,19 @@ class RayExecutor:
         for row in ds.iter_rows():
             done += 1
             result = json.loads(row["result"])
-            log(f"segment {segment.index}: task {result['task_id']} committed "
-                f"({result['rows']} rows) [{done}/{len(tasks)}]")
+            log(
+                f"segment {segment.index}: task {result['task_id']} committed "
+                f"({result['rows']} rows) [{done}/{len(tasks)}]"
+            )
 
 
-def run_on_ray(config: PipelineConfig, out: Path, address: str | None = None,
-               overwrite: bool = False, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_on_ray(
+    config: PipelineConfig,
+    out: Path,
+    address: str | None = None,
+    overwrite: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """``dataforge run``: start or join Ray, then run the pipeline on it."""
     where = init_ray(config, address)
     kwargs = {"log": log} if log else {}

@@ -77,8 +77,9 @@ def build_segments(config: PipelineConfig) -> list[Segment]:
 
 
 def op_context(config: PipelineConfig) -> OpContext:
-    return OpContext(seed=config.seed, sources={s.name: s.lang for s in config.inputs},
-                     base_dir=config.base_dir)
+    return OpContext(
+        seed=config.seed, sources={s.name: s.lang for s in config.inputs}, base_dir=config.base_dir
+    )
 
 
 def make_op(stage: StageConfig, config: PipelineConfig) -> Op:
@@ -149,7 +150,11 @@ class SegmentRunner:
             return
         if self.barrier_in is not None:
             decision_path = task.get("decision")
-            decision = pq.read_table(decision_path) if decision_path and Path(decision_path).exists() else None
+            decision = (
+                pq.read_table(decision_path)
+                if decision_path and Path(decision_path).exists()
+                else None
+            )
             started = time.perf_counter()
             live = self.barrier_in.apply(live, decision)
             self._time(stats, self.segment.barrier_in[0], started)
@@ -164,8 +169,15 @@ class SegmentRunner:
     def _process(self, task: dict[str, Any], tmp: Path) -> dict[str, Any]:
         stats: dict[str, Any] = {"task_id": task["task_id"], "op_seconds": {}, "events": {}}
         counts: dict[str, dict[str, Any]] = defaultdict(
-            lambda: {"input": 0, "kept": 0, "repeated": 0, "dropped": Counter(),
-                     "docs": 0, "chars": 0, "tokens": 0}
+            lambda: {
+                "input": 0,
+                "kept": 0,
+                "repeated": 0,
+                "dropped": Counter(),
+                "docs": 0,
+                "chars": 0,
+                "tokens": 0,
+            }
         )
         sinks = _PartSinks(tmp, self.config, self.segment.final, self.declared)
         started_all = time.perf_counter()
@@ -199,8 +211,10 @@ def _run_op_isolating_errors(op: Op, batch: pa.Table, batch_size: int | None) ->
     row so that only the offending records are dropped, with reason ``error:<op>``."""
     if batch_size and batch.num_rows > batch_size:
         return pa.concat_tables(
-            [_run_op_isolating_errors(op, batch.slice(o, batch_size), None)
-             for o in range(0, batch.num_rows, batch_size)],
+            [
+                _run_op_isolating_errors(op, batch.slice(o, batch_size), None)
+                for o in range(0, batch.num_rows, batch_size)
+            ],
             promote_options="default",
         )
     try:
@@ -208,24 +222,35 @@ def _run_op_isolating_errors(op: Op, batch: pa.Table, batch_size: int | None) ->
     except Exception:  # noqa: BLE001 - isolated and counted per record below
         if batch.num_rows == 1:
             reason = f"error:{op.name}"
-            return batch.set_column(batch.schema.get_field_index(DROP), DROP, pa.array([reason], pa.string()))
-        rows = [_run_op_isolating_errors(op, batch.slice(i, 1), None) for i in range(batch.num_rows)]
+            return batch.set_column(
+                batch.schema.get_field_index(DROP), DROP, pa.array([reason], pa.string())
+            )
+        rows = [
+            _run_op_isolating_errors(op, batch.slice(i, 1), None) for i in range(batch.num_rows)
+        ]
         return pa.concat_tables(rows, promote_options="default")
 
 
 def _count(counts: dict[str, dict[str, Any]], live: pa.Table, dropped: pa.Table) -> None:
     if dropped.num_rows:
-        for (src, reason), n in Counter(zip(dropped.column("source").to_pylist(),
-                                            dropped.column(DROP).to_pylist(), strict=True)).items():
+        for (src, reason), n in Counter(
+            zip(dropped.column("source").to_pylist(), dropped.column(DROP).to_pylist(), strict=True)
+        ).items():
             counts[src]["dropped"][reason] += n
     if not live.num_rows:
         return
     sources = live.column("source").to_numpy(zero_copy_only=False)
-    copies = (live.column(COPY).fill_null(0).to_numpy() if COPY in live.column_names
-              else np.zeros(live.num_rows, dtype=np.int64))
+    copies = (
+        live.column(COPY).fill_null(0).to_numpy()
+        if COPY in live.column_names
+        else np.zeros(live.num_rows, dtype=np.int64)
+    )
     chars = pc.utf8_length(live.column("text")).to_numpy(zero_copy_only=False)
-    tokens = (live.column("num_tokens").fill_null(0).to_numpy() if "num_tokens" in live.column_names
-              else np.zeros(live.num_rows, dtype=np.int64))
+    tokens = (
+        live.column("num_tokens").fill_null(0).to_numpy()
+        if "num_tokens" in live.column_names
+        else np.zeros(live.num_rows, dtype=np.int64)
+    )
     for src in np.unique(sources):
         sel = sources == src
         c = counts[str(src)]
@@ -266,18 +291,27 @@ class _PartSinks:
             self.live_writer.write_table(live.cast(self.live_writer.schema))
             return
         ids = live.column("id").to_pylist()
-        self.id_hashes.append(np.fromiter((xxhash.xxh64_intdigest(i) for i in ids), np.uint64, len(ids)))
+        self.id_hashes.append(
+            np.fromiter((xxhash.xxh64_intdigest(i) for i in ids), np.uint64, len(ids))
+        )
         out = self.config.output
         if out.split_by_source:
             sources = live.column("source")
-            groups = [(s, live.filter(pc.equal(sources, s))) for s in sorted(set(sources.to_pylist()))]
+            groups = [
+                (s, live.filter(pc.equal(sources, s))) for s in sorted(set(sources.to_pylist()))
+            ]
         else:
             groups = [("", live)]
         for name, group in groups:
             if name not in self.outputs:
                 self.outputs[name] = PartWriter(
-                    self.part / "out" / name if name else self.part / "out", out.format, self.declared,
-                    compression=out.compression, size_limit=out.size_limit, hashes=out.hashes)
+                    self.part / "out" / name if name else self.part / "out",
+                    out.format,
+                    self.declared,
+                    compression=out.compression,
+                    size_limit=out.size_limit,
+                    hashes=out.hashes,
+                )
             self.outputs[name].write(group)
 
     def close(self) -> int:

@@ -11,11 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from dataforge.config import ConfigError, InputConfig, PipelineConfig, OutputConfig, ReadConfig
+from dataforge.config import ConfigError, InputConfig, OutputConfig, PipelineConfig, ReadConfig
 from dataforge.io.readers import InputTask, ReadError, TaskReader, plan_input_tasks
 
 
-def read_all(path: Path, source: InputConfig | None = None, read: ReadConfig | None = None) -> list[dict]:
+def read_all(
+    path: Path, source: InputConfig | None = None, read: ReadConfig | None = None
+) -> list[dict]:
     source = source or InputConfig(name="s", path=str(path), lang="en")
     task = InputTask("000-000000", source.name, str(path), path.name, path.stat().st_size)
     reader = TaskReader(task, source, read or ReadConfig(batch_rows=3))
@@ -39,8 +41,14 @@ def test_jsonl_bad_records_are_counted_not_lost(tmp_path: Path) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     rows = read_all(path)
     assert [r["drop"] for r in rows] == [
-        None, "error:json", "error:missing_text", "error:text_type", "empty",
-        "error:json_not_object", None, "error:json_blank_line",
+        None,
+        "error:json",
+        "error:missing_text",
+        "error:text_type",
+        "empty",
+        "error:json_not_object",
+        None,
+        "error:json_blank_line",
     ]
     assert rows[0]["id"] == "s/x.jsonl:1"
     assert rows[6]["text"] == "nul\u0000inside"  # NUL survives reading; clean removes it
@@ -64,9 +72,15 @@ def test_cr_only_line_endings_and_txt_units(tmp_path: Path) -> None:
     path.write_bytes(b"first line\rsecond line\r\rfourth\r\n")
     rows = read_all(path, InputConfig(name="s", path=str(path), format="txt"))
     assert [(r["text"], r["drop"]) for r in rows] == [
-        ("first line", None), ("second line", None), ("", "empty"), ("fourth", None)]
+        ("first line", None),
+        ("second line", None),
+        ("", "empty"),
+        ("fourth", None),
+    ]
     assert rows[3]["id"] == "s/mac.txt:4"
-    paras = read_all(path, InputConfig(name="s", path=str(path), format="txt", txt_unit="paragraph"))
+    paras = read_all(
+        path, InputConfig(name="s", path=str(path), format="txt", txt_unit="paragraph")
+    )
     assert [r["text"] for r in paras] == ["first line\nsecond line", "fourth"]
     whole = read_all(path, InputConfig(name="s", path=str(path), format="txt", txt_unit="file"))
     assert [r["text"] for r in whole] == ["first line\nsecond line\n\nfourth\n"]
@@ -84,7 +98,11 @@ def test_huge_single_line_is_dropped_with_bounded_memory(tmp_path: Path) -> None
     rows = read_all(path, read=ReadConfig(max_doc_chars=100_000))
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert [(r["text"], r["drop"]) for r in rows] == [("before", None), ("", "too_long"), ("after", None)]
+    assert [(r["text"], r["drop"]) for r in rows] == [
+        ("before", None),
+        ("", "too_long"),
+        ("after", None),
+    ]
     assert peak < 20 * 1024 * 1024  # the 100 MB line was never held whole
 
 
@@ -107,26 +125,42 @@ def test_empty_file_and_duplicate_ids(tmp_path: Path) -> None:
     empty.write_text("")
     assert read_all(empty) == []
     dup = tmp_path / "dup.jsonl"
-    dup.write_text("\n".join(json.dumps({"id": k, "text": f"t{i}"}) for i, k in enumerate("abac")) + "\n")
+    dup.write_text(
+        "\n".join(json.dumps({"id": k, "text": f"t{i}"}) for i, k in enumerate("abac")) + "\n"
+    )
     rows = read_all(dup, InputConfig(name="s", path=str(dup), id_key="id"))
     assert [(r["id"], r["drop"]) for r in rows] == [
-        ("s/a", None), ("s/b", None), ("s/a", "duplicate_id"), ("s/c", None)]
+        ("s/a", None),
+        ("s/b", None),
+        ("s/a", "duplicate_id"),
+        ("s/c", None),
+    ]
 
 
 def test_parquet_reader_with_meta_and_missing_column(tmp_path: Path) -> None:
     path = tmp_path / "p.parquet"
     pq.write_table(pa.table({"content": ["x", None, "z"], "url": ["u1", "u2", "u3"]}), path)
-    src = InputConfig(name="s", path=str(path), format="parquet", text_key="content", meta_keys=("url",))
+    src = InputConfig(
+        name="s", path=str(path), format="parquet", text_key="content", meta_keys=("url",)
+    )
     rows = read_all(path, src)
-    assert [(r["text"], r["drop"]) for r in rows] == [("x", None), ("", "error:text_type"), ("z", None)]
+    assert [(r["text"], r["drop"]) for r in rows] == [
+        ("x", None),
+        ("", "error:text_type"),
+        ("z", None),
+    ]
     assert json.loads(rows[2]["meta"]) == {"url": "u3"}
     with pytest.raises(ReadError, match="no column"):
         read_all(path, InputConfig(name="s", path=str(path), format="parquet"))
 
 
 def test_nonexistent_glob_is_a_config_error(tmp_path: Path) -> None:
-    config = PipelineConfig(name="x", inputs=(InputConfig(name="s", path="nothing/*.jsonl"),),
-                            output=OutputConfig(path="out"), base_dir=str(tmp_path))
+    config = PipelineConfig(
+        name="x",
+        inputs=(InputConfig(name="s", path="nothing/*.jsonl"),),
+        output=OutputConfig(path="out"),
+        base_dir=str(tmp_path),
+    )
     with pytest.raises(ConfigError, match="matches no file"):
         plan_input_tasks(config)
 
@@ -136,6 +170,9 @@ def test_task_ids_and_relpaths_are_stable(small_corpus: Path, pipeline_file: Pat
 
     tasks = plan_input_tasks(load_pipeline(pipeline_file))
     assert [(t.task_id, t.source, t.relpath) for t in tasks] == [
-        ("000-000000", "news_zh", "part-0.jsonl"), ("000-000001", "news_zh", "part-1.jsonl"),
-        ("000-000002", "news_zh", "part-2.jsonl"), ("001-000000", "docs_en", "docs-0.jsonl"),
-        ("001-000001", "docs_en", "docs-1.jsonl")]
+        ("000-000000", "news_zh", "part-0.jsonl"),
+        ("000-000001", "news_zh", "part-1.jsonl"),
+        ("000-000002", "news_zh", "part-2.jsonl"),
+        ("001-000000", "docs_en", "docs-0.jsonl"),
+        ("001-000001", "docs_en", "docs-1.jsonl"),
+    ]

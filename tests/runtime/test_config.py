@@ -33,7 +33,9 @@ def test_minimal_config_defaults(write_pipeline, tmp_path: Path) -> None:
         ("read: {invalid_utf8: ignore}\n", r"'ignore' is not valid; valid: 'replace', 'drop'"),
     ],
 )
-def test_bad_configs_name_key_and_choices(write_pipeline, tmp_path: Path, extra: str, message: str) -> None:
+def test_bad_configs_name_key_and_choices(
+    write_pipeline, tmp_path: Path, extra: str, message: str
+) -> None:
     with pytest.raises(ConfigError, match=message):
         load_pipeline(write_pipeline(tmp_path, BASE + extra))
 
@@ -46,7 +48,9 @@ def test_python_tags_are_refused(write_pipeline, tmp_path: Path) -> None:
 
 def test_output_format_choices(write_pipeline, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="valid: 'mds', 'parquet', 'jsonl'"):
-        load_pipeline(write_pipeline(tmp_path, BASE.replace("{path: out}", "{path: out, format: csv}")))
+        load_pipeline(
+            write_pipeline(tmp_path, BASE.replace("{path: out}", "{path: out, format: csv}"))
+        )
 
 
 def test_overrides_and_sha(write_pipeline, tmp_path: Path) -> None:

@@ -14,7 +14,9 @@ from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
 
 
 def run(pipeline: Path, out: Path, overrides: list[str] | None = None, **kw) -> dict:
-    return run_pipeline(load_pipeline(pipeline, overrides), out, LocalExecutor(), log=lambda m: None, **kw)
+    return run_pipeline(
+        load_pipeline(pipeline, overrides), out, LocalExecutor(), log=lambda m: None, **kw
+    )
 
 
 def test_counts_add_up_and_output_is_readable(pipeline_file: Path, tmp_path: Path) -> None:
@@ -22,7 +24,12 @@ def test_counts_add_up_and_output_is_readable(pipeline_file: Path, tmp_path: Pat
     manifest = run(pipeline_file, out)
     counts = manifest["counts"]
     assert counts["by_source"]["news_zh"] == {
-        "input": 16, "kept": 15, "repeated": 0, "dropped": {"error:json": 1}, "events": {}}
+        "input": 16,
+        "kept": 15,
+        "repeated": 0,
+        "dropped": {"error:json": 1},
+        "events": {},
+    }
     assert counts["by_source"]["docs_en"]["input"] == 6
     assert counts["total"]["kept"] == 21 and manifest["status"] == "complete"
     samples = list(iter_samples(out))
@@ -53,7 +60,9 @@ def test_parquet_and_jsonl_sinks(pipeline_file: Path, tmp_path: Path, fmt: str) 
     assert [(r["id"], r["drop"]) for r in rows] == [("news_zh/part-1.jsonl:6", "error:json")]
 
 
-def test_rerun_is_noop_other_config_refused_overwrite_replaces(pipeline_file: Path, tmp_path: Path) -> None:
+def test_rerun_is_noop_other_config_refused_overwrite_replaces(
+    pipeline_file: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     first = run(pipeline_file, out)
     assert run(pipeline_file, out)["timings"] == first["timings"]  # complete: nothing redone
@@ -90,7 +99,9 @@ def test_resume_after_crash_gives_identical_output(pipeline_file: Path, tmp_path
     assert resumed["counts"] == json.loads((reference / "manifest.json").read_text())["counts"]
 
 
-def test_error_rate_fails_run_without_complete_looking_output(pipeline_file: Path, tmp_path: Path) -> None:
+def test_error_rate_fails_run_without_complete_looking_output(
+    pipeline_file: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     with pytest.raises(AccountingError, match="above max_error_rate 0.01"):
         run(pipeline_file, out, ["max_error_rate=0.01"])
@@ -101,17 +112,24 @@ def test_error_rate_fails_run_without_complete_looking_output(pipeline_file: Pat
 
 def test_duplicate_ids_across_files_fail_the_run(tmp_path: Path, write_pipeline) -> None:
     for f in range(2):
-        (tmp_path / f"d{f}.jsonl").write_text(json.dumps({"id": "same", "text": f"text {f}"}) + "\n")
-    path = write_pipeline(tmp_path, """
+        (tmp_path / f"d{f}.jsonl").write_text(
+            json.dumps({"id": "same", "text": f"text {f}"}) + "\n"
+        )
+    path = write_pipeline(
+        tmp_path,
+        """
         name: dup
         inputs: [{name: s, path: "d*.jsonl", id_key: id}]
         output: {path: out}
-    """)
+    """,
+    )
     with pytest.raises(AccountingError, match="share an id"):
         run(path, tmp_path / "out")
 
 
-def test_inspect_verify_catches_corruption_and_unsafe_index(pipeline_file: Path, tmp_path: Path) -> None:
+def test_inspect_verify_catches_corruption_and_unsafe_index(
+    pipeline_file: Path, tmp_path: Path
+) -> None:
     from dataforge.inspect import InspectError, inspect_path
 
     out = tmp_path / "out"

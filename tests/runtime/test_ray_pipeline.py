@@ -22,8 +22,13 @@ CLI = [sys.executable, "-m", "dataforge.cli"]
 
 
 def cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_cli_run_on_local_ray_matches_in_process_run(pipeline_file: Path, tmp_path: Path) -> None:
@@ -37,7 +42,9 @@ def test_cli_run_on_local_ray_matches_in_process_run(pipeline_file: Path, tmp_pa
     inspect = cli("inspect", str(tmp_path / "ray"), "--verify", "--json", "--head", "1")
     assert inspect.returncode == 0
     report = json.loads(inspect.stdout)
-    assert report["samples"] == 21 and report["verify"]["ok"] and report["per_source"]["docs_en"] == 6
+    assert (
+        report["samples"] == 21 and report["verify"]["ok"] and report["per_source"]["docs_en"] == 6
+    )
 
 
 def test_two_node_cluster(pipeline_file: Path, tmp_path: Path) -> None:
@@ -47,8 +54,16 @@ def test_two_node_cluster(pipeline_file: Path, tmp_path: Path) -> None:
     cluster.add_node(num_cpus=1)
     try:
         cluster.wait_for_nodes()
-        proc = cli("run", str(pipeline_file), "-o", str(tmp_path / "cluster"),
-                   "--address", cluster.address, "--set", "ray.actors=2")
+        proc = cli(
+            "run",
+            str(pipeline_file),
+            "-o",
+            str(tmp_path / "cluster"),
+            "--address",
+            cluster.address,
+            "--set",
+            "ray.actors=2",
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert f"Ray cluster at {cluster.address}" in proc.stderr
     finally:
@@ -64,16 +79,29 @@ def test_sigkill_mid_run_then_resume(tmp_path: Path, write_pipeline) -> None:
     for f in range(24):
         with open(corpus / f"f{f:02d}.jsonl", "w") as fh:
             for i in range(4000):
-                fh.write(json.dumps({"text": f"文件{f} 第{i}行：今天天气很好，我们去公园散步。"}, ensure_ascii=False) + "\n")
-    path = write_pipeline(tmp_path, """
+                fh.write(
+                    json.dumps(
+                        {"text": f"文件{f} 第{i}行：今天天气很好，我们去公园散步。"},
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
+    path = write_pipeline(
+        tmp_path,
+        """
         name: killme
         inputs: [{name: s, path: "many/*.jsonl", lang: zh}]
         ray: {num_cpus: 1, actors: 1}
         output: {path: out/killme}
-    """)
+    """,
+    )
     out = tmp_path / "out" / "killme"
-    proc = subprocess.Popen([*CLI, "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [*CLI, "run", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     deadline = time.time() + 300
     seg = out / "_work" / "seg0"
     while time.time() < deadline and len(list(seg.glob("*.done"))) < 2:
@@ -85,7 +113,10 @@ def test_sigkill_mid_run_then_resume(tmp_path: Path, write_pipeline) -> None:
     assert not (out / "manifest.json").exists() and not (out / "mds" / "index.json").exists()
     rerun = cli("run", str(path))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert f"{24 - committed} of 24 tasks to run" in rerun.stderr or "of 24 tasks to run" in rerun.stderr
+    assert (
+        f"{24 - committed} of 24 tasks to run" in rerun.stderr
+        or "of 24 tasks to run" in rerun.stderr
+    )
     reference = tmp_path / "ref"
     run_pipeline(load_pipeline(path), reference, LocalExecutor(), log=lambda m: None)
     assert list(iter_samples(out)) == list(iter_samples(reference))
