@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from dataforge.config import ConfigError, InputConfig, PipelineConfig, ReadConfig
+from dataforge.ops.clean import replace_lone_surrogates
 from dataforge.records import BASE_SCHEMA
 
 __all__ = ["InputTask", "TaskReader", "ReadError", "plan_input_tasks"]
@@ -280,10 +281,10 @@ class TaskReader:
             if value is None or isinstance(value, (dict, list)) or value == "":
                 row["drop"] = "error:missing_id"
                 return row
-            row["id"] = f"{self.source.name}/{value}"
+            row["id"] = replace_lone_surrogates(f"{self.source.name}/{value}")
         if self.source.meta_keys:
             meta = {k: obj[k] for k in self.source.meta_keys if k in obj}
-            row["meta"] = json.dumps(meta, ensure_ascii=False, sort_keys=True)
+            row["meta"] = replace_lone_surrogates(json.dumps(meta, ensure_ascii=False, sort_keys=True))
         if self.source.text_key not in obj:
             row["drop"] = "error:missing_text"
             return row
@@ -291,7 +292,12 @@ class TaskReader:
         if not isinstance(text, str):
             row["drop"] = "error:text_type"
             return row
-        return self._with_text(row, text)
+        fixed = replace_lone_surrogates(text)
+        if fixed is not text:
+            # JSON "\ud800" escapes decode to lone surrogates, which Arrow cannot hold;
+            # clean applies its invalid_utf8 policy to the U+FFFD put in their place.
+            self.events["lone_surrogates_replaced"] += 1
+        return self._with_text(row, fixed)
 
     def _with_text(self, row: dict[str, Any], text: str) -> dict[str, Any]:
         if len(text) > self.read.max_doc_chars:

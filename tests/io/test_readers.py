@@ -176,3 +176,14 @@ def test_task_ids_and_relpaths_are_stable(small_corpus: Path, pipeline_file: Pat
         ("001-000000", "docs_en", "docs-0.jsonl"),
         ("001-000001", "docs_en", "docs-1.jsonl"),
     ]
+
+
+def test_lone_surrogate_escapes_become_replacement_chars(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"text": "a\\ud800b", "t": "\\udfff"}\n{"text": "\\ud83d\\ude00 ok"}\n')
+    src = InputConfig(name="s", path=str(path), meta_keys=("t",))
+    reader = TaskReader(InputTask("t", "s", str(path), "s.jsonl", 1), src, ReadConfig())
+    rows = [r for b in reader.batches() for r in b.to_pylist()]
+    assert [r["text"] for r in rows] == ["a\ufffdb", "\U0001f600 ok"]
+    assert json.loads(rows[0]["meta"]) == {"t": "\ufffd"}
+    assert reader.events["lone_surrogates_replaced"] == 1
