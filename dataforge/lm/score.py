@@ -1,0 +1,87 @@
+"""Document perplexity under a KenLM model, CCNet-style, over a batch of documents.
+
+A document is split on ``"\\n"``; every line is normalized (:mod:`dataforge.lm.normalize`)
+and tokenized; KenLM scores each line as a sentence (with ``<s>`` and ``</s>``), and
+
+    ppl(doc) = 10 ** (-sum(log10 p(line)) / sum(tokens(line) + 1))
+
+(the ``+ 1`` is ``</s>``), as CCNet's ``DocLM``. Unlike CCNet's DocLM, lines that are
+empty after normalization are skipped instead of scored as ``<s> </s>``: blank lines carry
+no text, and scoring them would lower the perplexity of documents with many blank lines.
+A document with no non-empty line has no perplexity (NaN).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from dataforge.lm.normalize import normalize_documents
+from dataforge.lm.tokens import PieceTokenizer, TokenRenderer
+
+__all__ = ["DocumentScores", "PerplexityScorer", "perplexity"]
+
+
+def perplexity(log10_prob: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """CCNet's ``pp``: ``10 ** (-log10_prob / length)``; NaN where ``length == 0``."""
+    log10_prob = np.asarray(log10_prob, np.float64)
+    length = np.asarray(length, np.float64)
+    out = np.full(log10_prob.shape, np.nan)
+    nonzero = length > 0
+    out[nonzero] = 10.0 ** (-log10_prob[nonzero] / length[nonzero])
+    return out
+
+
+class DocumentScores:
+    """Per-document results of :meth:`PerplexityScorer.score_documents`.
+
+    Attributes:
+        log10_prob: sum of line log10 probabilities (float64).
+        length: sum over scored lines of ``tokens + 1`` (int64; 0 for empty documents).
+        ppl: perplexity (NaN for empty documents).
+    """
+
+    def __init__(self, log10_prob: np.ndarray, length: np.ndarray) -> None:
+        self.log10_prob = log10_prob
+        self.length = length
+        self.ppl = perplexity(log10_prob, length)
+
+
+class PerplexityScorer:
+    """A KenLM model plus the tokenizer it was trained with; load once per actor.
+
+    Args:
+        model_path: KenLM binary (or ARPA) file.
+        tokenizer: the tokenizer whose ids the model was trained on.
+    """
+
+    def __init__(self, model_path: str | Path, tokenizer: PieceTokenizer) -> None:
+        import kenlm  # deferred: only actors that score need the extension
+
+        path = Path(model_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"KenLM model {path} not found")
+        # Default load method POPULATE_OR_READ: mmap and pre-fault the pages, as CCNet.
+        self.model = kenlm.Model(str(path))
+        self.renderer = TokenRenderer(tokenizer)
+
+    def score_documents(self, texts: Sequence[str]) -> DocumentScores:
+        """Score whole documents (see the module docstring for the formula)."""
+        lines, counts = normalize_documents(texts)
+        doc_of_line = np.repeat(np.arange(len(texts)), counts)
+        non_empty = np.fromiter(map(bool, lines), bool, count=len(lines))
+        kept = [line for line in lines if line]
+        sentences, num_tokens = self.renderer.render(kept)
+        score = self.model.score
+        line_log10 = np.fromiter((score(s) for s in sentences), np.float64, count=len(sentences))
+        owners = doc_of_line[non_empty]
+        log10_prob = np.bincount(owners, weights=line_log10, minlength=len(texts))
+        length = np.bincount(owners, weights=num_tokens + 1, minlength=len(texts)).astype(np.int64)
+        return DocumentScores(log10_prob, length)
+
+    def score_sentences(self, sentences: Sequence[str]) -> np.ndarray:
+        """log10 probability of pre-tokenized sentences (bos and eos included)."""
+        score = self.model.score
+        return np.fromiter((score(s) for s in sentences), np.float64, count=len(sentences))

@@ -1,0 +1,268 @@
+"""Training a KenLM model: normalize, tokenize, ``lmplz``, ``build_binary``, model card.
+
+``lmplz`` and ``build_binary`` are built from the kenlm source distribution by
+``make kenlm`` into ``build/kenlm/bin/`` (see ``mk/kenlm.mk``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from dataforge.lm import tokens as lm_tokens
+from dataforge.lm.card import ModelCard, write_card
+from dataforge.lm.corpus import corpus_files, id_hash_percent, read_documents
+from dataforge.lm.normalize import NORMALIZATION, normalize_documents
+from dataforge.lm.score import PerplexityScorer
+from dataforge.lm.tokens import PieceTokenizer, TokenRenderer
+
+__all__ = ["MAX_ORDER", "find_kenlm_tool", "train_lm"]
+
+MAX_ORDER = 6  # KENLM_MAX_ORDER of the cmake build (kenlm's default)
+_MEMORY_RE = re.compile(r"^\d+(\.\d+)?[%bKMGTkmgt]?$")
+_HELDOUT_EVAL_DOCS = 2000
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def find_kenlm_tool(name: str, kenlm_bin: str | Path | None = None) -> Path:
+    """Locate ``lmplz`` or ``build_binary``.
+
+    Search order: ``kenlm_bin``, ``$DATAFORGE_KENLM_BIN``, ``build/kenlm/bin`` under the
+    current directory and under the repository, then ``PATH``.
+
+    Raises:
+        FileNotFoundError: not found (the message says to run ``make kenlm``).
+    """
+    dirs = [
+        kenlm_bin,
+        os.environ.get("DATAFORGE_KENLM_BIN"),
+        "build/kenlm/bin",
+        _REPO_ROOT / "build/kenlm/bin",
+    ]
+    for d in dirs:
+        if d and (Path(d) / name).is_file() and os.access(Path(d) / name, os.X_OK):
+            return Path(d) / name
+    on_path = shutil.which(name)
+    if on_path:
+        return Path(on_path)
+    raise FileNotFoundError(
+        f"KenLM tool {name!r} not found in {[str(d) for d in dirs if d]} or PATH; run `make kenlm`"
+    )
+
+
+def _check_args(order: int, prune: Sequence[int], memory: str, holdout_percent: float) -> None:
+    if not 1 <= order <= MAX_ORDER:
+        raise ValueError(f"order must be in 1..{MAX_ORDER}: {order}")
+    if len(prune) > order or any(p < 0 for p in prune) or list(prune) != sorted(prune):
+        raise ValueError(
+            f"prune: at most {order} non-negative, non-decreasing counts: {list(prune)}"
+        )
+    if prune and prune[0] != 0:
+        raise ValueError(
+            f"prune: lmplz cannot prune unigrams, the first count must be 0: {list(prune)}"
+        )
+    if not _MEMORY_RE.match(memory):
+        raise ValueError(f"memory {memory!r}: a size like 1G, 500M or a share like 20%")
+    if not 0.0 <= holdout_percent < 100.0:
+        raise ValueError(f"holdout_percent must be in [0, 100): {holdout_percent}")
+
+
+def _run(cmd: list[str], log_path: Path) -> None:
+    with open(log_path, "ab") as log:
+        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.flush()
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{Path(cmd[0]).name} failed with exit code {proc.returncode}:\n{tail}")
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_training_text(
+    patterns: Sequence[str],
+    renderer: TokenRenderer,
+    text_path: Path,
+    holdout_percent: float,
+    text_key: str,
+    id_key: str | None,
+) -> tuple[dict[str, int | str], list[str]]:
+    """Normalize + tokenize the training split into ``text_path``; return its stats and a
+    deterministic sample of the held-out documents (lowest id hashes first)."""
+    digest = hashlib.sha256()
+    stats = {"documents": 0, "lines": 0, "tokens": 0, "holdout_documents": 0}
+    heldout: list[tuple[float, str]] = []
+    with open(text_path, "wb") as out:
+        for pattern in patterns:
+            for batch in read_documents(pattern, text_key=text_key, id_key=id_key):
+                texts = batch.column("text").to_pylist()
+                split = id_hash_percent(batch.column("id").to_pylist())
+                train_idx = np.flatnonzero(split >= holdout_percent)
+                for i in np.flatnonzero(split < holdout_percent):
+                    heldout.append((split[i], texts[i]))
+                stats["holdout_documents"] += len(texts) - len(train_idx)
+                lines, counts = normalize_documents([texts[i] for i in train_idx])
+                non_empty = np.fromiter(map(bool, lines), bool, count=len(lines))
+                owners = np.repeat(np.arange(len(train_idx)), counts)[non_empty]
+                stats["documents"] += len(np.unique(owners))
+                sentences, num_tokens = renderer.render([line for line in lines if line])
+                if sentences:
+                    chunk = ("\n".join(sentences) + "\n").encode()
+                    out.write(chunk)
+                    digest.update(chunk)
+                stats["lines"] += len(sentences)
+                stats["tokens"] += int(num_tokens.sum())
+                if len(heldout) > 4 * _HELDOUT_EVAL_DOCS:  # bound memory: keep the lowest hashes
+                    heldout = sorted(heldout)[:_HELDOUT_EVAL_DOCS]
+    stats["sha256"] = digest.hexdigest()
+    return stats, [text for _, text in sorted(heldout)[:_HELDOUT_EVAL_DOCS]]
+
+
+def train_lm(
+    inputs: str | Sequence[str],
+    out: str | Path,
+    *,
+    lang: str,
+    tokenizer: str | Path | PieceTokenizer,
+    order: int = 5,
+    prune: Sequence[int] = (),
+    memory: str = "1G",
+    holdout_percent: float = 0.0,
+    text_key: str = "text",
+    id_key: str | None = "id",
+    binary_type: str = "probing",
+    discount_fallback: bool = False,
+    kenlm_bin: str | Path | None = None,
+) -> ModelCard:
+    """Train a KenLM model on documents and write it with its card (``<out>.json``).
+
+    Args:
+        inputs: glob pattern(s) of JSON lines (.gz/.zst), parquet or txt files.
+        out: binary model path; the card goes to ``<out>.json``.
+        lang: language code recorded in the card.
+        tokenizer: project tokenizer directory, or a loaded tokenizer (with ``.path``).
+        order: n-gram order.
+        prune: lmplz ``--prune`` count thresholds per order (first must be 0).
+        memory: lmplz ``-S`` bound (``1G``, ``20%``); keeps a shared machine usable.
+        holdout_percent: documents whose id hash falls below it are not trained on; a
+            sample of them is scored and its perplexity quantiles stored in the card.
+        text_key: JSON/parquet field holding the text.
+        id_key: field holding a stable id (``None``: derived from file and line).
+        binary_type: ``probing`` (fast) or ``trie`` (small).
+        discount_fallback: pass ``--discount_fallback`` (needed on tiny corpora).
+        kenlm_bin: directory holding lmplz/build_binary (default: see :func:`find_kenlm_tool`).
+
+    Raises:
+        ValueError: bad arguments or no training text; FileNotFoundError: missing input
+            or tools; RuntimeError: lmplz/build_binary failed (with their log tail).
+    """
+    patterns = [inputs] if isinstance(inputs, str) else list(inputs)
+    _check_args(order, prune, memory, holdout_percent)
+    if binary_type not in ("probing", "trie"):
+        raise ValueError(f"binary_type {binary_type!r}; valid: probing, trie")
+    lmplz, build_binary = (
+        find_kenlm_tool("lmplz", kenlm_bin),
+        find_kenlm_tool("build_binary", kenlm_bin),
+    )
+    files = [f for p in patterns for f in corpus_files(p)]
+    tok = lm_tokens.load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
+    tok_dir = (
+        str(tokenizer) if isinstance(tokenizer, (str, Path)) else str(getattr(tok, "path", ""))
+    )
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = out.parent / f".{out.name}.work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    text_path, arpa, log = work / "train.txt", work / "model.arpa", work / "kenlm.log"
+    stats, heldout = _write_training_text(
+        patterns, TokenRenderer(tok), text_path, holdout_percent, text_key, id_key
+    )
+    if not stats["tokens"]:
+        raise ValueError(f"no training text in {patterns} after normalization")
+    cmd = [
+        str(lmplz),
+        "-o",
+        str(order),
+        "-S",
+        memory,
+        "-T",
+        str(work),
+        "--text",
+        str(text_path),
+        "--arpa",
+        str(arpa),
+    ]
+    if prune:
+        cmd += ["--prune", *map(str, prune)]
+    if discount_fallback:
+        cmd.append("--discount_fallback")
+    _run(cmd, log)
+    tmp_model = work / "model.bin"
+    _run([str(build_binary), binary_type, str(arpa), str(tmp_model)], log)
+    os.replace(tmp_model, out)
+
+    extra: dict = {}
+    if heldout:
+        ppl = PerplexityScorer(out, tok).score_documents(heldout).ppl
+        ppl = ppl[~np.isnan(ppl)]
+        qs = (10, 30, 50, 60, 90)
+        extra["heldout_ppl"] = {
+            "documents": int(ppl.size),
+            **{f"p{q}": round(float(np.percentile(ppl, q)), 1) for q in qs},
+        }
+    card = ModelCard(
+        lang=lang,
+        order=order,
+        prune=tuple(prune),
+        normalization=NORMALIZATION,
+        tokenizer_path=os.path.relpath(Path(tok_dir).resolve(), out.parent.resolve())
+        if tok_dir
+        else "",
+        tokenizer_fingerprint=tok.fingerprint,
+        token_rendering="ids",
+        inputs=tuple(files),
+        training_sha256=str(stats["sha256"]),
+        documents=int(stats["documents"]),
+        lines=int(stats["lines"]),
+        tokens=int(stats["tokens"]),
+        holdout_percent=float(holdout_percent),
+        holdout_documents=int(stats["holdout_documents"]),
+        model_sha256=_sha256_file(out),
+        versions=_versions(lmplz),
+        extra=extra,
+    )
+    write_card(out, card)
+    shutil.rmtree(work)
+    return card
+
+
+def _versions(lmplz: Path) -> dict[str, str]:
+    # `make kenlm` leaves build/kenlm/.built-<sdist version> next to bin/
+    stamps = sorted(lmplz.resolve().parent.parent.glob(".built-*"))
+    tools = stamps[-1].name.removeprefix(".built-") if stamps else "unknown"
+    versions = {"python": platform.python_version(), "kenlm_tools": tools}
+    for dist in ("dataforge", "kenlm"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "unknown"
+    versions["platform"] = sys.platform
+    return versions

@@ -1,0 +1,77 @@
+# KenLM tools (lmplz, build_binary) and the demo reference language models.
+#
+# The `kenlm` PyPI wheel ships only the query module; its source distribution carries the
+# full C++ source, from which we build the two command-line tools we need. Build deps
+# (setuptools, cmake) of the sdist are taken as wheels (`--no-binary kenlm`, not `:all:`):
+# `:all:` would also compile CMake itself from source while pip prepares the metadata.
+
+PY ?= .venv/bin/python
+VENV_STAMP ?= .venv/.installed
+
+KENLM_VERSION := 0.3.0
+KENLM_DIR := build/kenlm
+KENLM_BIN := $(KENLM_DIR)/bin
+KENLM_STAMP := $(KENLM_DIR)/.built-$(KENLM_VERSION)
+KENLM_JOBS ?= 2
+KENLM_DEBS := libboost-program-options-dev libboost-system-dev libboost-thread-dev \
+	zlib1g-dev libbz2-dev liblzma-dev
+
+.PHONY: kenlm demo-lm
+
+kenlm: $(KENLM_STAMP)
+
+# Upstream's CMakeLists asks Boost for unit_test_framework even with COMPILE_TESTS=OFF; we
+# build no tests, so the recipe drops that component instead of requiring libboost-test-dev.
+$(KENLM_STAMP): | $(VENV_STAMP)
+	@missing=""; \
+	for p in $(KENLM_DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v cmake >/dev/null || missing="$$missing cmake"; \
+	command -v c++ >/dev/null || missing="$$missing g++"; \
+	if [ -n "$$missing" ]; then \
+	  echo "kenlm: installing missing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then sudo=""; else sudo="sudo -n"; fi; \
+	  if ! { $$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends $$missing; }; then \
+	    echo "kenlm: ERROR: cannot install$$missing (need root or passwordless sudo)." >&2; \
+	    echo "kenlm: install them yourself: apt-get install$$missing" >&2; \
+	    exit 1; \
+	  fi; \
+	fi; \
+	command -v cmake >/dev/null || { echo "kenlm: ERROR: cmake not found on PATH" >&2; exit 1; }; \
+	command -v c++ >/dev/null || { echo "kenlm: ERROR: no C++ compiler (c++) on PATH" >&2; exit 1; }
+	rm -rf $(KENLM_DIR)/src $(KENLM_DIR)/cmake-build
+	mkdir -p $(KENLM_DIR)/dist $(KENLM_DIR)/src $(KENLM_BIN)
+	test -f $(KENLM_DIR)/dist/kenlm-$(KENLM_VERSION).tar.gz || \
+	  $(PY) -m pip download --no-binary kenlm --no-deps kenlm==$(KENLM_VERSION) -d $(KENLM_DIR)/dist
+	tar -xzf $(KENLM_DIR)/dist/kenlm-$(KENLM_VERSION).tar.gz -C $(KENLM_DIR)/src --strip-components=1
+	sed -i '/^  unit_test_framework$$/d' $(KENLM_DIR)/src/CMakeLists.txt
+	cmake -S $(KENLM_DIR)/src -B $(KENLM_DIR)/cmake-build -DCMAKE_BUILD_TYPE=Release \
+	  -DENABLE_PYTHON=OFF -DCOMPILE_TESTS=OFF -DENABLE_INTERPOLATE=OFF >$(KENLM_DIR)/cmake.log 2>&1 \
+	  || { tail -n 30 $(KENLM_DIR)/cmake.log >&2; \
+	       echo "kenlm: ERROR: cmake configure failed (Boost dev packages: $(KENLM_DEBS))" >&2; exit 1; }
+	$(MAKE) -C $(KENLM_DIR)/cmake-build -j$(KENLM_JOBS) lmplz build_binary
+	cp $(KENLM_DIR)/cmake-build/bin/lmplz $(KENLM_DIR)/cmake-build/bin/build_binary $(KENLM_BIN)/
+	touch $@
+
+# Reference models: zh on the news half of the demo corpus, en on the stdlib docs. A
+# deterministic id-hash split holds out 10% of the documents for evaluation (its perplexity
+# quantiles go into the card). Retrained when the corpus or the tokenizer is rebuilt (their
+# stamps come from mk/demo_data.mk and mk/tokenizer.mk).
+DEMO_LM_ZH := models/zh_news.bin
+DEMO_LM_EN := models/en_docs.bin
+DEMO_LM_DEPS := data/demo/.done tokenizers/demo/.trained | $(KENLM_STAMP) $(VENV_STAMP)
+DEMO_LM_ARGS := --tokenizer tokenizers/demo --order 5 --prune 0 0 1 --holdout-percent 10 --memory 1G
+
+demo-lm: $(DEMO_LM_ZH) $(DEMO_LM_EN)
+
+$(DEMO_LM_ZH): $(DEMO_LM_DEPS)
+	$(PY) -m dataforge.lm.cli train --input 'data/demo/news_zh/*.jsonl.zst' --lang zh \
+	  $(DEMO_LM_ARGS) --out $@
+
+$(DEMO_LM_EN): $(DEMO_LM_DEPS)
+	$(PY) -m dataforge.lm.cli train --input 'data/demo/docs_en/*.jsonl' --lang en \
+	  $(DEMO_LM_ARGS) --out $@
+
+# `make test` builds the tools so that the KenLM tests run instead of skipping; `make demo`
+# trains the reference models its pipeline filters with.
+TEST_DEPS += kenlm
+DEMO_DEPS += demo-lm
