@@ -1,0 +1,215 @@
+"""Checkpoints (resume) and exported weights (hand-off to the next stage or inference).
+
+A checkpoint is a directory ``<dir>/step_<N>/``:
+
+* ``train_state.pt`` (rank 0): full model and optimizer state dicts (gathered from DDP or
+  FSDP2 shards), scheduler, GradScaler, loop counters, the resolved config;
+* ``rank_<r>.pt`` (every rank): its RNG states and its data source's position;
+* ``meta.json``: step, world size, stage; written last.
+
+It is written under ``.tmp-step_<N>`` and renamed into place by rank 0 after every rank
+has written its part, so a crash never leaves a directory that looks complete. The
+checkpoint directory must be shared by all ranks (one filesystem across nodes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+
+from dataforge.config import from_mapping
+from trainer.config import CheckpointConfig, ConfigError, ModelConfig, to_plain
+from trainer.parallel import DistEnv, barrier
+
+__all__ = ["Checkpointer", "export_weights", "load_exported"]
+
+STEP_PREFIX = "step_"
+
+
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+class Checkpointer:
+    """Saves, finds and restores checkpoints under ``config.dir``."""
+
+    def __init__(self, config: CheckpointConfig, env: DistEnv) -> None:
+        self.config, self.env = config, env
+        self.root = Path(config.dir)
+
+    def checkpoints(self) -> list[Path]:
+        """Complete checkpoints, oldest first."""
+        if not self.root.is_dir():
+            return []
+        found = [
+            p
+            for p in self.root.iterdir()
+            if p.name.startswith(STEP_PREFIX) and (p / "meta.json").is_file()
+        ]
+        return sorted(found, key=lambda p: int(p.name[len(STEP_PREFIX) :]))
+
+    def latest(self) -> Path | None:
+        found = self.checkpoints()
+        return found[-1] if found else None
+
+    def supersede_existing(self) -> Path | None:
+        """``--from-scratch``: move existing checkpoints aside (never deleted) so that a
+        later ``--resume auto`` cannot pick them up. Returns where they went."""
+        found = self.checkpoints()
+        stamp, n = time.strftime("%Y%m%dT%H%M%S"), 0
+        target = self.root / f"superseded-{stamp}"
+        while target.exists():
+            n += 1
+            target = self.root / f"superseded-{stamp}-{n}"
+        if self.env.is_main and found:
+            target.mkdir(parents=True)
+            for path in found:
+                path.rename(target / path.name)
+        barrier(self.env)
+        return target if found else None
+
+    def save(self, step: int, stage: str, objects: dict[str, Any], source: Any) -> Path:
+        """Write checkpoint ``step`` atomically; a collective call (every rank)."""
+        model, optimizer = objects["model"], objects["optimizer"]
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model_state, optim_state = get_state_dict(model, optimizer, options=options)
+        final = self.root / f"{STEP_PREFIX}{step:08d}"
+        tmp = self.root / f".tmp-{final.name}"
+        if self.env.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        barrier(self.env)
+        rank_state = {"rng": _rng_state(self.env.device), "data": source.state_dict()}
+        torch.save(rank_state, tmp / f"rank_{self.env.rank:05d}.pt")
+        if self.env.is_main:
+            train_state = {
+                "model": model_state,
+                "optimizer": optim_state,
+                "scheduler": objects["scheduler"].state_dict(),
+                "scaler": objects["scaler"].state_dict(),
+                "loop": objects["loop"],
+                "config": objects["config"],
+            }
+            torch.save(train_state, tmp / "train_state.pt")
+        barrier(self.env)
+        if self.env.is_main:
+            meta = {"step": step, "stage": stage, "world_size": self.env.world_size}
+            (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+            _fsync_dir(tmp)
+            if final.exists():  # an earlier run's step of the same number (--from-scratch)
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            _fsync_dir(self.root)
+            for old in self.checkpoints()[: -self.config.keep_last]:
+                shutil.rmtree(old)
+        barrier(self.env)
+        return final
+
+    def load(self, path: Path, stage: str, objects: dict[str, Any], source: Any) -> dict[str, Any]:
+        """Restore everything from ``path``; returns the saved loop counters.
+
+        Raises:
+            ConfigError: the checkpoint belongs to another stage or world size.
+        """
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        if meta["stage"] != stage:
+            raise ConfigError(f"{path} is a {meta['stage']!r} checkpoint, not {stage!r}")
+        if meta["world_size"] != self.env.world_size:
+            raise ConfigError(
+                f"{path} was written by {meta['world_size']} ranks; resuming with "
+                f"{self.env.world_size} would change the per-rank data order and RNG streams "
+                "(use the same world size, or --from-scratch with init_from)"
+            )
+        # mmap: ranks on one node share the page cache instead of each holding a copy.
+        state = torch.load(path / "train_state.pt", mmap=True, weights_only=True)
+        set_state_dict(
+            objects["model"],
+            objects["optimizer"],
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizer"],
+            options=StateDictOptions(full_state_dict=True),
+        )
+        objects["scheduler"].load_state_dict(state["scheduler"])
+        objects["scaler"].load_state_dict(state["scaler"])
+        rank_state = torch.load(path / f"rank_{self.env.rank:05d}.pt", weights_only=True)
+        _set_rng_state(rank_state["rng"], self.env.device)
+        source.load_state_dict(rank_state["data"])
+        return state["loop"]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def export_weights(
+    model: nn.Module, config: ModelConfig, env: DistEnv, out_dir: Path, info: dict
+) -> None:
+    """Write ``model.safetensors`` + ``config.json`` (collective; rank 0 writes).
+
+    Tied embeddings are stored once (``embed.weight``) and re-tied by :func:`load_exported`.
+    """
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    weights = get_model_state_dict(model, options=options)
+    if env.is_main:
+        if config.tie_embeddings:
+            weights.pop("lm_head.weight", None)
+        weights = {k: v.contiguous() for k, v in weights.items()}
+        tmp = out_dir.with_name(f".tmp-{out_dir.name}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        card = {"model": to_plain(config), **info}
+        (tmp / "config.json").write_text(
+            json.dumps(card, indent=2, sort_keys=True), encoding="utf-8"
+        )
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    barrier(env)
+
+
+def load_exported(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """Read an exported directory: its model config and weights (tied head re-added).
+
+    Raises:
+        ConfigError: missing files or a config that is not a trainer export.
+    """
+    path = Path(path)
+    try:
+        card = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        weights = load_file(str(path / "model.safetensors"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"init_from {str(path)!r}: not a trainer export: {exc}") from exc
+    config = from_mapping(ModelConfig, card.get("model"), f"{path}/config.json: model")
+    if config.tie_embeddings:
+        weights["lm_head.weight"] = weights["embed.weight"]
+    return config, weights

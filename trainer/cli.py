@@ -1,0 +1,72 @@
+"""``dataforge train {pretrain,sft,dpo} CONFIG.yaml`` and ``python -m trainer ...``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trainer.config import STAGES, ConfigError
+
+__all__ = ["add_arguments", "add_subcommand", "run_command"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Stage subcommands (pretrain, sft, dpo), each taking CONFIG.yaml and resume flags."""
+    stages = parser.add_subparsers(dest="stage", metavar="{pretrain,sft,dpo}", required=True)
+    helps = {
+        "pretrain": "causal LM pretraining on tokenized documents",
+        "sft": "supervised fine-tuning, loss on completions only",
+        "dpo": "direct preference optimisation on chosen/rejected pairs",
+    }
+    for stage in STAGES:
+        sub = stages.add_parser(stage, help=helps[stage], description=helps[stage])
+        sub.add_argument("config", help="trainer YAML (see trainer/configs/)")
+        mode = sub.add_mutually_exclusive_group()
+        mode.add_argument(
+            "--resume",
+            choices=["auto"],
+            default=None,
+            help="continue from the latest checkpoint in checkpoint.dir if there is one (default)",
+        )
+        mode.add_argument(
+            "--from-scratch",
+            action="store_true",
+            help="ignore existing checkpoints (they are moved to checkpoint.dir/superseded-*)",
+        )
+        sub.add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="KEY.PATH=VALUE",
+            help="override a config value (YAML), e.g. --set train.max_steps=100",
+        )
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed ``train`` command; returns the exit code (0 ok, 1 failed, 2 config)."""
+    from trainer.config import load_config
+    from trainer.loop import TrainingError, train
+
+    try:
+        config = load_config(args.config, args.overrides)
+        train(config, args.stage, resume="scratch" if args.from_scratch else "auto")
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except TrainingError as exc:
+        print(f"training failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_subcommand(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``dataforge train``."""
+    parser = subparsers.add_parser(
+        "train",
+        help="train a model: pretrain, sft or dpo",
+        description="Train a decoder-only transformer on dataforge loader output. "
+        "Runs on one process, or under torchrun/SLURM (see trainer/launch/README.md).",
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=run_command)

@@ -1,0 +1,312 @@
+"""Trainer YAML -> typed, frozen dataclasses.
+
+Loading follows the pipeline config's rules (``dataforge.config``): ``yaml.safe_load`` only,
+unknown keys are errors listing the valid ones, and each dataclass checks its own
+cross-field rules in ``__post_init__``. A ``model.preset`` name expands to a size from
+:data:`MODEL_PRESETS`; keys given next to it override the preset. Relative paths resolve
+against the current working directory (where ``torchrun``/``srun`` start), because the
+shipped presets live inside the package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from dataforge.config import ConfigError, apply_overrides, from_mapping, to_plain
+
+__all__ = [
+    "MODEL_PRESETS",
+    "CheckpointConfig",
+    "ConfigError",
+    "DataConfig",
+    "DistributedConfig",
+    "DPOConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "TrainConfig",
+    "TrainerConfig",
+    "config_from_mapping",
+    "load_config",
+    "resolve_vocab",
+    "to_plain",
+]
+
+STAGES = ("pretrain", "sft", "dpo")
+
+MODEL_PRESETS: dict[str, dict[str, Any]] = {
+    # Shapes follow common open models; "3b" is the shape issue 8 names (about 1.7B
+    # non-embedding parameters with SwiGLU at intermediate 8192, plus embeddings).
+    "tiny": dict(hidden_size=64, n_layers=2, n_heads=4, intermediate_size=176, max_seq_len=256),
+    "125m": dict(
+        hidden_size=768, n_layers=12, n_heads=12, intermediate_size=2048, max_seq_len=2048
+    ),
+    "350m": dict(
+        hidden_size=1024, n_layers=24, n_heads=16, intermediate_size=2816, max_seq_len=2048
+    ),
+    "1b": dict(hidden_size=2048, n_layers=18, n_heads=16, intermediate_size=5504, max_seq_len=2048),
+    "3b": dict(hidden_size=2048, n_layers=24, n_heads=32, intermediate_size=8192, max_seq_len=2048),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Decoder-only transformer shape."""
+
+    vocab_size: int | None = None
+    """None: read from the tokenizer directory (``TrainerConfig.tokenizer``)."""
+    hidden_size: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    intermediate_size: int | None = None
+    """MLP width; None: 4 * hidden for GELU, 8/3 * hidden rounded up to 64 for SwiGLU."""
+    max_seq_len: int = 2048
+    """Longest position RoPE tables are built for."""
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    norm_eps: float = 1e-5
+    mlp: Literal["swiglu", "gelu"] = "swiglu"
+    rope_theta: float = 10000.0
+    sliding_window: int | None = None
+    """Each token attends to at most this many positions (itself included); None: all."""
+    tie_embeddings: bool = False
+    bias: bool = False
+    """Biases in linear layers (and LayerNorm)."""
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        if self.vocab_size is not None and self.vocab_size < 2:
+            raise ValueError(f"vocab_size must be >= 2, got {self.vocab_size}")
+        for name in ("hidden_size", "n_layers", "n_heads", "max_seq_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.hidden_size % self.n_heads or (self.hidden_size // self.n_heads) % 2:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} must split into {self.n_heads} heads of even size"
+            )
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"sliding_window must be >= 1 or null, got {self.sliding_window}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.n_heads
+
+    @property
+    def ffn_size(self) -> int:
+        if self.intermediate_size is not None:
+            return self.intermediate_size
+        if self.mlp == "gelu":
+            return 4 * self.hidden_size
+        return -(-(8 * self.hidden_size // 3) // 64) * 64
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with linear warmup then cosine decay to ``min_lr``."""
+
+    lr: float = 3e-4
+    min_lr: float = 3e-5
+    weight_decay: float = 0.1
+    """Applied to matrices only: norms, biases and embeddings get none."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    warmup_steps: int = 100
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this; 0 disables clipping (norm still logged)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"need 0 <= min_lr <= lr, got min_lr={self.min_lr} lr={self.lr}")
+        if self.warmup_steps < 0 or self.max_grad_norm < 0 or self.weight_decay < 0:
+            raise ValueError("warmup_steps, max_grad_norm and weight_decay must be >= 0")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """The loop: how many steps, how big, in which precision."""
+
+    max_steps: int = 1000
+    grad_accum_steps: int = 1
+    """Micro-batches per optimizer step on each rank."""
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    """bf16/fp16: autocast; fp16 also scales the loss with a dynamic GradScaler."""
+    init_scale: float = 16384.0
+    """GradScaler's first scale (fp16 only)."""
+    label_smoothing: float = 0.0
+    max_bad_steps: int = 10
+    """Stop after this many consecutive steps with a non-finite loss or gradient norm."""
+    activation_checkpointing: bool = False
+    compile: bool = False
+    """torch.compile each transformer block."""
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    log_interval: int = 10
+    """Print a line every this many steps (JSONL gets every step)."""
+    tensorboard: bool = True
+    peak_tflops: float | None = None
+    """Dense peak of one device for MFU; None: looked up from the device name."""
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1 or self.grad_accum_steps < 1 or self.log_interval < 1:
+            raise ValueError("max_steps, grad_accum_steps and log_interval must be >= 1")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.init_scale <= 0 or self.max_bad_steps < 1:
+            raise ValueError("init_scale must be > 0 and max_bad_steps >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+    """How ranks share the model (ignored on one process)."""
+
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    """``fsdp`` is FSDP2 (``torch.distributed.fsdp.fully_shard``), one unit per block."""
+    fsdp_cpu_offload: bool = False
+    fsdp_reshard_after_forward: bool = True
+    timeout_s: int = 1800
+    """Process-group timeout (collectives hung longer than this fail the job)."""
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+
+    def __post_init__(self) -> None:
+        if self.timeout_s < 1:
+            raise ValueError(f"timeout_s must be >= 1, got {self.timeout_s}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Where batches come from."""
+
+    source: Literal["loader", "synthetic"] = "loader"
+    """``loader``: ``dataforge.loader.build_dataloader``; ``synthetic``: random tokens
+    (benchmarks and smoke runs only)."""
+    loader: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Fields of ``dataforge.loader.LoaderConfig``, checked by that class."""
+    batch_size: int = 8
+    """Synthetic source: sequences per micro-batch."""
+    seq_len: int = 128
+    """Synthetic source: tokens per sequence."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.seq_len < 2:
+            raise ValueError("batch_size must be >= 1 and seq_len >= 2")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    dir: str = "checkpoints"
+    interval: int = 1000
+    """Save every this many optimizer steps (and always at the end)."""
+    keep_last: int = 3
+    export_dir: str | None = None
+    """Where final weights go as safetensors + config.json; None: ``<dir>/export``."""
+
+    def __post_init__(self) -> None:
+        if self.interval < 1 or self.keep_last < 1:
+            raise ValueError("checkpoint interval and keep_last must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class DPOConfig:
+    beta: float = 0.1
+    reference: Literal["model", "precomputed"] = "model"
+    """``model``: a frozen copy of the starting weights; ``precomputed``: batches carry
+    ``ref_chosen_logps``/``ref_rejected_logps``."""
+
+    def __post_init__(self) -> None:
+        if self.beta <= 0:
+            raise ValueError(f"dpo.beta must be > 0, got {self.beta}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    model: ModelConfig = ModelConfig()
+    optim: OptimConfig = OptimConfig()
+    train: TrainConfig = TrainConfig()
+    data: DataConfig = DataConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    distributed: DistributedConfig = DistributedConfig()
+    dpo: DPOConfig = DPOConfig()
+    tokenizer: str | None = None
+    """Tokenizer directory; gives ``model.vocab_size`` when that is null."""
+    init_from: str | None = None
+    """Exported weights directory (safetensors + config.json) to start from, e.g. SFT from
+    a pretrained model, DPO from an SFT model. Ignored when resuming a checkpoint."""
+    run_dir: str = "runs/default"
+    """metrics.jsonl and TensorBoard events go here."""
+
+    def __post_init__(self) -> None:
+        if self.model.vocab_size is None and self.tokenizer is None:
+            raise ValueError("set model.vocab_size or tokenizer (a directory to read it from)")
+        if self.data.source == "synthetic" and self.model.vocab_size is None:
+            raise ValueError("data.source synthetic needs an explicit model.vocab_size")
+        if self.optim.warmup_steps > self.train.max_steps:
+            raise ValueError(
+                f"optim.warmup_steps {self.optim.warmup_steps} > train.max_steps "
+                f"{self.train.max_steps}"
+            )
+
+    def to_json(self) -> str:
+        return json.dumps(to_plain(self), sort_keys=True)
+
+
+_TOP_KEYS = {f.name for f in dataclasses.fields(TrainerConfig)}
+
+
+def config_from_mapping(raw: dict[str, Any], where: str = "<config>") -> TrainerConfig:
+    """Build a TrainerConfig from a parsed mapping (expanding ``model.preset``).
+
+    Raises:
+        ConfigError: unknown keys or preset, wrong types, or a failed cross-field rule.
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: the top level must be a mapping with keys {sorted(_TOP_KEYS)}")
+    raw = dict(raw)
+    model = dict(raw.get("model") or {})
+    preset = model.pop("preset", None)
+    if preset is not None:
+        if preset not in MODEL_PRESETS:
+            raise ConfigError(
+                f"{where}: model.preset {preset!r} is not valid; valid: {', '.join(MODEL_PRESETS)}"
+            )
+        model = {**MODEL_PRESETS[preset], **model}
+    raw["model"] = model
+    return from_mapping(TrainerConfig, raw, where)
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainerConfig:
+    """Read a trainer YAML file plus ``key.path=value`` overrides.
+
+    Raises:
+        ConfigError: unreadable file, invalid YAML, or an invalid config (see
+            :func:`config_from_mapping`); the message names the file and key.
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read trainer config: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    raw = apply_overrides(raw if isinstance(raw, dict) else {}, overrides or [], str(path))
+    return config_from_mapping(raw, str(path))
+
+
+def resolve_vocab(config: TrainerConfig) -> TrainerConfig:
+    """Fill ``model.vocab_size`` from the tokenizer directory when it is null."""
+    if config.model.vocab_size is not None:
+        return config
+    try:
+        from dataforge.tokenization import Tokenizer
+    except ImportError as exc:
+        raise ConfigError(f"model.vocab_size is null and the tokenizer cannot load: {exc}") from exc
+    try:
+        vocab = Tokenizer.load(config.tokenizer).vocab_size
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"tokenizer {config.tokenizer!r}: {exc}") from exc
+    model = dataclasses.replace(config.model, vocab_size=vocab)
+    return dataclasses.replace(config, model=model)

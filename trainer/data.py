@@ -1,0 +1,129 @@
+"""Batch sources: what the loop pulls micro-batches from.
+
+The trainer needs three things of its data (:class:`BatchSource`): iterate batches, and
+save/restore the position. ``dataforge.loader.build_dataloader`` provides them for real
+data; :class:`ListBatchSource` (fixed batches, for tests and the overhead benchmark) and
+:class:`SyntheticBatchSource` (random tokens, for throughput runs) are the others.
+
+Batch keys (torch tensors): ``input_ids``, ``labels`` (already shifted: ``labels[:, t]``
+is the target at position ``t``; -100 = none), ``attention_mask``, ``position_ids`` and,
+for packed rows, ``cu_seqlens`` (int32 boundaries over the flattened rows).
+DPO batches carry the same keys prefixed ``chosen_`` and ``rejected_``, and optionally
+``ref_chosen_logps``/``ref_rejected_logps``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from trainer.config import ConfigError, TrainerConfig
+
+__all__ = ["BatchSource", "ListBatchSource", "SyntheticBatchSource", "build_batch_source"]
+
+Batch = dict[str, torch.Tensor]
+
+
+@runtime_checkable
+class BatchSource(Protocol):
+    """An iterable of batches whose position can be saved and restored.
+
+    ``iter()`` continues from the current position and ends at the end of an epoch; the
+    next ``iter()`` starts the next epoch. ``state_dict()`` taken between batches, loaded
+    into a fresh source, makes it yield the batches that would have come next.
+    """
+
+    def __iter__(self) -> Iterator[Batch]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class ListBatchSource:
+    """Fixed batches in order, epoch after epoch."""
+
+    def __init__(self, batches: Sequence[Batch]) -> None:
+        if not batches:
+            raise ValueError("ListBatchSource needs at least one batch")
+        self.batches = list(batches)
+        self.epoch, self.index = 0, 0
+
+    def __iter__(self) -> Iterator[Batch]:
+        while self.index < len(self.batches):
+            self.index += 1
+            yield self.batches[self.index - 1]
+        self.epoch, self.index = self.epoch + 1, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+
+
+class SyntheticBatchSource:
+    """Uniform random tokens, a pure function of (seed, rank, batch index); endless."""
+
+    def __init__(
+        self, vocab_size: int, batch_size: int, seq_len: int, seed: int = 0, rank: int = 0
+    ) -> None:
+        self.vocab_size, self.batch_size, self.seq_len = vocab_size, batch_size, seq_len
+        self.seed, self.rank, self.index = seed, rank, 0
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            gen = torch.Generator().manual_seed(hash((self.seed, self.rank, self.index)) & 2**62)
+            self.index += 1
+            ids = torch.randint(self.vocab_size, (self.batch_size, self.seq_len), generator=gen)
+            labels = torch.full_like(ids, -100)
+            labels[:, :-1] = ids[:, 1:]
+            yield {
+                "input_ids": ids,
+                "labels": labels,
+                "attention_mask": torch.ones_like(ids),
+                "position_ids": torch.arange(self.seq_len).expand_as(ids).contiguous(),
+            }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"index": self.index}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.index = int(state["index"])
+
+
+def build_batch_source(
+    config: TrainerConfig, stage: str, rank: int, world_size: int
+) -> BatchSource:
+    """The source ``config.data`` names, for this rank.
+
+    Raises:
+        ConfigError: the loader section does not fit ``LoaderConfig``, or its mode
+            contradicts the stage.
+    """
+    if config.data.source == "synthetic":
+        if stage == "dpo":
+            raise ConfigError("data.source synthetic gives LM batches; dpo needs the loader")
+        return SyntheticBatchSource(
+            config.model.vocab_size,
+            config.data.batch_size,
+            config.data.seq_len,
+            seed=config.train.seed,
+            rank=rank,
+        )
+    from dataforge.config import from_mapping
+    from dataforge.loader import LoaderConfig, build_dataloader
+
+    raw = dict(config.data.loader)
+    if raw.setdefault("mode", stage) != stage:
+        raise ConfigError(f"data.loader.mode {raw['mode']!r} does not match the stage {stage!r}")
+    raw.setdefault("max_seq_len", config.model.max_seq_len)
+    if raw["max_seq_len"] > config.model.max_seq_len:
+        raise ConfigError(
+            f"data.loader.max_seq_len {raw['max_seq_len']} > model.max_seq_len "
+            f"{config.model.max_seq_len}"
+        )
+    loader_config = from_mapping(LoaderConfig, raw, "data.loader")
+    return build_dataloader(loader_config)

@@ -1,0 +1,91 @@
+"""Per-step metrics: JSONL (one object per step) and TensorBoard, written by rank 0."""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["MetricsWriter", "device_peak_flops", "memory_stats"]
+
+# Dense (no sparsity) bf16/fp16 tensor-core peak per device, FLOP/s, from vendor sheets.
+# Matched by substring of torch.cuda.get_device_name(), first match wins.
+DENSE_PEAK_BF16 = (
+    ("GH200", 989e12),
+    ("H200", 989e12),
+    ("H100 PCIe", 756e12),
+    ("H100", 989e12),
+    ("H800", 989e12),
+    ("B200", 2250e12),
+    ("A100", 312e12),
+    ("A800", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+    ("A10G", 70e12),
+    ("RTX 4090", 165e12),
+    ("V100", 125e12),
+)
+
+
+def device_peak_flops(
+    device: torch.device, precision: str, override_tflops: float | None
+) -> float | None:
+    """Dense peak FLOP/s of one device for MFU, or None when unknown (e.g. CPUs)."""
+    if override_tflops is not None:
+        return override_tflops * 1e12
+    if device.type != "cuda":
+        return None
+    if precision == "fp32":  # depends on TF32 settings; give train.peak_tflops instead
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in DENSE_PEAK_BF16 if key in name), None)
+
+
+def memory_stats(device: torch.device) -> dict[str, float]:
+    """GiB allocated/reserved on CUDA (peak since the last call); max RSS on CPU."""
+    if device.type == "cuda":
+        stats = {
+            "mem_allocated_gib": torch.cuda.max_memory_allocated(device) / 2**30,
+            "mem_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30,
+        }
+        torch.cuda.reset_peak_memory_stats(device)
+        return stats
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"max_rss_gib": rss / (2**30 if sys.platform == "darwin" else 2**20)}
+
+
+class MetricsWriter:
+    """Appends one JSON object per step to ``run_dir/metrics.jsonl`` (and TensorBoard)."""
+
+    def __init__(self, run_dir: str | Path, enabled: bool, tensorboard: bool) -> None:
+        self.enabled = enabled
+        self.tb = None
+        if not enabled:
+            return
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.file = (run_dir / "metrics.jsonl").open("a", encoding="utf-8")
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self.file.write(json.dumps(record, sort_keys=True) + "\n")
+        self.file.flush()
+        if self.tb is not None:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "step" and value is not None:
+                    self.tb.add_scalar(f"train/{key}", value, record["step"])
+
+    def close(self) -> None:
+        if self.enabled:
+            self.file.close()
+            if self.tb is not None:
+                self.tb.close()
