@@ -1,0 +1,334 @@
+"""Text normalization and vectorized shingle hashing shared by the dedup methods.
+
+Every method hashes *shingles* of a normalized text: character n-grams (``char``), word
+n-grams on whitespace-separated words (``word``) or on jieba words (``jieba``). ``auto``
+picks ``char`` for Chinese (no spaces between words) and ``word`` otherwise.
+
+Hashing is done for a whole batch at once, with no per-shingle Python loop: the batch's
+normalized texts are joined and decoded into one array of code points, and any substring
+``[s, e)`` gets the polynomial hash ``(H[e] - H[s]) * P^-s mod 2^64`` from one prefix-sum
+array ``H[i] = sum_{k<i} (cp[k] + 1) * P^k`` (numpy's uint64 arithmetic wraps mod 2^64;
+``P`` is odd so it is invertible). Word n-grams repeat the same trick one level up over the
+sequence of word hashes. Every hash goes through the splitmix64 finalizer, so downstream
+code may treat shingle hashes as uniform 64-bit values.
+
+Bounded work: a text is cut to ``max_chars`` normalized characters, and a document with
+more than ``max_shingles`` shingles keeps only its ``max_shingles`` smallest distinct shingle
+hashes (a bottom-k sample: consistent across documents, so two copies of a 10 MB document
+keep the same sample and still collide).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = [
+    "SHINGLE_KINDS",
+    "ShingleSet",
+    "mix64",
+    "normalize_texts",
+    "normalized_code_points",
+    "shingle_hashes",
+    "shingle_kind_for",
+    "text_hashes",
+]
+
+SHINGLE_KINDS = ("auto", "char", "word", "jieba")
+_P = np.uint64(0x9E3779B97F4A7C15 | 1)
+_P_INV = np.uint64(pow(int(_P), -1, 1 << 64))
+_PUNCT = r"[\p{P}\p{S}]+"
+_SPACE = r"[\s\p{Z}]+"
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer over a uint64 array (a bijection that spreads every input bit)."""
+    x = np.asarray(x, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint64(30))
+        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> np.uint64(27))
+        x = x * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def shingle_kind_for(shingle: str, lang: str) -> str:
+    """The concrete shingle kind for a configured kind and a record language."""
+    if shingle != "auto":
+        return shingle
+    return "char" if lang.split("-")[0].lower() in ("zh", "ja", "ko") else "word"
+
+
+def normalize_texts(
+    texts: pa.Array | pa.ChunkedArray | Sequence[str],
+    *,
+    nfkc: bool = True,
+    lowercase: bool = True,
+    strip: bool = True,
+    keep_spaces: bool = True,
+) -> pa.Array:
+    """Normalize texts with Arrow kernels (no Python loop).
+
+    Args:
+        texts: the texts.
+        nfkc: apply Unicode NFKC (full-width -> ASCII, compatibility forms).
+        lowercase: Unicode lowercase.
+        strip: remove punctuation and symbols (without a space: ``os.path`` and ``ospath``
+            agree) and whitespace runs.
+        keep_spaces: with ``strip``, replace each whitespace run by one space (word
+            shingles need word boundaries) instead of removing it (char shingles).
+    """
+    arr = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(texts, pa.string())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    arr = pc.fill_null(arr, "")
+    if nfkc:
+        arr = pc.utf8_normalize(arr, "NFKC")
+    if lowercase:
+        arr = pc.utf8_lower(arr)
+    if strip:
+        arr = pc.replace_substring_regex(arr, _PUNCT, "")
+        arr = pc.replace_substring_regex(arr, _SPACE, " " if keep_spaces else "")
+        if keep_spaces:
+            arr = pc.utf8_trim_whitespace(arr)
+    return arr
+
+
+class ShingleSet:
+    """Shingle hashes of a batch: ``hashes[offsets[i]:offsets[i + 1]]`` belong to document i."""
+
+    def __init__(self, hashes: np.ndarray, offsets: np.ndarray) -> None:
+        self.hashes = hashes
+        self.offsets = offsets
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def doc_index(self) -> np.ndarray:
+        """Document index of every hash."""
+        return np.repeat(np.arange(len(self.offsets) - 1), self.counts)
+
+
+_POWERS = np.ones(1, dtype=np.uint64)
+_INV_POWERS = np.ones(1, dtype=np.uint64)
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``P^i`` and ``P^-i`` for i < n (cached per process, grown by doubling)."""
+    global _POWERS, _INV_POWERS
+    if len(_POWERS) < n:
+        size = max(n, 2 * len(_POWERS))
+        with np.errstate(over="ignore"):
+            powers = np.full(size, _P, dtype=np.uint64)
+            powers[0] = 1
+            inv = np.full(size, _P_INV, dtype=np.uint64)
+            inv[0] = 1
+            _POWERS, _INV_POWERS = (
+                np.cumprod(powers, dtype=np.uint64),
+                np.cumprod(inv, dtype=np.uint64),
+            )
+    return _POWERS[:n], _INV_POWERS[:n]
+
+
+def _prefix_hash(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Prefix sums ``H`` and inverse powers for substring hashing over ``values``."""
+    n = len(values)
+    powers, inv = _powers(n + 1)
+    prefix = np.zeros(n + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        np.cumsum(values * powers[:n], dtype=np.uint64, out=prefix[1:])
+    return prefix, inv
+
+
+def _range_hashes(prefix: np.ndarray, inv: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        raw = (prefix[e] - prefix[s]) * inv[s]
+    # Mixing in the length keeps ranges of different lengths apart.
+    return mix64(raw ^ (e - s).astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93))
+
+
+def _ngram_ranges(starts: np.ndarray, lengths: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """[s, e) of every n-gram of every segment; a non-empty segment shorter than n gives
+    one range (the whole segment), an empty one gives none."""
+    counts = np.where(lengths > 0, np.maximum(lengths - n + 1, 1), 0)
+    total = int(counts.sum())
+    seg = np.repeat(np.arange(len(starts)), counts)
+    first = np.cumsum(counts) - counts
+    s = starts[seg] + (np.arange(total) - first[seg])
+    e = np.minimum(s + n, (starts + lengths)[seg])
+    return s, e, counts
+
+
+def _code_points(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """All texts as one uint64 code-point array (+1, so that no value is 0) and offsets."""
+    lengths = pc.utf8_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
+    joined = "".join(texts.to_pylist())
+    cps = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64) + 1
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return cps, offsets
+
+
+_CLASS_LIMIT = 0x110000  # all of Unicode; index = code point + 1
+_CLASSES = np.zeros(_CLASS_LIMIT + 1, dtype=np.uint8)
+_CLASSIFIED = np.zeros(_CLASS_LIMIT + 1, dtype=bool)
+
+
+def _char_classes(cps: np.ndarray) -> np.ndarray:
+    """uint8 per code point (+1): 1 = punctuation or symbol, 2 = whitespace, else 0.
+
+    Classified with the same Arrow regexes as :func:`normalize_texts`, lazily: only code
+    points never seen before in this process go through the regexes (a few thousand
+    distinct characters in a whole corpus), the rest is one table lookup."""
+    new = cps[~_CLASSIFIED[cps]]
+    if len(new):
+        new = np.unique(new)
+        points = (new - 1).astype(np.int64)
+        points[(points >= 0xD800) & (points < 0xE000)] = ord("a")  # lone surrogates
+        chars = pa.array(list(map(chr, points.tolist())), pa.string())
+        punct = pc.match_substring_regex(chars, f"^{_PUNCT}$").to_numpy(zero_copy_only=False)
+        space = pc.match_substring_regex(chars, f"^{_SPACE}$").to_numpy(zero_copy_only=False)
+        _CLASSES[new] = np.where(space, 2, np.where(punct, 1, 0))
+        _CLASSIFIED[new] = True
+    return _CLASSES[cps]
+
+
+def normalized_code_points(
+    texts: pa.Array,
+    *,
+    nfkc: bool = True,
+    lowercase: bool = True,
+    strip: bool = True,
+    keep_spaces: bool = True,
+    max_chars: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """What :func:`normalize_texts` computes, as code points (+1) and offsets, with the
+    punctuation/whitespace pass done in numpy (Arrow's Unicode regexes are 3x slower).
+    ``max_chars`` cuts each text before stripping."""
+    arr = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+    arr = pc.fill_null(arr, "")
+    if nfkc:
+        arr = pc.utf8_normalize(arr, "NFKC")
+    if lowercase:
+        arr = pc.utf8_lower(arr)
+    if max_chars is not None:
+        arr = pc.utf8_slice_codeunits(arr, 0, max_chars)
+    cps, offsets = _code_points(arr)
+    if not strip or len(cps) == 0:
+        return cps, offsets
+    cls = _char_classes(cps)
+    doc = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    keep = cls != 1
+    cps, cls, doc = cps[keep], cls[keep], doc[keep]
+    space = cls == 2
+    if keep_spaces:
+        # Runs collapse to their first space; a space that starts the document, or that only
+        # spaces follow up to the document's end, goes too (like utf8_trim_whitespace).
+        first = np.concatenate([[True], doc[1:] != doc[:-1]])
+        prev_space = np.concatenate([[False], space[:-1]])
+        drop = space & (first | prev_space)
+        kept_space = np.flatnonzero(space & ~drop)
+        non_space = np.flatnonzero(~space)
+        nxt = np.searchsorted(non_space, kept_space)
+        follower = non_space[np.minimum(nxt, max(len(non_space) - 1, 0))] if len(non_space) else nxt
+        trailing = (nxt >= len(non_space)) | (doc[follower] != doc[kept_space])
+        drop[kept_space[trailing]] = True
+        keep = ~drop
+        cps = np.where(space, np.uint64(ord(" ") + 1), cps)
+    else:
+        keep = ~space
+    cps, doc = cps[keep], doc[keep]
+    counts = np.bincount(doc, minlength=len(offsets) - 1)
+    new_offsets = np.zeros(len(offsets), dtype=np.int64)
+    np.cumsum(counts, out=new_offsets[1:])
+    return cps, new_offsets
+
+
+def _words(cps: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Word ranges (split on the single spaces left by normalization) and words per doc."""
+    n = len(cps)
+    is_space = cps == np.uint64(ord(" ") + 1)
+    boundary = np.zeros(n + 1, dtype=bool)
+    boundary[offsets] = True  # document starts and the end of the last document
+    prev_break = np.concatenate([[True], is_space[:-1]]) | boundary[:-1]
+    start_mask = ~is_space & prev_break
+    next_break = np.concatenate([is_space[1:], [True]]) | boundary[1:]
+    end_mask = ~is_space & next_break
+    word_s = np.flatnonzero(start_mask)
+    word_e = np.flatnonzero(end_mask) + 1
+    per_doc = np.diff(np.searchsorted(word_s, offsets))
+    return word_s, word_e, per_doc
+
+
+def shingle_hashes(
+    texts: pa.Array | tuple[np.ndarray, np.ndarray],
+    kind: str,
+    ngram: int,
+    *,
+    max_chars: int = 1_000_000,
+    max_shingles: int = 20_000,
+) -> ShingleSet:
+    """Hash the n-gram shingles of already-normalized texts.
+
+    Args:
+        texts: normalized texts (``word``/``jieba``: words separated by single spaces), or
+            their ``(code points + 1, offsets)`` from :func:`normalized_code_points`.
+        kind: ``char`` or ``word`` (``jieba`` texts arrive pre-segmented, as ``word``).
+        ngram: n-gram size in characters (``char``) or words (``word``).
+        max_chars: longer texts are cut to this many characters first (texts only).
+        max_shingles: a document keeps at most this many (smallest, distinct) hashes.
+    """
+    if kind not in ("char", "word"):
+        raise ValueError(f"shingle kind {kind!r}; valid here: 'char', 'word'")
+    if ngram < 1:
+        raise ValueError(f"ngram must be >= 1, got {ngram}")
+    if isinstance(texts, tuple):
+        cps, offsets = texts
+    else:
+        cps, offsets = _code_points(pc.utf8_slice_codeunits(texts, 0, max_chars))
+    prefix, inv = _prefix_hash(cps)
+    if kind == "char":
+        s, e, counts = _ngram_ranges(offsets[:-1], np.diff(offsets), ngram)
+        hashes = _range_hashes(prefix, inv, s, e)
+    else:
+        word_s, word_e, per_doc = _words(cps, offsets)
+        word_h = _range_hashes(prefix, inv, word_s, word_e)
+        word_prefix, word_inv = _prefix_hash(word_h)
+        doc_starts = np.zeros(len(per_doc), dtype=np.int64)
+        np.cumsum(per_doc[:-1], out=doc_starts[1:])
+        s, e, counts = _ngram_ranges(doc_starts, per_doc, ngram)
+        hashes = _range_hashes(word_prefix, word_inv, s, e)
+    out_offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out_offsets[1:])
+    result = ShingleSet(hashes, out_offsets)
+    if len(counts) and counts.max() > max_shingles:
+        result = _cap(result, max_shingles)
+    return result
+
+
+def _cap(shingles: ShingleSet, max_shingles: int) -> ShingleSet:
+    """Bottom-k sample of the documents with too many shingles (only those few loop)."""
+    parts, counts = [], []
+    for i, n in enumerate(shingles.counts):
+        h = shingles.hashes[shingles.offsets[i] : shingles.offsets[i + 1]]
+        if n > max_shingles:
+            h = np.unique(h)
+            if len(h) > max_shingles:
+                h = np.partition(h, max_shingles - 1)[:max_shingles]
+        parts.append(h)
+        counts.append(len(h))
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    hashes = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+    return ShingleSet(hashes, offsets)
+
+
+def text_hashes(texts: pa.Array | tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """One 64-bit hash of each whole (normalized) text, from the same prefix-sum array."""
+    cps, offsets = texts if isinstance(texts, tuple) else _code_points(texts)
+    prefix, inv = _prefix_hash(cps)
+    return _range_hashes(prefix, inv, offsets[:-1], offsets[1:])

@@ -1,0 +1,94 @@
+"""Index-shard backends of the dedup planner: in-process objects or Ray actors.
+
+Both expose the same calls: ``call_one(shard, method, *args)`` (Ray: returns a ref),
+``call_all(method)`` (results), ``wait(pending)``, ``exchange(send, receive)`` (every
+shard's ``send`` output slot i goes to shard i's ``receive``; returns the receive results)
+and ``close()``. ``failures`` lists the exceptions that mean "a shard died: retry".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dataforge.ops.dedup import Dedup
+from dataforge.ops.dedup.index import IndexShard
+
+__all__ = ["LocalShards", "RayShards"]
+
+
+def _shard_args(op: Dedup) -> tuple[int | None, float | None]:
+    """(max_hamming, verify_threshold) of the index shards for this op."""
+    method = op.config.method
+    return (
+        op.config.max_hamming if method == "simhash" else None,
+        op.config.threshold if method == "minhash" else None,
+    )
+
+
+class LocalShards:
+    """Index shards as plain objects in this process (no Ray)."""
+
+    failures: tuple[type[BaseException], ...] = ()
+
+    def __init__(self, count: int, op: Dedup) -> None:
+        self.count = count
+        self.shards = [IndexShard(count, *_shard_args(op)) for _ in range(count)]
+
+    def call_one(self, shard: int, method: str, *args: Any) -> Any:
+        return getattr(self.shards[shard], method)(*args)
+
+    def call_all(self, method: str) -> list[Any]:
+        return [getattr(s, method)() for s in self.shards]
+
+    def wait(self, pending: list[Any]) -> None:
+        pass
+
+    def exchange(self, send: str, receive: str) -> list[Any]:
+        sent = self.call_all(send)
+        return [getattr(s, receive)(*[out[i] for out in sent]) for i, s in enumerate(self.shards)]
+
+    def close(self) -> None:
+        self.shards = []
+
+
+class RayShards:
+    """Index shards as Ray actors; shuffles pass object refs actor to actor."""
+
+    def __init__(self, count: int, op: Dedup) -> None:
+        import ray
+
+        self._ray = ray
+        self.failures = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+        self.count = count
+        # num_cpus=0: the shards run after the actor pools drained; asking for CPUs here
+        # could wait forever behind pools that hold them. SPREAD puts them on all nodes.
+        remote = ray.remote(IndexShard).options(
+            num_cpus=0, max_restarts=0, max_task_retries=0, scheduling_strategy="SPREAD"
+        )
+        self.actors = [remote.remote(count, *_shard_args(op)) for _ in range(count)]
+        self.pids = ray.get([a.ping.remote() for a in self.actors])
+
+    def call_one(self, shard: int, method: str, *args: Any) -> Any:
+        return getattr(self.actors[shard], method).remote(*args)
+
+    def call_all(self, method: str) -> list[Any]:
+        return self._ray.get([getattr(a, method).remote() for a in self.actors])
+
+    def wait(self, pending: list[Any]) -> None:
+        self._ray.get(pending)
+
+    def exchange(self, send: str, receive: str) -> list[Any]:
+        """Every shard's ``send`` output slot i goes to shard i's ``receive`` (refs only: the
+        data moves actor to actor through the object store, never through the driver)."""
+        sent = [getattr(a, send).options(num_returns=self.count).remote() for a in self.actors]
+        if self.count == 1:
+            sent = [[ref] for ref in sent]
+        results = [
+            getattr(a, receive).remote(*[out[i] for out in sent]) for i, a in enumerate(self.actors)
+        ]
+        return self._ray.get(results)
+
+    def close(self) -> None:
+        for actor in self.actors:
+            self._ray.kill(actor)
+        self.actors = []

@@ -1,0 +1,23 @@
+# Dedup benchmarks (issue 5). Results are written under build/bench/ and are no-ops while
+# newer than the dedup sources and the demo corpus stamp; delete them to re-measure.
+# The 1M-document end-to-end run is not a target (minutes of both cores): run
+#   .venv/bin/python benchmarks/dedup_speed.py --scale 1000000 --shards 2
+# by hand.
+
+PY ?= .venv/bin/python
+VENV_STAMP ?= .venv/.installed
+DEDUP_SOURCES := $(wildcard dataforge/ops/dedup/*.py) dataforge/runtime/barriers/dedup.py
+DEDUP_BENCH_DIR := build/bench
+
+.PHONY: bench-dedup
+bench-dedup: $(DEDUP_BENCH_DIR)/dedup_quality.txt $(DEDUP_BENCH_DIR)/dedup_speed.txt
+
+$(DEDUP_BENCH_DIR)/dedup_quality.txt: benchmarks/dedup_quality.py $(DEDUP_SOURCES) data/demo/.done | $(VENV_STAMP)
+	mkdir -p $(dir $@)
+	$(PY) benchmarks/dedup_quality.py > $@.tmp && mv $@.tmp $@
+	cat $@
+
+$(DEDUP_BENCH_DIR)/dedup_speed.txt: benchmarks/dedup_speed.py $(DEDUP_SOURCES) data/demo/.done | $(VENV_STAMP)
+	mkdir -p $(dir $@)
+	$(PY) benchmarks/dedup_speed.py > $@.tmp && mv $@.tmp $@
+	cat $@

@@ -1,0 +1,79 @@
+"""Dedup test helpers: record tables, a prepare -> plan -> apply run, kept ids."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dataforge.ops.base import OpContext
+from dataforge.ops.dedup import Dedup
+from dataforge.records import BASE_SCHEMA
+from dataforge.runtime.barriers import BarrierContext
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def make_table(texts: list[str], langs: list[str], sources: list[str] | None = None, ids=None):
+    n = len(texts)
+    return pa.table(
+        {
+            "id": ids or [f"doc{i:05d}" for i in range(n)],
+            "text": texts,
+            "source": sources or ["src"] * n,
+            "lang": langs,
+            "meta": ["{}"] * n,
+            "drop": pa.nulls(n, pa.string()),
+            "_ord": np.arange(n, dtype=np.int64),
+        },
+        schema=BASE_SCHEMA,
+    )
+
+
+def run_dedup(
+    tmp: Path,
+    table: pa.Table,
+    batch: int = 1000,
+    ray_available: bool = False,
+    **config,
+) -> tuple[dict, pa.Table, Path]:
+    """prepare per batch -> plan -> apply per task; returns (summary, output, OUT dir)."""
+    from dataforge.runtime.barriers import dedup as planner
+
+    op = Dedup(Dedup.Config(**config), OpContext(base_dir=str(tmp)))
+    op.setup()
+    work = tmp / f"work-{batch}-{json.dumps(config, sort_keys=True, default=str)}"
+    work.mkdir(parents=True)
+    parts, batches = {}, {}
+    for start in range(0, table.num_rows, batch):
+        task = f"t{start // batch:06d}"
+        part = table.slice(start, batch)
+        part = part.set_column(6, "_ord", pa.array(np.arange(part.num_rows, dtype=np.int64)))
+        batches[task] = part
+        parts[task] = work / f"{task}.parquet"
+        pq.write_table(op.prepare(part), parts[task])
+    out = work / "OUT"
+    ctx = BarrierContext(
+        parts=parts,
+        decision_dir=work / "decisions",
+        audit_dir=out / "dedup",
+        num_cpus=2,
+        seed=0,
+        source_stats={},
+        sources={},
+        ray_available=ray_available,
+    )
+    summary = planner.plan(op, ctx)
+    outputs = []
+    for task in sorted(batches):
+        path = ctx.decision_dir / f"{task}.parquet"
+        decision = pq.read_table(path) if path.exists() else None
+        outputs.append(op.apply(batches[task], decision))
+    return summary, pa.concat_tables(outputs), out
+
+
+def kept_ids(output: pa.Table) -> set[str]:
+    return {r["id"] for r in output.to_pylist() if r["drop"] is None}

@@ -1,0 +1,84 @@
+"""Normalization and vectorized shingle hashing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dataforge.ops.dedup.shingles import (
+    normalize_texts,
+    normalized_code_points,
+    shingle_hashes,
+    text_hashes,
+)
+
+
+def test_normalize_nfkc_lower_strip():
+    out = normalize_texts(["Ｈｅｌｌｏ,  World！\n\tos.path", "中文，测试。  abc", "", "!!! ..."])
+    assert out.to_pylist() == ["hello world ospath", "中文测试 abc", "", ""]
+    chars = normalize_texts(["中文，测试。  abc"], keep_spaces=False)
+    assert chars.to_pylist() == ["中文测试abc"]
+
+
+def test_char_shingle_counts_short_and_empty_docs():
+    s = shingle_hashes(pa.array(["abcdefg", "abc", "", "abcde"]), "char", 5)
+    # 7 chars -> 3 five-grams; shorter than n -> one shingle (the whole text); empty -> none
+    assert s.counts.tolist() == [3, 1, 0, 1]
+    assert s.hashes[0] == s.hashes[-1]  # "abcde" hashes the same in both documents
+    assert s.hashes[3] != s.hashes[4]  # "abc" (short doc) differs from "abcde"
+
+
+def test_word_shingles():
+    s = shingle_hashes(pa.array(["a b c d", "b c d", "x", ""]), "word", 3)
+    assert s.counts.tolist() == [2, 1, 1, 0]
+    assert s.hashes[1] == s.hashes[2]  # "b c d" in both documents
+
+
+def test_text_hashes_equal_iff_equal():
+    h = text_hashes(pa.array(["abc", "abc", "abd", "", ""]))
+    assert h[0] == h[1] and h[0] != h[2] and h[3] == h[4]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.text(alphabet="ab中文 ", min_size=0, max_size=30),
+    st.text(alphabet="ab中文 ", min_size=0, max_size=30),
+    st.integers(1, 6),
+)
+def test_shingle_hashes_independent_of_neighbours(left, right, n):
+    """A document's shingles do not depend on the other documents of the batch."""
+    alone = shingle_hashes(pa.array([right]), "char", n)
+    batch = shingle_hashes(pa.array([left, right]), "char", n)
+    got = batch.hashes[batch.offsets[1] : batch.offsets[2]]
+    assert np.array_equal(np.sort(got), np.sort(alone.hashes))
+    expected = len({right[i : i + n] for i in range(max(len(right) - n + 1, 1))}) if right else 0
+    assert len(np.unique(alone.hashes)) == expected
+
+
+def test_huge_document_is_capped_consistently():
+    rng = np.random.default_rng(0)
+    big = "".join(rng.choice(list("的一是在不了有和人这中大为上个国我以要他"), size=2_000_000))
+    s = shingle_hashes(pa.array([big, big + "尾", "短文本"]), "char", 5, max_shingles=5000)
+    assert s.counts.tolist()[:2] == [5000, 5000]
+    first = s.hashes[: s.offsets[1]]
+    second = s.hashes[s.offsets[1] : s.offsets[2]]
+    assert len(np.intersect1d(first, second)) >= 4990  # bottom-k samples agree
+    assert s.counts[2] == 1
+
+
+def _decode(cps, offsets):
+    text = (cps - 1).astype(np.uint32).tobytes().decode("utf-32-le")
+    return [text[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.text(alphabet="aZ 中文，。！,.\n\t\u3000Ｂ©-—😀", max_size=20), max_size=6),
+    st.booleans(),
+)
+def test_numpy_normalization_matches_arrow_reference(texts, keep_spaces):
+    arr = pa.array(texts, pa.string())
+    want = normalize_texts(arr, keep_spaces=keep_spaces).to_pylist()
+    assert _decode(*normalized_code_points(arr, keep_spaces=keep_spaces)) == want
