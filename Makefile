@@ -22,8 +22,9 @@ $(VENV_STAMP): pyproject.toml
 # Other targets (demo-data, kenlm, demo-tokenizer, demo-lm, ...) live in mk/*.mk.
 -include mk/*.mk
 
-DEMO_DEPS ?=
-TEST_DEPS ?=
+# demo-data first: the tokenizer, the reference LMs and some tests are built from it.
+DEMO_DEPS := demo-data $(DEMO_DEPS)
+TEST_DEPS := demo-data $(TEST_DEPS)
 
 demo: setup $(DEMO_DEPS)
 	.venv/bin/dataforge validate pipelines/demo.yaml

@@ -81,9 +81,10 @@ def _decode(encoding: str, data: bytes) -> Any:
     if encoding == "json":
         return json.loads(data.decode("utf-8"))
     if encoding.startswith("ndarray"):
-        parts = encoding.split(":")
-        dtype = np.dtype(parts[1]) if len(parts) > 1 else np.dtype(np.int64)
-        return np.frombuffer(data, dtype=dtype)
+        # MDS ndarray payloads carry a dtype/shape header unless the encoding fixes both.
+        from streaming.base.format.mds.encodings import mds_decode
+
+        return mds_decode(encoding, data)
     if encoding in ("int", "int64"):
         return int(np.frombuffer(data, np.int64)[0])
     if encoding in ("float64",):

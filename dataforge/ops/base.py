@@ -77,6 +77,10 @@ class Op:
         """Columns this op adds to the batch (name -> Arrow type)."""
         return {}
 
+    def mds_encodings(self) -> dict[str, str]:
+        """MDS encodings of the columns this op adds (e.g. ``{"tokens": "ndarray:uint16"}``)."""
+        return {}
+
     def validate(self) -> list[str]:
         """Problems that make the op unusable (missing model files, ...), for
         ``dataforge validate``. Runs without ray and without ``setup()``."""

@@ -90,9 +90,7 @@ def declared_encodings(config: PipelineConfig) -> dict[str, str]:
     """MDS encodings declared by all ops of the pipeline."""
     declared: dict[str, str] = {}
     for stage in config.stages:
-        op = make_op(stage, config)
-        if hasattr(op, "mds_encodings"):
-            declared.update(op.mds_encodings())
+        declared.update(make_op(stage, config).mds_encodings())
     return declared
 
 

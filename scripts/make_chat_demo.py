@@ -1,0 +1,143 @@
+"""Build small SFT and DPO demo sets in ``data/demo/chat/`` from the demo corpus.
+
+Real text only, rearranged into chat records (deterministic: inputs sorted, no randomness):
+
+* ``sft.jsonl``: reviews_zh -> "is this review positive or negative?" with the review's
+  label as the answer (prompt/response + system); docs_en -> two-turn ``messages``
+  conversations about a Python module (its summary, then more of its documentation).
+* ``dpo.jsonl``: reviews_zh -> "write a positive/negative review", chosen = a review with
+  that label, rejected = one with the other label; docs_en -> "what is module X for?",
+  chosen = X's summary, rejected = another module's summary.
+
+Every record has ``id`` and ``prompt`` (the reader's ``text_key``), plus ``response`` /
+``system`` / ``messages`` (SFT) or ``chosen`` / ``rejected`` (DPO) for ``meta_keys``.
+
+Usage: ``python scripts/make_chat_demo.py --demo data/demo --out data/demo/chat [--reviews 4000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from pathlib import Path
+
+REVIEW_SYSTEM = "你是商品评论分析助手。"
+LABEL_ZH = {"pos": "正面", "neg": "负面"}
+
+
+def read_reviews(demo: Path) -> dict[str, list[dict]]:
+    by_label: dict[str, list[dict]] = {"pos": [], "neg": []}
+    for path in sorted((demo / "reviews_zh").glob("*.jsonl.gz")):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                record = json.loads(line)
+                if record.get("label") in by_label and len(record["text"]) >= 10:
+                    by_label[record["label"]].append(record)
+    return by_label
+
+
+def read_modules(demo: Path) -> list[tuple[str, str, str]]:
+    """(module name, summary paragraph, the next part of its documentation)."""
+    modules = []
+    for path in sorted((demo / "docs_en").glob("*.jsonl")):
+        for line in path.open(encoding="utf-8"):
+            record = json.loads(line)
+            paragraphs = [p.strip() for p in record["text"].split("\n\n") if p.strip()]
+            # A prose summary (some modules start with a signature instead of a docstring).
+            if (
+                len(paragraphs) >= 3
+                and len(paragraphs[1].split()) >= 5
+                and not paragraphs[1].endswith(")")
+            ):
+                modules.append((paragraphs[0], paragraphs[1], "\n\n".join(paragraphs[2:])[:1500]))
+    return modules
+
+
+def sft_records(reviews: dict[str, list[dict]], modules: list, limit: int) -> list[dict]:
+    out = []
+    for label in ("pos", "neg"):
+        for r in reviews[label][: limit // 2]:
+            prompt = f"判断下面这条商品评论是正面还是负面：\n{r['text']}"
+            out.append(
+                {
+                    "id": f"sft:{r['id']}",
+                    "prompt": prompt,
+                    "response": LABEL_ZH[label],
+                    "system": REVIEW_SYSTEM,
+                }
+            )
+    for name, summary, more in modules:
+        question = f"What is the Python module `{name}` for?"
+        messages = [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": summary},
+            {"role": "user", "content": "Show me more of its documentation."},
+            {"role": "assistant", "content": more},
+        ]
+        out.append({"id": f"sft:pydoc:{name}", "prompt": question, "messages": messages})
+    return out
+
+
+def dpo_records(reviews: dict[str, list[dict]], modules: list, limit: int) -> list[dict]:
+    out = []
+    pos, neg = reviews["pos"][: limit // 2], reviews["neg"][: limit // 2]
+    for i, (p, n) in enumerate(zip(pos, neg, strict=False)):
+        want, chosen, rejected = ("pos", p, n) if i % 2 == 0 else ("neg", n, p)
+        prompt = f"写一条{LABEL_ZH[want]}的商品评论。"
+        out.append(
+            {
+                "id": f"dpo:review:{i}",
+                "prompt": prompt,
+                "chosen": chosen["text"],
+                "rejected": rejected["text"],
+            }
+        )
+    for i, (name, summary, _) in enumerate(modules):
+        other = modules[(i + len(modules) // 2) % len(modules)][1]
+        if other == summary:
+            continue
+        out.append(
+            {
+                "id": f"dpo:pydoc:{name}",
+                "prompt": f"What is the Python module `{name}` for?",
+                "chosen": summary,
+                "rejected": other,
+            }
+        )
+    return out
+
+
+def write_jsonl(path: Path, records: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--demo", type=Path, default=Path("data/demo"))
+    parser.add_argument("--out", type=Path, default=Path("data/demo/chat"))
+    parser.add_argument(
+        "--reviews", type=int, default=4000, help="reviews used per set (half each label)"
+    )
+    args = parser.parse_args()
+    reviews, modules = read_reviews(args.demo), read_modules(args.demo)
+    args.out.mkdir(parents=True, exist_ok=True)
+    sft, dpo = (
+        sft_records(reviews, modules, args.reviews),
+        dpo_records(reviews, modules, args.reviews),
+    )
+    write_jsonl(args.out / "sft.jsonl", sft)
+    write_jsonl(args.out / "dpo.jsonl", dpo)
+    (args.out / ".done").write_text(json.dumps({"sft": len(sft), "dpo": len(dpo)}) + "\n")
+    print(f"{args.out}: sft {len(sft)} records, dpo {len(dpo)} records")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
