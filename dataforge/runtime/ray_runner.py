@@ -96,7 +96,7 @@ class RayExecutor:
             fn_constructor_kwargs={"config": config, "segment": segment, "work_dir": str(work_dir)},
             batch_size=1,
             batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(min_size=1, max_size=size),
+            compute=ray.data.ActorPoolStrategy(size=size),
             num_cpus=cpus_per_actor,
             max_restarts=config.ray.max_task_retries,
             max_task_retries=config.ray.max_task_retries,
