@@ -17,19 +17,26 @@ __all__ = ["main"]
 _EXTENSIONS = ("dataforge.tokenization.cli", "dataforge.lm.cli", "trainer.cli")
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _checked_config(args: argparse.Namespace):
+    """Load the pipeline and run every validation check; print the problems and return
+    None if there are any."""
     from dataforge.config import ConfigError, load_pipeline
-    from dataforge.runtime.manifest import AccountingError, RunDirError
 
     try:
         config = load_pipeline(args.pipeline, args.set)
         problems = _problems(config)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if problems:
-        for p in problems:
-            print(f"error: {p}", file=sys.stderr)
+        problems = [str(exc)]
+    for p in problems:
+        print(f"error: {p}", file=sys.stderr)
+    return None if problems else config
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from dataforge.runtime.manifest import AccountingError, RunDirError
+
+    config = _checked_config(args)
+    if config is None:
         return 2
     out = Path(args.output) if args.output else config.resolve(config.output.path)
     from dataforge.runtime.ray_runner import run_on_ray
@@ -86,18 +93,10 @@ def _problems(config) -> list[str]:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from dataforge.config import ConfigError, load_pipeline
     from dataforge.io.readers import plan_input_tasks
 
-    try:
-        config = load_pipeline(args.pipeline, args.set)
-        problems = _problems(config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if problems:
-        for p in problems:
-            print(f"error: {p}", file=sys.stderr)
+    config = _checked_config(args)
+    if config is None:
         return 2
     tasks = plan_input_tasks(config)
     print(

@@ -1,0 +1,57 @@
+"""CLI contract: every command has --help; exit codes 0 ok, 1 failed, 2 bad usage/config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dataforge.cli import main
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["run"],
+        ["validate"],
+        ["inspect"],
+        ["tokenizer", "train"],
+        ["lm", "train"],
+        ["train", "pretrain"],
+        ["train", "sft"],
+        ["train", "dpo"],
+    ],
+)
+def test_every_command_has_help(argv: list[str], capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--help"])
+    assert exc.value.code == 0
+    assert "usage: dataforge" in capsys.readouterr().out
+
+
+def test_unknown_command_is_usage_error() -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["frobnicate"])
+    assert exc.value.code == 2
+
+
+def test_validate_exit_codes(pipeline_file: Path, tmp_path: Path, write_pipeline, capsys) -> None:
+    assert main(["validate", str(pipeline_file)]) == 0
+    assert "ok: small: 2 sources, 5 files" in capsys.readouterr().out
+    assert main(["validate", str(pipeline_file), "--set", "inputs.0.path=nope/*.jsonl"]) == 2
+    assert "matches no file" in capsys.readouterr().err
+    (tmp_path / "bad").mkdir()
+    bad = write_pipeline(tmp_path / "bad", "name: x\ninputs: []\noutput: {path: o}\nstagez: []\n")
+    assert main(["validate", str(bad)]) == 2
+    assert "unknown key(s) ['stagez']" in capsys.readouterr().err
+
+
+def test_run_with_bad_config_fails_before_ray(pipeline_file: Path, capsys) -> None:
+    assert main(["run", str(pipeline_file), "--set", "stages=[{op: nope}]"]) == 2
+    assert "unknown op 'nope'" in capsys.readouterr().err
+
+
+def test_inspect_of_a_non_dataset_is_usage_error(tmp_path: Path, capsys) -> None:
+    assert main(["inspect", str(tmp_path)]) == 2
+    assert "no index.json" in capsys.readouterr().err
