@@ -4,7 +4,9 @@ Baseline (what KenLM alone costs): ``kenlm.Model.score`` called on every line of
 documents, the lines normalized and tokenized beforehand (outside the timer). Ours: the op
 end to end on record batches (normalization, tokenization, rendering, scoring,
 aggregation, meta and drop columns). Both run in this process, on one core, on the same
-documents; times are best-of-N CPU seconds of the process. Then the op's time is split into its stages to show where it goes.
+documents; times are best-of-N CPU seconds of the process. Then the op's time is split
+into its stages to show where it goes. The model card's ``segmentation`` decides how both
+sides tokenize (the baseline scores the same tokens the op produces).
 
     .venv/bin/python benchmarks/perplexity_throughput.py [--docs 2000] [--batch 1000]
         [--model models/zh_news.bin] [--input 'data/demo/news_zh/*.jsonl.zst'] [--quick]
@@ -29,7 +31,7 @@ from dataforge.lm.card import read_card  # noqa: E402
 from dataforge.lm.corpus import read_documents  # noqa: E402
 from dataforge.lm.normalize import normalize_documents  # noqa: E402
 from dataforge.lm.score import PerplexityScorer  # noqa: E402
-from dataforge.lm.tokens import TokenRenderer, load_tokenizer  # noqa: E402
+from dataforge.lm.tokens import TokenRenderer  # noqa: E402
 from dataforge.ops.base import OpContext  # noqa: E402
 from dataforge.ops.perplexity import PerplexityFilter  # noqa: E402
 from dataforge.records import BASE_SCHEMA  # noqa: E402
@@ -89,15 +91,16 @@ def main() -> int:
         args.docs, args.repeat = 300, 1
     model = Path(args.model)
     card = read_card(model)
-    tokenizer = load_tokenizer(model.parent / card.tokenizer_path)
+    scorer = PerplexityScorer.for_model(model)
+    tokenizer = scorer.renderer.tokenizer  # the encoder of the card's segmentation
     texts = load_texts(args.input, args.docs)
     mbytes = sum(len(t.encode()) for t in texts) / 1e6
     print(
-        f"model {model} (order {card.order}, lang {card.lang}); {len(texts)} docs, {mbytes:.2f} MB; "
+        f"model {model} (order {card.order}, lang {card.lang}, segmentation "
+        f"{card.segmentation}); {len(texts)} docs, {mbytes:.2f} MB; "
         f"batches of {args.batch}; best of {args.repeat}"
     )
 
-    scorer = PerplexityScorer(model, tokenizer)
     # Baseline input: every non-empty normalized line, tokenized and rendered in advance.
     lines, _ = normalize_documents(texts)
     sentences, num_tokens = TokenRenderer(tokenizer).render([x for x in lines if x])
@@ -120,7 +123,7 @@ def main() -> int:
     normed = [[x for x in normalize_documents(c)[0] if x] for c in chunks]
     renderer = TokenRenderer(tokenizer)
     rendered = [renderer.render(ls)[0] for ls in normed]
-    # what the renderer calls: the project tokenizer's flat (values, offsets) encoder
+    # what the renderer calls: the encoder's flat (values, offsets) method
     encode = getattr(tokenizer, "encode_batch_flat", tokenizer.encode_batch)
     t = best_times(
         {
@@ -155,7 +158,7 @@ def main() -> int:
     print("where the op's time goes (each stage timed alone):")
     stages = [
         ("normalize (CCNet, batched)", t["normalize"]),
-        (f"tokenize ({encode.__name__})", t["tokenize"]),
+        (f"tokenize ({type(tokenizer).__name__}.{encode.__name__})", t["tokenize"]),
         ("tokenize + render ids to strings", t["render"]),
         ("kenlm score per line", t["score"]),
         ("scorer.score_documents (all of the above)", t["documents"]),

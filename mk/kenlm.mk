@@ -55,13 +55,26 @@ $(KENLM_STAMP): | $(VENV_STAMP)
 # Reference models: zh on the news half of the demo corpus, en on the stdlib docs. A
 # deterministic id-hash split holds out 10% of the documents for evaluation (its perplexity
 # quantiles go into the card). Retrained when the corpus or the tokenizer is rebuilt (their
-# stamps come from mk/demo_data.mk and mk/tokenizer.mk).
+# stamps come from mk/demo_data.mk and mk/tokenizer.mk) or when the training arguments change:
+# $(DEMO_LM_ARGS_STAMP) holds them and is rewritten only when they differ, so an unchanged
+# setup stays a no-op while e.g. `make demo-lm DEMO_LM_SEGMENTATION=tokenizer` retrains.
 DEMO_LM_ZH := models/zh_news.bin
 DEMO_LM_EN := models/en_docs.bin
-DEMO_LM_DEPS := data/demo/.done tokenizers/demo/.trained | $(KENLM_STAMP) $(VENV_STAMP)
-DEMO_LM_ARGS := --tokenizer tokenizers/demo --order 5 --prune 0 0 1 --holdout-percent 10 --memory 1G
+DEMO_LM_SEGMENTATION ?= sentencepiece
+DEMO_LM_ARGS := --tokenizer tokenizers/demo --segmentation $(DEMO_LM_SEGMENTATION) --order 5 \
+	--prune 0 0 1 --holdout-percent 10 --memory 1G
+DEMO_LM_ARGS_STAMP := models/.demo-lm-args
+DEMO_LM_DEPS := data/demo/.done tokenizers/demo/.trained $(DEMO_LM_ARGS_STAMP) \
+	| $(KENLM_STAMP) $(VENV_STAMP)
 
 demo-lm: $(DEMO_LM_ZH) $(DEMO_LM_EN)
+
+$(DEMO_LM_ARGS_STAMP): FORCE_DEMO_LM_ARGS
+	@mkdir -p $(@D)
+	@echo '$(DEMO_LM_ARGS)' | cmp -s - $@ || echo '$(DEMO_LM_ARGS)' > $@
+
+.PHONY: FORCE_DEMO_LM_ARGS
+FORCE_DEMO_LM_ARGS:
 
 $(DEMO_LM_ZH): $(DEMO_LM_DEPS)
 	$(PY) -m dataforge.lm.cli train --input 'data/demo/news_zh/*.jsonl.zst' --lang zh \

@@ -1,7 +1,7 @@
 """The JSON model card written beside every KenLM model (``<model>.json``).
 
-The card makes a model checkable without loading it: which normalization and which
-tokenizer (by fingerprint) produced its training text, the n-gram order and pruning,
+The card makes a model checkable without loading it: which normalization, which
+tokenizer (by fingerprint) and which segmentation produced its training text, the n-gram order and pruning,
 exactly which data it saw (sha256 of the tokenized training text), and tool versions.
 """
 
@@ -39,6 +39,9 @@ class ModelCard:
         holdout_documents: documents held out.
         model_sha256: sha256 of the binary model file.
         versions: tool versions (kenlm, dataforge, python).
+        segmentation: how lines became tokens (:data:`dataforge.lm.tokens.SEGMENTATIONS`):
+            ``sentencepiece`` (``spm.model`` alone) or ``tokenizer`` (the project tokenizer,
+            jieba + BPE). Cards written before the field existed used ``tokenizer``.
         extra: free-form results (e.g. held-out perplexity quantiles).
     """
 
@@ -58,6 +61,7 @@ class ModelCard:
     holdout_documents: int
     model_sha256: str
     versions: dict[str, str]
+    segmentation: str = "tokenizer"
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:

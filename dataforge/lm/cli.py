@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dataforge.lm.tokens import DEFAULT_SEGMENTATION, SEGMENTATIONS
+
 __all__ = ["add_subcommand", "main"]
 
 
@@ -19,8 +21,8 @@ def add_subcommand(subparsers: argparse._SubParsersAction) -> None:
     train = lm_sub.add_parser(
         "train",
         help="train a KenLM model on normalized, tokenized text",
-        description="CCNet normalization -> project tokenizer -> lmplz -> build_binary, "
-        "plus a JSON model card at OUT.json.",
+        description="CCNet normalization -> tokenization (--segmentation) -> lmplz -> "
+        "build_binary, plus a JSON model card at OUT.json.",
     )
     train.add_argument(
         "--input",
@@ -31,6 +33,14 @@ def add_subcommand(subparsers: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--lang", required=True, help="language code recorded in the card")
     train.add_argument("--tokenizer", required=True, metavar="PATH", help="tokenizer directory")
+    train.add_argument(
+        "--segmentation",
+        choices=SEGMENTATIONS,
+        default=DEFAULT_SEGMENTATION,
+        help="sentencepiece: the tokenizer's spm.model alone, no word segmentation (CCNet, "
+        "fast to score); tokenizer: the full project tokenizer, jieba + BPE "
+        f"(default {DEFAULT_SEGMENTATION}; recorded in the card, scoring follows it)",
+    )
     train.add_argument("--order", type=int, default=5, help="n-gram order (default 5)")
     train.add_argument(
         "--out", required=True, metavar="MODEL", help="binary model path, e.g. models/zh.bin"
@@ -73,6 +83,7 @@ def _train(args: argparse.Namespace) -> int:
             args.out,
             lang=args.lang,
             tokenizer=args.tokenizer,
+            segmentation=args.segmentation,
             order=args.order,
             prune=args.prune,
             memory=args.memory,
@@ -91,7 +102,8 @@ def _train(args: argparse.Namespace) -> int:
         return 1
     heldout = card.extra.get("heldout_ppl")
     print(
-        f"wrote {args.out} (+ {args.out}.json): order {card.order}, {card.documents} docs, "
+        f"wrote {args.out} (+ {args.out}.json): order {card.order}, "
+        f"{card.segmentation} segmentation, {card.documents} docs, "
         f"{card.lines} lines, {card.tokens} tokens"
         + (
             f"; held-out ppl median {heldout['p50']} over {heldout['documents']} docs"

@@ -11,10 +11,11 @@ CCNet normalizes each line before sentencepiece and KenLM, in this order:
 
 Steps 3 to 6 are per-character maps whose outputs are never inputs of a later step, so we
 fold them into one code point lookup table (a digit wins over the punctuation map, as in
-CCNet where ``１`` becomes ``0`` before punctuation is mapped). The batch is processed as
-one ``"\\n"``-joined string: ``lower`` and NFD run once per batch in C, then the strip
-and the table run in numpy over its UTF-32 code points; no Python loop per line or per
-character. Like CCNet, the NFD output is not recomposed (Hangul syllables stay decomposed
+CCNet where ``１`` becomes ``0`` before punctuation is mapped); the three marks that
+become several characters (``—`` -> `` - ``) pass the table unchanged and are replaced in
+the decoded string. The batch is processed as one ``"\\n"``-joined string: ``lower``
+and NFD run once per batch in C, then the strip and the table run in numpy over its UTF-32
+code points; no Python loop per line or per character. Like CCNet, the NFD output is not recomposed (Hangul syllables stay decomposed
 into jamo).
 """
 
@@ -77,16 +78,15 @@ UNICODE_PUNCT: dict[str, str] = {
 
 _NON_PRINTING = [*range(0, 32), *range(127, 160)]
 _NEWLINE = ord("\n")
-_EXPANSIONS = {
-    ord(k): np.array([ord(c) for c in v], np.uint32) for k, v in UNICODE_PUNCT.items() if len(v) > 1
-}
+_EXPANSIONS = {k: v for k, v in UNICODE_PUNCT.items() if len(v) > 1}
+"""Marks that become several characters ("—" -> " - "), replaced after the table."""
 
 
 @functools.cache  # ~0.5 s to scan all code points: paid on first use, not on import
 def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Code point lookup tables: ``first`` (first output code point), ``length`` (0 removes,
-    >1 expands, see ``_EXPANSIONS``) and ``space`` (``str.isspace``, which ``str.strip``
-    uses)."""
+    """Code point lookup tables: ``first`` (the output code point), ``length`` (0 removes
+    the code point, else 1) and ``space`` (``str.isspace``, which ``str.strip`` uses). The
+    few marks that become several characters (``_EXPANSIONS``) map to themselves here."""
     size = sys.maxunicode + 1
     first = np.arange(size, dtype=np.uint32)
     length = np.ones(size, np.uint8)
@@ -98,9 +98,8 @@ def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             length[cp] = 0
         elif category == "Nd":  # what Python's re ``\d`` matches in CCNet's DIGIT_RE
             first[cp] = ord("0")
-        elif char in UNICODE_PUNCT:  # "１" is Nd: a digit before it is punctuation
-            mapped = UNICODE_PUNCT[char]
-            first[cp], length[cp] = ord(mapped[0]), len(mapped)
+        elif char in UNICODE_PUNCT and len(UNICODE_PUNCT[char]) == 1:
+            first[cp] = ord(UNICODE_PUNCT[char])  # "１" is Nd: a digit before it is punct
         space[cp] = char.isspace()
     length[_NON_PRINTING] = 0
     length[_NEWLINE] = 1  # the line separator of the joined batch; never inside a line
@@ -158,28 +157,32 @@ def _normalize_joined(joined: str) -> str:
     text = unicodedata.normalize("NFD", joined.lower())
     cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
     keep = _inside_lines(cps, space)
-    out_len = np.where(keep, length[cps], 0).astype(np.int64)
-    if out_len.max(initial=0) <= 1:
-        out = first[cps[out_len == 1]]
-    else:  # a few punctuation marks become several characters ("—" -> " - ")
-        src = cps[np.repeat(np.arange(len(cps)), out_len)]
-        out = first[src]
-        offset = np.arange(len(src)) - np.repeat(np.cumsum(out_len) - out_len, out_len)
-        for cp, mapped in _EXPANSIONS.items():
-            at = src == cp
-            out[at] = mapped[offset[at]]
-    return out.astype(np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
+    out = first[cps[keep & (length[cps] == 1)]]
+    text = out.tobytes().decode("utf-32-le", "surrogatepass")
+    # Every other output code point is ASCII or the input's own, so an expansion mark in
+    # the output can only stand for itself; str.replace beats a numpy expansion by far.
+    for mark, mapped in _EXPANSIONS.items():
+        if mark in text:
+            text = text.replace(mark, mapped)
+    return text
 
 
 def _inside_lines(cps: np.ndarray, space: np.ndarray) -> np.ndarray:
     """Mask of code points that survive ``str.strip`` of their line (newlines kept)."""
     n = len(cps)
-    idx = np.arange(n)
-    newline = cps == _NEWLINE
-    content = ~space[cps]
-    # last content / newline at or before i; first content / newline at or after i
-    last_content = np.maximum.accumulate(np.where(content, idx, -1))
-    last_newline = np.maximum.accumulate(np.where(newline, idx, -1))
-    next_content = np.minimum.accumulate(np.where(content, idx, n)[::-1])[::-1]
-    next_newline = np.minimum.accumulate(np.where(newline, idx, n)[::-1])[::-1]
-    return newline | content | ((last_content > last_newline) & (next_content < next_newline))
+    newline = np.flatnonzero(cps == _NEWLINE)
+    line_start = np.concatenate([[0], newline + 1])
+    line_end = np.concatenate([newline, [n]])  # exclusive
+    content = np.flatnonzero(~space[cps])  # newlines are whitespace: never content
+    # First and last content code point of each line; lines without content keep nothing.
+    lo = np.searchsorted(content, line_start)
+    hi = np.searchsorted(content, line_end) - 1
+    has = lo <= hi
+    first_kept = content[lo[has]]
+    last_kept = content[hi[has]]
+    delta = np.zeros(n + 1, np.int32)  # +1 where a kept span starts, -1 just past its end
+    delta[first_kept] += 1  # (spans are disjoint, so no index repeats within one array)
+    delta[last_kept + 1] -= 1
+    keep = np.cumsum(delta[:n]) > 0
+    keep[newline] = True
+    return keep

@@ -1,7 +1,8 @@
 """Document perplexity under a KenLM model, CCNet-style, over a batch of documents.
 
 A document is split on ``"\\n"``; every line is normalized (:mod:`dataforge.lm.normalize`)
-and tokenized; KenLM scores each line as a sentence (with ``<s>`` and ``</s>``), and
+and tokenized (as the model card's segmentation says, :mod:`dataforge.lm.tokens`); KenLM
+scores each line as a sentence (with ``<s>`` and ``</s>``), and
 
     ppl(doc) = 10 ** (-sum(log10 p(line)) / sum(tokens(line) + 1))
 
@@ -18,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from dataforge.lm.card import read_card
 from dataforge.lm.normalize import normalize_documents
-from dataforge.lm.tokens import PieceTokenizer, TokenRenderer
+from dataforge.lm.tokens import PieceTokenizer, TokenRenderer, load_encoder
 
 __all__ = ["DocumentScores", "PerplexityScorer", "perplexity"]
 
@@ -54,7 +56,9 @@ class PerplexityScorer:
 
     Args:
         model_path: KenLM binary (or ARPA) file.
-        tokenizer: the tokenizer whose ids the model was trained on.
+        tokenizer: the encoder whose ids the model was trained on (for a model card's
+            segmentation, :func:`dataforge.lm.tokens.load_encoder` gives it; or use
+            :meth:`for_model`).
     """
 
     def __init__(self, model_path: str | Path, tokenizer: PieceTokenizer) -> None:
@@ -67,6 +71,31 @@ class PerplexityScorer:
         self.model = kenlm.Model(str(path))
         self.renderer = TokenRenderer(tokenizer)
 
+    @classmethod
+    def for_model(
+        cls, model_path: str | Path, tokenizer: str | Path | PieceTokenizer | None = None
+    ) -> PerplexityScorer:
+        """A scorer that tokenizes as the model's card says (segmentation, tokenizer dir).
+
+        Args:
+            model_path: KenLM model with its card beside it.
+            tokenizer: tokenizer directory (or loaded tokenizer) to use instead of the one
+                the card names; it must have the card's fingerprint.
+
+        Raises:
+            FileNotFoundError, ValueError: missing model, card or tokenizer files; a
+                tokenizer that is not the one the model was trained with.
+        """
+        card = read_card(model_path)
+        if tokenizer is None:
+            tokenizer = Path(model_path).parent / card.tokenizer_path
+        encoder = load_encoder(tokenizer, card.segmentation)
+        if encoder.fingerprint != card.tokenizer_fingerprint:
+            raise ValueError(
+                f"{model_path}: tokenizer {tokenizer} is not the one the model was trained with"
+            )
+        return cls(model_path, encoder)
+
     def score_documents(self, texts: Sequence[str]) -> DocumentScores:
         """Score whole documents (see the module docstring for the formula)."""
         lines, counts = normalize_documents(texts)
@@ -74,8 +103,7 @@ class PerplexityScorer:
         non_empty = np.fromiter(map(bool, lines), bool, count=len(lines))
         kept = [line for line in lines if line]
         sentences, num_tokens = self.renderer.render(kept)
-        score = self.model.score
-        line_log10 = np.fromiter((score(s) for s in sentences), np.float64, count=len(sentences))
+        line_log10 = self.score_sentences(sentences)
         owners = doc_of_line[non_empty]
         log10_prob = np.bincount(owners, weights=line_log10, minlength=len(texts))
         length = np.bincount(owners, weights=num_tokens + 1, minlength=len(texts)).astype(np.int64)
@@ -83,5 +111,4 @@ class PerplexityScorer:
 
     def score_sentences(self, sentences: Sequence[str]) -> np.ndarray:
         """log10 probability of pre-tokenized sentences (bos and eos included)."""
-        score = self.model.score
-        return np.fromiter((score(s) for s in sentences), np.float64, count=len(sentences))
+        return np.fromiter(map(self.model.score, sentences), np.float64, count=len(sentences))

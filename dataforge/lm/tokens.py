@@ -1,12 +1,22 @@
-"""Tokenizing normalized lines into the space-separated pieces KenLM reads.
+"""Tokenizing normalized lines into the space-separated tokens KenLM reads.
 
-KenLM models see each token id rendered as a decimal string (``"17 4 2093"``): ids are
-what the project tokenizer returns, they never contain whitespace, and rendering them is a
-table lookup done in Arrow over the whole batch (no per-token Python).
+Two segmentations, recorded in the model card (``segmentation``) and used identically at
+training and scoring time:
+
+``sentencepiece`` (default, CCNet's): the tokenizer directory's ``spm.model`` encodes each
+    normalized line as it is, with no word segmentation and no boundary markers. About
+    three times cheaper than the full tokenizer, whose jieba pass dominates scoring.
+``tokenizer``: the project tokenizer (:class:`dataforge.tokenization.Tokenizer`: jieba
+    word boundaries + the same BPE), i.e. the ids a trained model will see.
+
+Either way KenLM sees each token id rendered as a decimal string (``"17 4 2093"``): ids
+never contain whitespace, and rendering them is a table lookup done in Arrow over the
+whole batch (no per-token Python).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +26,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["PieceTokenizer", "TokenRenderer", "load_tokenizer"]
+__all__ = [
+    "DEFAULT_SEGMENTATION",
+    "SEGMENTATIONS",
+    "PieceTokenizer",
+    "SentencePieceEncoder",
+    "TokenRenderer",
+    "load_encoder",
+    "load_tokenizer",
+]
+
+SEGMENTATIONS = ("sentencepiece", "tokenizer")
+"""Valid ``segmentation`` values of model cards, ``dataforge lm train`` and the op."""
+DEFAULT_SEGMENTATION = "sentencepiece"
 
 
 @runtime_checkable
@@ -38,6 +60,68 @@ def load_tokenizer(path: str | Path) -> PieceTokenizer:
     from dataforge.tokenization import Tokenizer  # deferred: loads sentencepiece/jieba
 
     return Tokenizer.load(path)
+
+
+class SentencePieceEncoder:
+    """The ``sentencepiece`` segmentation: a tokenizer directory's ``spm.model`` alone.
+
+    Args:
+        path: tokenizer directory holding ``spm.model``.
+
+    Raises:
+        FileNotFoundError: no ``spm.model`` in ``path``.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        import sentencepiece as spm  # deferred: only actors that score need it
+
+        self.path = Path(path)
+        model = self.path / "spm.model"
+        if not model.is_file():
+            raise FileNotFoundError(f"tokenizer directory {str(self.path)!r} has no spm.model")
+        model_bytes = model.read_bytes()
+        self._sp = spm.SentencePieceProcessor(model_proto=model_bytes)
+        self.vocab_size: int = self._sp.get_piece_size()
+        self.fingerprint: str = hashlib.sha256(model_bytes).hexdigest()
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self._sp.encode(list(texts))
+
+    def encode_batch_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Ids of all texts as one int32 array plus ``len(texts) + 1`` int64 offsets."""
+        arrays = self._sp.encode(list(texts), out_type="numpy")
+        lengths = np.fromiter(map(len, arrays), np.int64, count=len(arrays))
+        offsets = np.zeros(len(arrays) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.concatenate(arrays) if arrays else np.zeros(0, np.int32)
+        return values.astype(np.int32, copy=False), offsets
+
+
+def load_encoder(
+    tokenizer: str | Path | PieceTokenizer, segmentation: str = DEFAULT_SEGMENTATION
+) -> PieceTokenizer:
+    """The encoder of a segmentation over a tokenizer directory (or a loaded tokenizer).
+
+    A loaded tokenizer is used as is for ``tokenizer``; for ``sentencepiece`` its ``path``
+    attribute names the directory whose ``spm.model`` is loaded.
+
+    Raises:
+        ValueError: unknown segmentation, or a loaded tokenizer without ``path``.
+        FileNotFoundError: the directory lacks the files the segmentation needs.
+    """
+    if segmentation not in SEGMENTATIONS:
+        raise ValueError(f"segmentation {segmentation!r}; valid: {', '.join(SEGMENTATIONS)}")
+    if segmentation == "tokenizer":
+        return load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
+    if isinstance(tokenizer, SentencePieceEncoder):
+        return tokenizer
+    path = tokenizer if isinstance(tokenizer, (str, Path)) else getattr(tokenizer, "path", None)
+    if path is None:
+        raise ValueError(
+            "segmentation 'sentencepiece' needs the tokenizer directory: give a path, "
+            f"or a tokenizer with a .path attribute (got {type(tokenizer).__name__})"
+        )
+    return SentencePieceEncoder(path)
 
 
 class TokenRenderer:
@@ -64,17 +148,22 @@ class TokenRenderer:
                 f"tokenizer returned ids outside [0, {len(self._id_strings)}): "
                 f"min {flat.min()}, max {flat.max()}"
             )
+        return self._spell(flat, offsets), num_tokens
+
+    def _spell(self, flat: np.ndarray, offsets: np.ndarray) -> list[str]:
+        """Each line's ids looked up in the id -> decimal string table and space-joined,
+        all in Arrow (measured ~3x faster than the same gather in numpy)."""
         pieces = pa.ListArray.from_arrays(
             pa.array(offsets.astype(np.int32)), self._id_strings.take(pa.array(flat))
         )
-        return pc.binary_join(pieces, " ").to_pylist(), num_tokens
+        return pc.binary_join(pieces, " ").to_pylist()
 
     def _encode_flat(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Ids of all lines as one array plus ``len(lines) + 1`` offsets."""
         encode_flat = getattr(self.tokenizer, "encode_batch_flat", None)
         if encode_flat is not None:  # the project tokenizer's Arrow-layout fast path
             values, offsets = encode_flat(lines)
-            return np.asarray(values, np.int64), np.asarray(offsets, np.int64)
+            return np.asarray(values), np.asarray(offsets, np.int64)
         ids = self.tokenizer.encode_batch(lines)
         lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
         offsets = np.zeros(len(ids) + 1, np.int64)

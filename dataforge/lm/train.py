@@ -1,5 +1,8 @@
 """Training a KenLM model: normalize, tokenize, ``lmplz``, ``build_binary``, model card.
 
+Lines are tokenized by the chosen segmentation (:mod:`dataforge.lm.tokens`), which the
+card records so that scoring tokenizes the same way.
+
 ``lmplz`` and ``build_binary`` are built from the kenlm source distribution by
 ``make kenlm`` into ``build/kenlm/bin/`` (see ``mk/kenlm.mk``).
 """
@@ -24,7 +27,7 @@ from dataforge.lm.card import ModelCard, write_card
 from dataforge.lm.corpus import corpus_files, id_hash_percent, read_documents
 from dataforge.lm.normalize import NORMALIZATION, normalize_documents
 from dataforge.lm.score import PerplexityScorer
-from dataforge.lm.tokens import PieceTokenizer, TokenRenderer
+from dataforge.lm.tokens import DEFAULT_SEGMENTATION, PieceTokenizer, TokenRenderer
 
 __all__ = ["MAX_ORDER", "find_kenlm_tool", "train_lm"]
 
@@ -140,6 +143,7 @@ def train_lm(
     *,
     lang: str,
     tokenizer: str | Path | PieceTokenizer,
+    segmentation: str = DEFAULT_SEGMENTATION,
     order: int = 5,
     prune: Sequence[int] = (),
     memory: str = "1G",
@@ -157,6 +161,9 @@ def train_lm(
         out: binary model path; the card goes to ``<out>.json``.
         lang: language code recorded in the card.
         tokenizer: project tokenizer directory, or a loaded tokenizer (with ``.path``).
+        segmentation: ``sentencepiece`` (its ``spm.model`` alone, CCNet's way, fast) or
+            ``tokenizer`` (the full project tokenizer: jieba + BPE); see
+            :mod:`dataforge.lm.tokens`.
         order: n-gram order.
         prune: lmplz ``--prune`` count thresholds per order (first must be 0).
         memory: lmplz ``-S`` bound (``1G``, ``20%``); keeps a shared machine usable.
@@ -174,6 +181,10 @@ def train_lm(
     """
     patterns = [inputs] if isinstance(inputs, str) else list(inputs)
     _check_args(order, prune, memory, holdout_percent)
+    if segmentation not in lm_tokens.SEGMENTATIONS:
+        raise ValueError(
+            f"segmentation {segmentation!r}; valid: {', '.join(lm_tokens.SEGMENTATIONS)}"
+        )
     if binary_type not in ("probing", "trie"):
         raise ValueError(f"binary_type {binary_type!r}; valid: probing, trie")
     lmplz, build_binary = (
@@ -181,7 +192,7 @@ def train_lm(
         find_kenlm_tool("build_binary", kenlm_bin),
     )
     files = [f for p in patterns for f in corpus_files(p)]
-    tok = lm_tokens.load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
+    tok = lm_tokens.load_encoder(tokenizer, segmentation)
     tok_dir = (
         str(tokenizer) if isinstance(tokenizer, (str, Path)) else str(getattr(tok, "path", ""))
     )
@@ -238,6 +249,7 @@ def train_lm(
         else "",
         tokenizer_fingerprint=tok.fingerprint,
         token_rendering="ids",
+        segmentation=segmentation,
         inputs=tuple(files),
         training_sha256=str(stats["sha256"]),
         documents=int(stats["documents"]),

@@ -1,8 +1,9 @@
 """``perplexity_filter``: CCNet-style KenLM perplexity per document, routed by language.
 
 Each record is scored by the model of its ``lang`` (see :mod:`dataforge.lm.score` for the
-formula); the result goes to ``meta.ppl`` (rounded to 0.1 as CCNet does) and, where the
-language has bucket cutoffs, ``meta.ppl_bucket`` (``head``/``middle``/``tail``). Records
+formula), tokenized as that model's card says (``segmentation``: ``sentencepiece`` or
+``tokenizer``, see :mod:`dataforge.lm.tokens`); the result goes to ``meta.ppl`` (rounded
+to 0.1 as CCNet does) and, where the language has bucket cutoffs, ``meta.ppl_bucket`` (``head``/``middle``/``tail``). Records
 are dropped with reason ``perplexity`` outside ``[min_ppl, max_ppl]`` or outside
 ``keep_buckets``, and with ``perplexity:empty`` when no line has text after normalization.
 
@@ -27,6 +28,7 @@ import pyarrow as pa
 from dataforge.lm.card import ModelCard, card_path, read_card
 from dataforge.lm.cutoffs import BUCKETS, assign_buckets, estimate_cutoffs
 from dataforge.lm.normalize import NORMALIZATION
+from dataforge.lm.tokens import SEGMENTATIONS
 from dataforge.ops.base import Filter, set_drop_reasons
 from dataforge.records import live_mask
 
@@ -62,6 +64,9 @@ class PerplexityFilter(Filter):
         """Language -> KenLM model trained by ``dataforge lm train`` (card beside it)."""
         tokenizer: str | None = None
         """Tokenizer dir for all models; None: each model's card names its own."""
+        segmentation: str | None = None
+        """Require every model to be trained with this segmentation (``sentencepiece`` or
+        ``tokenizer``); None: any. Records are always tokenized as each model's card says."""
         max_ppl: dict[str, float] = dataclasses.field(default_factory=dict)
         """Language -> drop records with a higher perplexity."""
         min_ppl: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -82,6 +87,10 @@ class PerplexityFilter(Filter):
         def __post_init__(self) -> None:
             if not self.models:
                 raise ValueError("models: give at least one language -> model path")
+            if self.segmentation is not None and self.segmentation not in SEGMENTATIONS:
+                raise ValueError(
+                    f"segmentation {self.segmentation!r}; valid: {', '.join(SEGMENTATIONS)}"
+                )
             for key in ("max_ppl", "min_ppl", "bucket_cutoffs", "bucket_sample"):
                 extra = sorted(set(getattr(self, key)) - set(self.models))
                 if extra:
@@ -180,8 +189,11 @@ class PerplexityFilter(Filter):
             problems.append(
                 f"{where}: trained with normalization {card.normalization!r}, code has {NORMALIZATION!r}"
             )
+        problems += self._segmentation_problems(card, where)
         tok_dir = self._tokenizer_dir(model, card)
         spm = tok_dir / "spm.model"
+        if card.segmentation == "tokenizer" and not (tok_dir / "tokenizer.json").is_file():
+            problems.append(f"{where}: tokenizer {tok_dir} has no tokenizer.json")
         if not spm.is_file():
             problems.append(f"{where}: tokenizer {tok_dir} has no spm.model")
         elif _sha256_file(spm) != card.tokenizer_fingerprint:
@@ -191,20 +203,38 @@ class PerplexityFilter(Filter):
             )
         return problems
 
+    def _segmentation_problems(self, card: ModelCard, where: str) -> list[str]:
+        if card.segmentation not in SEGMENTATIONS:
+            return [
+                f"{where}: trained with segmentation {card.segmentation!r}, which this code "
+                f"cannot score (valid: {', '.join(SEGMENTATIONS)})"
+            ]
+        wanted = self.config.segmentation
+        if wanted is not None and card.segmentation != wanted:
+            return [
+                f"{where}: segmentation mismatch: the model was trained with "
+                f"{card.segmentation!r}, the config requires {wanted!r} (retrain it with "
+                f"`dataforge lm train --segmentation {wanted}` or change segmentation)"
+            ]
+        return []
+
     # -- run -------------------------------------------------------------------------------
     def setup(self) -> None:
         from dataforge.lm import tokens as lm_tokens  # module attribute: tests substitute it
         from dataforge.lm.score import PerplexityScorer
 
-        tokenizers: dict[Path, Any] = {}
+        encoders: dict[tuple[Path, str], Any] = {}
         self.scorers: dict[str, PerplexityScorer] = {}
         for lang, model_str in sorted(self.config.models.items()):
             model = self._resolve(model_str)
             card = read_card(model)
-            tok_dir = self._tokenizer_dir(model, card).resolve()
-            if tok_dir not in tokenizers:
-                tokenizers[tok_dir] = lm_tokens.load_tokenizer(tok_dir)
-            tokenizer = tokenizers[tok_dir]
+            problems = self._segmentation_problems(card, f"models.{lang} {model}")
+            if problems:
+                raise ValueError(problems[0])
+            key = (self._tokenizer_dir(model, card).resolve(), card.segmentation)
+            if key not in encoders:
+                encoders[key] = lm_tokens.load_encoder(*key)
+            tokenizer, tok_dir = encoders[key], key[0]
             if tokenizer.fingerprint != card.tokenizer_fingerprint:
                 raise ValueError(
                     f"models.{lang} {model}: tokenizer {tok_dir} is not the one the model was trained with"

@@ -36,6 +36,7 @@ def init_ray(config: PipelineConfig, address: str | None) -> str:
         # Without a terminal Ray Data logs a progress table every few seconds; keep the
         # log readable (our own per-task lines remain).
         logging.getLogger("ray.data").setLevel(logging.WARNING)
+        ray.data.DataContext.get_current().enable_progress_bars = False
     if ray.is_initialized():
         return "already initialized Ray"
     address = address or config.ray.address or os.environ.get("RAY_ADDRESS")

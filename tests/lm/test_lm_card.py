@@ -28,6 +28,7 @@ def make_card(**changes) -> ModelCard:
         holdout_documents=317,
         model_sha256="ef" * 32,
         versions={"kenlm": "0.3.0", "python": "3.11.9"},
+        segmentation="sentencepiece",
         extra={"heldout_ppl": {"documents": 317, "p50": 120.5}},
     )
     fields.update(changes)
@@ -63,3 +64,10 @@ def test_rejects_other_formats_and_fields(tmp_path: Path) -> None:
 def test_read_card_missing(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="dataforge lm train"):
         read_card(tmp_path / "none.bin")
+
+
+def test_cards_without_segmentation_were_trained_with_the_tokenizer() -> None:
+    plain = json.loads(make_card().to_json())
+    assert plain["segmentation"] == "sentencepiece"
+    del plain["segmentation"]  # cards written before the field existed
+    assert ModelCard.from_json(json.dumps(plain)).segmentation == "tokenizer"

@@ -39,6 +39,9 @@ def test_subcommand_registers_train() -> None:
         ]
     )
     assert (args.order, args.prune, args.memory, args.holdout_percent) == (5, [0, 0, 1], "1G", 5.0)
+    assert args.segmentation == "sentencepiece"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["lm", "train", "--segmentation", "chars"])
     assert args.func is cli._train
 
 

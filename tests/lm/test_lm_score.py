@@ -18,6 +18,7 @@ from dataforge.lm.tokens import TokenRenderer
 from dataforge.lm.train import train_lm
 
 DEMO_NEWS = Path(__file__).resolve().parents[2] / "data" / "demo" / "news_zh"
+DEMO_TOKENIZER = Path(__file__).resolve().parents[2] / "tokenizers" / "demo"
 DEMO_HOLDOUT = 10.0
 
 
@@ -129,11 +130,14 @@ def demo_news(tmp_path_factory: pytest.TempPathFactory, tokenizer: SpmTokenizer,
             f"demo corpus not built ({DEMO_NEWS.parent}/.done missing): run `make demo-data`"
         )
     model = tmp_path_factory.mktemp("demo_lm") / "zh_news.bin"
+    # The default segmentation (sentencepiece) needs only spm.model: the demo tokenizer's
+    # when built (what `make demo-lm` trains with), else the fixture one.
+    demo_spm = DEMO_TOKENIZER if (DEMO_TOKENIZER / "spm.model").is_file() else tokenizer
     train_lm(
         str(DEMO_NEWS / "*.jsonl.zst"),
         model,
         lang="zh",
-        tokenizer=tokenizer,
+        tokenizer=demo_spm,
         order=5,
         memory="256M",
         holdout_percent=DEMO_HOLDOUT,
@@ -147,18 +151,17 @@ def demo_news(tmp_path_factory: pytest.TempPathFactory, tokenizer: SpmTokenizer,
     return model, held
 
 
-def test_perplexity_separates_heldout_news_from_corrupted_text(
-    demo_news, tokenizer: SpmTokenizer
-) -> None:
+def test_perplexity_separates_heldout_news_from_corrupted_text(demo_news) -> None:
     model, real = demo_news
     shuffled, noise = corrupted_versions(real, real)
-    scorer = PerplexityScorer(model, tokenizer)
+    scorer = PerplexityScorer.for_model(model)
     ppl_real, ppl_shuffled, ppl_noise = (
         scorer.score_documents(x).ppl for x in (real, shuffled, noise)
     )
     auc_shuffled, auc_noise = roc_auc(ppl_real, ppl_shuffled), roc_auc(ppl_real, ppl_noise)
     print(
-        f"\nheld-out news docs {len(real)}: ROC AUC shuffled words {auc_shuffled:.4f}, "
+        f"\n{read_card(model).segmentation} segmentation, vocab {scorer.renderer.tokenizer.vocab_size}; "
+        f"held-out news docs {len(real)}: ROC AUC shuffled words {auc_shuffled:.4f}, "
         f"random characters {auc_noise:.4f}; median ppl real {np.median(ppl_real):.0f}, "
         f"shuffled {np.median(ppl_shuffled):.0f}, random {np.median(ppl_noise):.0f}"
     )
