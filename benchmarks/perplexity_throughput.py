@@ -31,7 +31,6 @@ from dataforge.lm.card import read_card  # noqa: E402
 from dataforge.lm.corpus import read_documents  # noqa: E402
 from dataforge.lm.normalize import normalize_documents  # noqa: E402
 from dataforge.lm.score import PerplexityScorer  # noqa: E402
-from dataforge.lm.tokens import TokenRenderer  # noqa: E402
 from dataforge.ops.base import OpContext  # noqa: E402
 from dataforge.ops.perplexity import PerplexityFilter  # noqa: E402
 from dataforge.records import BASE_SCHEMA  # noqa: E402
@@ -92,7 +91,7 @@ def main() -> int:
     model = Path(args.model)
     card = read_card(model)
     scorer = PerplexityScorer.for_model(model)
-    tokenizer = scorer.renderer.tokenizer  # the encoder of the card's segmentation
+    renderer = scorer.renderer  # tokenizes and renders as the card's segmentation says
     texts = load_texts(args.input, args.docs)
     mbytes = sum(len(t.encode()) for t in texts) / 1e6
     print(
@@ -103,7 +102,7 @@ def main() -> int:
 
     # Baseline input: every non-empty normalized line, tokenized and rendered in advance.
     lines, _ = normalize_documents(texts)
-    sentences, num_tokens = TokenRenderer(tokenizer).render([x for x in lines if x])
+    sentences, num_tokens = renderer.render([x for x in lines if x])
     score = scorer.model.score
 
     def bare_loop() -> float:
@@ -121,10 +120,13 @@ def main() -> int:
     # Where the op's time goes: the same stages, run one by one over the same batches.
     chunks = [b.column("text").to_pylist() for b in batches]
     normed = [[x for x in normalize_documents(c)[0] if x] for c in chunks]
-    renderer = TokenRenderer(tokenizer)
     rendered = [renderer.render(ls)[0] for ls in normed]
-    # what the renderer calls: the encoder's flat (values, offsets) method
-    encode = getattr(tokenizer, "encode_batch_flat", tokenizer.encode_batch)
+    # what the renderer calls: the encoder's flat (values, offsets) method; the chars
+    # segmentation has no encoder (rendering is all of it)
+    encoder = getattr(renderer, "tokenizer", renderer)
+    encode = getattr(encoder, "encode_batch_flat", None) or getattr(
+        encoder, "encode_batch", renderer.render
+    )
     t = best_times(
         {
             "bare": bare_loop,
@@ -158,7 +160,7 @@ def main() -> int:
     print("where the op's time goes (each stage timed alone):")
     stages = [
         ("normalize (CCNet, batched)", t["normalize"]),
-        (f"tokenize ({type(tokenizer).__name__}.{encode.__name__})", t["tokenize"]),
+        (f"tokenize ({type(encoder).__name__}.{encode.__name__})", t["tokenize"]),
         ("tokenize + render ids to strings", t["render"]),
         ("kenlm score per line", t["score"]),
         ("scorer.score_documents (all of the above)", t["documents"]),

@@ -27,9 +27,10 @@ class ModelCard:
         order: n-gram order.
         prune: lmplz ``--prune`` thresholds per order (empty: no pruning).
         normalization: normalization rules id (:data:`dataforge.lm.normalize.NORMALIZATION`).
-        tokenizer_path: tokenizer directory as given at training time.
-        tokenizer_fingerprint: sha256 of the tokenizer's ``spm.model``.
-        token_rendering: how tokens are spelled in the model's vocabulary (``ids``).
+        tokenizer_path: tokenizer directory, relative to the model's ("" for ``chars``).
+        tokenizer_fingerprint: sha256 of the tokenizer's ``spm.model`` ("" for ``chars``).
+        token_rendering: how tokens are spelled in the model's vocabulary (``ids``, or
+            ``chars`` for the ``chars`` segmentation).
         inputs: training input files.
         training_sha256: sha256 of the exact text fed to lmplz.
         documents: training documents (after the held-out split; empty ones excluded).
@@ -40,8 +41,9 @@ class ModelCard:
         model_sha256: sha256 of the binary model file.
         versions: tool versions (kenlm, dataforge, python).
         segmentation: how lines became tokens (:data:`dataforge.lm.tokens.SEGMENTATIONS`):
-            ``sentencepiece`` (``spm.model`` alone) or ``tokenizer`` (the project tokenizer,
-            jieba + BPE). Cards written before the field existed used ``tokenizer``.
+            ``sentencepiece`` (``spm.model`` alone), ``tokenizer`` (the project tokenizer,
+            jieba + BPE) or ``chars``. Cards written before the field existed used
+            ``tokenizer``.
         extra: free-form results (e.g. held-out perplexity quantiles).
     """
 

@@ -32,13 +32,16 @@ def add_subcommand(subparsers: argparse._SubParsersAction) -> None:
         help="JSON lines (.gz/.zst), parquet or txt files; repeatable",
     )
     train.add_argument("--lang", required=True, help="language code recorded in the card")
-    train.add_argument("--tokenizer", required=True, metavar="PATH", help="tokenizer directory")
+    train.add_argument(
+        "--tokenizer", metavar="PATH", help="tokenizer directory (all segmentations but chars)"
+    )
     train.add_argument(
         "--segmentation",
         choices=SEGMENTATIONS,
         default=DEFAULT_SEGMENTATION,
         help="sentencepiece: the tokenizer's spm.model alone, no word segmentation (CCNet, "
-        "fast to score); tokenizer: the full project tokenizer, jieba + BPE "
+        "fast to score); tokenizer: the full project tokenizer, jieba + BPE; chars: one "
+        "token per character, no tokenizer (CJK; fastest) "
         f"(default {DEFAULT_SEGMENTATION}; recorded in the card, scoring follows it)",
     )
     train.add_argument("--order", type=int, default=5, help="n-gram order (default 5)")

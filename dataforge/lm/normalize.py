@@ -15,8 +15,8 @@ CCNet where ``１`` becomes ``0`` before punctuation is mapped); the three marks
 become several characters (``—`` -> `` - ``) pass the table unchanged and are replaced in
 the decoded string. The batch is processed as one ``"\\n"``-joined string: ``lower``
 and NFD run once per batch in C, then the strip and the table run in numpy over its UTF-32
-code points; no Python loop per line or per character. Like CCNet, the NFD output is not recomposed (Hangul syllables stay decomposed
-into jamo).
+code points; no Python loop per line or per character. Like CCNet, the NFD output is not
+recomposed (Hangul syllables stay decomposed into jamo).
 """
 
 from __future__ import annotations

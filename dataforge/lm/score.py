@@ -21,7 +21,7 @@ import numpy as np
 
 from dataforge.lm.card import read_card
 from dataforge.lm.normalize import normalize_documents
-from dataforge.lm.tokens import PieceTokenizer, TokenRenderer, load_encoder
+from dataforge.lm.tokens import CharRenderer, PieceTokenizer, load_encoder, make_renderer
 
 __all__ = ["DocumentScores", "PerplexityScorer", "perplexity"]
 
@@ -61,7 +61,7 @@ class PerplexityScorer:
             :meth:`for_model`).
     """
 
-    def __init__(self, model_path: str | Path, tokenizer: PieceTokenizer) -> None:
+    def __init__(self, model_path: str | Path, tokenizer: PieceTokenizer | CharRenderer) -> None:
         import kenlm  # deferred: only actors that score need the extension
 
         path = Path(model_path)
@@ -69,7 +69,7 @@ class PerplexityScorer:
             raise FileNotFoundError(f"KenLM model {path} not found")
         # Default load method POPULATE_OR_READ: mmap and pre-fault the pages, as CCNet.
         self.model = kenlm.Model(str(path))
-        self.renderer = TokenRenderer(tokenizer)
+        self.renderer = make_renderer(tokenizer)
 
     @classmethod
     def for_model(
@@ -87,7 +87,7 @@ class PerplexityScorer:
                 tokenizer that is not the one the model was trained with.
         """
         card = read_card(model_path)
-        if tokenizer is None:
+        if tokenizer is None and card.tokenizer_path:
             tokenizer = Path(model_path).parent / card.tokenizer_path
         encoder = load_encoder(tokenizer, card.segmentation)
         if encoder.fingerprint != card.tokenizer_fingerprint:

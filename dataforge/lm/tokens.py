@@ -8,9 +8,12 @@ training and scoring time:
     three times cheaper than the full tokenizer, whose jieba pass dominates scoring.
 ``tokenizer``: the project tokenizer (:class:`dataforge.tokenization.Tokenizer`: jieba
     word boundaries + the same BPE), i.e. the ids a trained model will see.
+``chars``: every character is a token (a space is spelled ``▁``); no tokenizer at all.
+    Meant for CJK text, where a character n-gram model is the usual choice: rendering is
+    a numpy pass, so scoring costs little more than KenLM itself.
 
-Either way KenLM sees each token id rendered as a decimal string (``"17 4 2093"``): ids
-never contain whitespace, and rendering them is a table lookup done in Arrow over the
+With a tokenizer KenLM sees each token id rendered as a decimal string (``"17 4 2093"``):
+ids never contain whitespace, and rendering them is a table lookup done in Arrow over the
 whole batch (no per-token Python).
 """
 
@@ -29,16 +32,19 @@ import pyarrow.compute as pc
 __all__ = [
     "DEFAULT_SEGMENTATION",
     "SEGMENTATIONS",
+    "CharRenderer",
     "PieceTokenizer",
     "SentencePieceEncoder",
     "TokenRenderer",
     "load_encoder",
+    "make_renderer",
     "load_tokenizer",
 ]
 
-SEGMENTATIONS = ("sentencepiece", "tokenizer")
+SEGMENTATIONS = ("sentencepiece", "tokenizer", "chars")
 """Valid ``segmentation`` values of model cards, ``dataforge lm train`` and the op."""
 DEFAULT_SEGMENTATION = "sentencepiece"
+_SPACE, _NEWLINE, _SP_SPACE = ord(" "), ord("\n"), 0x2581
 
 
 @runtime_checkable
@@ -97,13 +103,48 @@ class SentencePieceEncoder:
         return values.astype(np.int32, copy=False), offsets
 
 
+class CharRenderer:
+    """The ``chars`` segmentation: each character of a line is a KenLM token.
+
+    Spaces are spelled ``▁`` (U+2581, as sentencepiece does) so that they stay tokens, and
+    lone surrogates U+FFFD (KenLM reads UTF-8). Has no tokenizer: ``fingerprint`` is empty.
+    """
+
+    vocab_size = 0
+    fingerprint = ""
+    path = None
+
+    def render(self, lines: Sequence[str]) -> tuple[list[str], np.ndarray]:
+        """Like :meth:`TokenRenderer.render`: ``"ab c"`` becomes ``"a b ▁ c"``."""
+        if not lines:
+            return [], np.zeros(0, np.int64)
+        cps = np.frombuffer("\n".join(lines).encode("utf-32-le", "surrogatepass"), np.uint32)
+        n = len(cps)
+        spelled = np.where(cps == _SPACE, _SP_SPACE, cps)
+        spelled[(cps >= 0xD800) & (cps <= 0xDFFF)] = 0xFFFD
+        out = np.empty(2 * n, np.uint32)
+        out[0::2] = spelled
+        out[1::2] = _SPACE
+        # No separator before or after a line break, nor at the end.
+        newline = cps == _NEWLINE
+        after = np.ones(n, bool)
+        after[:-1] = ~(newline[:-1] | newline[1:])
+        after[-1] = False
+        keep = np.ones(2 * n, bool)
+        keep[1::2] = after
+        sentences = out[keep].tobytes().decode("utf-32-le").split("\n")
+        if len(sentences) != len(lines):
+            raise ValueError("CharRenderer.render: a line contains '\\n'")
+        return sentences, np.fromiter(map(len, lines), np.int64, count=len(lines))
+
+
 def load_encoder(
-    tokenizer: str | Path | PieceTokenizer, segmentation: str = DEFAULT_SEGMENTATION
-) -> PieceTokenizer:
+    tokenizer: str | Path | PieceTokenizer | None, segmentation: str = DEFAULT_SEGMENTATION
+) -> PieceTokenizer | CharRenderer:
     """The encoder of a segmentation over a tokenizer directory (or a loaded tokenizer).
 
     A loaded tokenizer is used as is for ``tokenizer``; for ``sentencepiece`` its ``path``
-    attribute names the directory whose ``spm.model`` is loaded.
+    attribute names the directory whose ``spm.model`` is loaded; ``chars`` ignores it.
 
     Raises:
         ValueError: unknown segmentation, or a loaded tokenizer without ``path``.
@@ -111,6 +152,10 @@ def load_encoder(
     """
     if segmentation not in SEGMENTATIONS:
         raise ValueError(f"segmentation {segmentation!r}; valid: {', '.join(SEGMENTATIONS)}")
+    if segmentation == "chars":
+        return CharRenderer()
+    if tokenizer is None:
+        raise ValueError(f"segmentation {segmentation!r} needs a tokenizer directory")
     if segmentation == "tokenizer":
         return load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
     if isinstance(tokenizer, SentencePieceEncoder):
@@ -122,6 +167,12 @@ def load_encoder(
             f"or a tokenizer with a .path attribute (got {type(tokenizer).__name__})"
         )
     return SentencePieceEncoder(path)
+
+
+def make_renderer(encoder: PieceTokenizer | CharRenderer) -> TokenRenderer | CharRenderer:
+    """What turns normalized lines into KenLM sentences for an encoder of
+    :func:`load_encoder` (a :class:`CharRenderer` renders by itself)."""
+    return encoder if isinstance(encoder, CharRenderer) else TokenRenderer(encoder)
 
 
 class TokenRenderer:

@@ -27,7 +27,7 @@ from dataforge.lm.card import ModelCard, write_card
 from dataforge.lm.corpus import corpus_files, id_hash_percent, read_documents
 from dataforge.lm.normalize import NORMALIZATION, normalize_documents
 from dataforge.lm.score import PerplexityScorer
-from dataforge.lm.tokens import DEFAULT_SEGMENTATION, PieceTokenizer, TokenRenderer
+from dataforge.lm.tokens import DEFAULT_SEGMENTATION, PieceTokenizer, TokenRenderer, make_renderer
 
 __all__ = ["MAX_ORDER", "find_kenlm_tool", "train_lm"]
 
@@ -100,7 +100,7 @@ def _sha256_file(path: Path) -> str:
 
 def _write_training_text(
     patterns: Sequence[str],
-    renderer: TokenRenderer,
+    renderer: TokenRenderer | lm_tokens.CharRenderer,
     text_path: Path,
     holdout_percent: float,
     text_key: str,
@@ -142,7 +142,7 @@ def train_lm(
     out: str | Path,
     *,
     lang: str,
-    tokenizer: str | Path | PieceTokenizer,
+    tokenizer: str | Path | PieceTokenizer | None,
     segmentation: str = DEFAULT_SEGMENTATION,
     order: int = 5,
     prune: Sequence[int] = (),
@@ -160,10 +160,11 @@ def train_lm(
         inputs: glob pattern(s) of JSON lines (.gz/.zst), parquet or txt files.
         out: binary model path; the card goes to ``<out>.json``.
         lang: language code recorded in the card.
-        tokenizer: project tokenizer directory, or a loaded tokenizer (with ``.path``).
-        segmentation: ``sentencepiece`` (its ``spm.model`` alone, CCNet's way, fast) or
-            ``tokenizer`` (the full project tokenizer: jieba + BPE); see
-            :mod:`dataforge.lm.tokens`.
+        tokenizer: project tokenizer directory, or a loaded tokenizer (with ``.path``);
+            None for ``chars``.
+        segmentation: ``sentencepiece`` (its ``spm.model`` alone, CCNet's way, fast),
+            ``tokenizer`` (the full project tokenizer: jieba + BPE) or ``chars`` (one token
+            per character, no tokenizer); see :mod:`dataforge.lm.tokens`.
         order: n-gram order.
         prune: lmplz ``--prune`` count thresholds per order (first must be 0).
         memory: lmplz ``-S`` bound (``1G``, ``20%``); keeps a shared machine usable.
@@ -185,6 +186,8 @@ def train_lm(
         raise ValueError(
             f"segmentation {segmentation!r}; valid: {', '.join(lm_tokens.SEGMENTATIONS)}"
         )
+    if tokenizer is None and segmentation != "chars":
+        raise ValueError(f"segmentation {segmentation!r} needs a tokenizer directory")
     if binary_type not in ("probing", "trie"):
         raise ValueError(f"binary_type {binary_type!r}; valid: probing, trie")
     lmplz, build_binary = (
@@ -193,9 +196,12 @@ def train_lm(
     )
     files = [f for p in patterns for f in corpus_files(p)]
     tok = lm_tokens.load_encoder(tokenizer, segmentation)
-    tok_dir = (
-        str(tokenizer) if isinstance(tokenizer, (str, Path)) else str(getattr(tok, "path", ""))
-    )
+    if segmentation == "chars":
+        tok_dir = ""
+    elif isinstance(tokenizer, (str, Path)):
+        tok_dir = str(tokenizer)
+    else:
+        tok_dir = str(getattr(tok, "path", "") or "")
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -204,7 +210,7 @@ def train_lm(
     work.mkdir()
     text_path, arpa, log = work / "train.txt", work / "model.arpa", work / "kenlm.log"
     stats, heldout = _write_training_text(
-        patterns, TokenRenderer(tok), text_path, holdout_percent, text_key, id_key
+        patterns, make_renderer(tok), text_path, holdout_percent, text_key, id_key
     )
     if not stats["tokens"]:
         raise ValueError(f"no training text in {patterns} after normalization")
@@ -248,7 +254,7 @@ def train_lm(
         if tok_dir
         else "",
         tokenizer_fingerprint=tok.fingerprint,
-        token_rendering="ids",
+        token_rendering="chars" if segmentation == "chars" else "ids",
         segmentation=segmentation,
         inputs=tuple(files),
         training_sha256=str(stats["sha256"]),

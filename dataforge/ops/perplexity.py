@@ -1,8 +1,8 @@
 """``perplexity_filter``: CCNet-style KenLM perplexity per document, routed by language.
 
 Each record is scored by the model of its ``lang`` (see :mod:`dataforge.lm.score` for the
-formula), tokenized as that model's card says (``segmentation``: ``sentencepiece`` or
-``tokenizer``, see :mod:`dataforge.lm.tokens`); the result goes to ``meta.ppl`` (rounded
+formula), tokenized as that model's card says (``segmentation``: ``sentencepiece``,
+``tokenizer`` or ``chars``, see :mod:`dataforge.lm.tokens`); the result goes to ``meta.ppl`` (rounded
 to 0.1 as CCNet does) and, where the language has bucket cutoffs, ``meta.ppl_bucket`` (``head``/``middle``/``tail``). Records
 are dropped with reason ``perplexity`` outside ``[min_ppl, max_ppl]`` or outside
 ``keep_buckets``, and with ``perplexity:empty`` when no line has text after normalization.
@@ -65,8 +65,8 @@ class PerplexityFilter(Filter):
         tokenizer: str | None = None
         """Tokenizer dir for all models; None: each model's card names its own."""
         segmentation: str | None = None
-        """Require every model to be trained with this segmentation (``sentencepiece`` or
-        ``tokenizer``); None: any. Records are always tokenized as each model's card says."""
+        """Require every model to be trained with this segmentation (``sentencepiece``,
+        ``tokenizer`` or ``chars``); None: any. Records are always tokenized as each model's card says."""
         max_ppl: dict[str, float] = dataclasses.field(default_factory=dict)
         """Language -> drop records with a higher perplexity."""
         min_ppl: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -190,6 +190,8 @@ class PerplexityFilter(Filter):
                 f"{where}: trained with normalization {card.normalization!r}, code has {NORMALIZATION!r}"
             )
         problems += self._segmentation_problems(card, where)
+        if card.segmentation == "chars":  # needs no tokenizer
+            return problems
         tok_dir = self._tokenizer_dir(model, card)
         spm = tok_dir / "spm.model"
         if card.segmentation == "tokenizer" and not (tok_dir / "tokenizer.json").is_file():

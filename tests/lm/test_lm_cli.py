@@ -87,6 +87,9 @@ def test_cli_usage_errors_exit_2(
     assert "matches no file" in capsys.readouterr().err
     assert cli.main([*base, "--input", str(NEWS_ZH), "--order", "9"]) == 2
     assert "order must be in 1..6" in capsys.readouterr().err
+    no_tokenizer = ["train", "--lang", "zh", "--input", str(NEWS_ZH), "--out", str(tmp_path / "m")]
+    assert cli.main(no_tokenizer) == 2
+    assert "'sentencepiece' needs a tokenizer directory" in capsys.readouterr().err
 
 
 class FlatSpmTokenizer(SpmTokenizer):
