@@ -52,8 +52,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (AccountingError, RuntimeError, OSError) as exc:
+    except AccountingError as exc:
         print(f"error: run failed: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - a task error arrives wrapped by Ray; report it, exit 1
+        print(f"error: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     total = manifest["counts"]["total"]
     print(

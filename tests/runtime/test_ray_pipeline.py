@@ -122,3 +122,23 @@ def test_sigkill_mid_run_then_resume(tmp_path: Path, write_pipeline) -> None:
     assert list(iter_samples(out)) == list(iter_samples(reference))
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"] == json.loads((reference / "manifest.json").read_text())["counts"]
+
+
+def test_truncated_input_fails_the_run_naming_the_file(tmp_path: Path, write_pipeline) -> None:
+    import zstandard
+
+    data = b"".join(json.dumps({"text": f"doc {i}"}).encode() + b"\n" for i in range(2000))
+    (tmp_path / "cut.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(data)[:-9])
+    path = write_pipeline(
+        tmp_path,
+        """
+        name: cut
+        inputs: [{name: s, path: "cut.jsonl.zst"}]
+        ray: {num_cpus: 1, max_task_retries: 0}
+        output: {path: out/cut}
+    """,
+    )
+    proc = cli("run", str(path))
+    assert proc.returncode == 1
+    assert "cut.jsonl.zst" in proc.stderr and "truncated" in proc.stderr
+    assert not (tmp_path / "out" / "cut" / "manifest.json").exists()
