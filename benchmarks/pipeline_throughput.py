@@ -23,6 +23,28 @@ from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _scaled(config, copies: int):
+    """The same pipeline over ``copies`` symlinked copies of every input file; ids are
+    derived from file and line (the bench pipeline sets no id_key), so they stay unique."""
+    import dataclasses
+    import glob
+    import os
+
+    root = Path(tempfile.mkdtemp(prefix="df-bench-in-"))
+    inputs = []
+    for source in config.inputs:
+        for path in sorted(glob.glob(str(config.resolve(source.path)))):
+            for k in range(copies):
+                dest = root / source.name / f"copy{k}" / Path(path).name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(path, dest)
+        suffix = "".join(Path(source.path).suffixes)
+        inputs.append(
+            dataclasses.replace(source, path=str(root / source.name / "copy*" / f"*{suffix}"))
+        )
+    return dataclasses.replace(config, inputs=tuple(inputs))
+
+
 def _input_text_mb(config) -> float:
     """UTF-8 megabytes of document text in the inputs (decompressed), read once untimed."""
     from dataforge.io.readers import TaskReader
@@ -39,8 +61,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", default=str(ROOT / "pipelines" / "bench_clean_quality.yaml"))
     parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument(
+        "--scale",
+        type=int,
+        default=1,
+        help="read every input file this many times (as separate files)",
+    )
     args = parser.parse_args()
     config = load_pipeline(args.pipeline)
+    if args.scale > 1:
+        config = _scaled(config, args.scale)
     total_bytes = sum(t.bytes for t in plan_input_tasks(config))
     work = Path(tempfile.mkdtemp(prefix="df-bench-"))
     quiet = lambda m: None  # noqa: E731

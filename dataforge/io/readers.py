@@ -284,7 +284,9 @@ class TaskReader:
             row["id"] = replace_lone_surrogates(f"{self.source.name}/{value}")
         if self.source.meta_keys:
             meta = {k: obj[k] for k in self.source.meta_keys if k in obj}
-            row["meta"] = replace_lone_surrogates(json.dumps(meta, ensure_ascii=False, sort_keys=True))
+            row["meta"] = replace_lone_surrogates(
+                json.dumps(meta, ensure_ascii=False, sort_keys=True)
+            )
         if self.source.text_key not in obj:
             row["drop"] = "error:missing_text"
             return row

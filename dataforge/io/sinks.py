@@ -1,6 +1,7 @@
 """Output sinks: one committed part per task, merged into one dataset at the end.
 
-MDS parts are written with mosaicml-streaming's ``MDSWriter`` into a private temporary
+MDS parts are written in mosaicml-streaming's format (``dataforge.io.mds``, byte-identical to
+``MDSWriter``, which is used directly for other compressions) into a private temporary
 directory; :func:`merge_mds_indexes` writes the root ``index.json`` only after every part
 is committed, so a reader never sees a half dataset that looks complete.
 """
@@ -16,6 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from dataforge.io.mds import MDSShardWriter, supports
 
 __all__ = [
     "BASE_MDS_ENCODINGS",
@@ -113,17 +116,18 @@ class PartWriter:
         elif self.fmt == "jsonl":
             self._writer = open(self.out_dir / "data.jsonl", "w", encoding="utf-8")  # noqa: SIM115
         else:
+            self._columns = mds_columns(table, self.declared)
+            hashes = sorted(self.hashes)
+            if supports(self._columns, self.compression):
+                self._writer = MDSShardWriter(self.out_dir, self._columns, hashes=hashes,
+                                              compression=self.compression,
+                                              size_limit=self.size_limit)  # fmt: skip
+                return
             from streaming import MDSWriter
 
-            self._columns = mds_columns(table, self.declared)
-            self._writer = MDSWriter(
-                out=str(self.out_dir),
-                columns=self._columns,
-                compression=self.compression,
-                hashes=list(self.hashes),
-                size_limit=self.size_limit,
-                exist_ok=False,
-            )
+            self._writer = MDSWriter(out=str(self.out_dir), columns=self._columns, hashes=hashes,
+                                     compression=self.compression, size_limit=self.size_limit,
+                                     exist_ok=False)  # fmt: skip
 
     def write(self, table: pa.Table) -> None:
         table = output_table(table)
