@@ -90,7 +90,8 @@ def _run(cmd: list[str], log_path: Path) -> None:
         raise RuntimeError(f"{Path(cmd[0]).name} failed with exit code {proc.returncode}:\n{tail}")
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -263,7 +264,7 @@ def train_lm(
         tokens=int(stats["tokens"]),
         holdout_percent=float(holdout_percent),
         holdout_documents=int(stats["holdout_documents"]),
-        model_sha256=_sha256_file(out),
+        model_sha256=sha256_file(out),
         versions=_versions(lmplz),
         extra=extra,
     )

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from dataforge.lm.card import ModelCard, card_path, read_card
 from dataforge.lm.cutoffs import BUCKETS, assign_buckets, estimate_cutoffs
 from dataforge.lm.normalize import NORMALIZATION
 from dataforge.lm.tokens import SEGMENTATIONS
+from dataforge.lm.train import sha256_file
 from dataforge.ops.base import Filter, set_drop_reasons
 from dataforge.records import live_mask
 
@@ -43,14 +43,6 @@ _NO_MODEL_REASON = {
     "error": "error:perplexity_no_model",
 }
 _KENLM_MAGIC = (b"mmap lm ", b"\\data\\", b"\n\\data\\")
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class PerplexityFilter(Filter):
@@ -198,9 +190,9 @@ class PerplexityFilter(Filter):
             problems.append(f"{where}: tokenizer {tok_dir} has no tokenizer.json")
         if not spm.is_file():
             problems.append(f"{where}: tokenizer {tok_dir} has no spm.model")
-        elif _sha256_file(spm) != card.tokenizer_fingerprint:
+        elif sha256_file(spm) != card.tokenizer_fingerprint:
             problems.append(
-                f"{where}: tokenizer mismatch: {tok_dir} has fingerprint {_sha256_file(spm)[:12]}..., "
+                f"{where}: tokenizer mismatch: {tok_dir} has fingerprint {sha256_file(spm)[:12]}..., "
                 f"the model was trained with {card.tokenizer_fingerprint[:12]}... (retrain the model)"
             )
         return problems

@@ -94,9 +94,8 @@ def run_pipeline(
     started = time.time()
     input_tasks = plan_input_tasks(config)
     segments = build_segments(config)
-    timings: dict[str, float] = {}
-    barrier_summaries: dict[int, dict[str, Any]] = {}
-    seg_stats: list[list[dict[str, Any]]] = []
+    run = _Run(config, out, work, sha, started, log, input_tasks, segments)
+    timings, barrier_summaries, seg_stats = run.timings, run.barrier_summaries, run.seg_stats
     for segment in segments:
         if segment.barrier_in is not None:
             stage_index, stage = segment.barrier_in
@@ -118,19 +117,24 @@ def run_pipeline(
             executor.run_segment(config, segment, work, pending, log)
         timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
         seg_stats.append([_read_marker(work, segment.index, t["task_id"]) for t in tasks])
-    return _commit(
-        config,
-        out,
-        work,
-        input_tasks,
-        segments,
-        seg_stats,
-        barrier_summaries,
-        timings,
-        sha,
-        started,
-        log,
-    )
+    return _commit(run)
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the driver knows about a run while it goes and when it commits."""
+
+    config: PipelineConfig
+    out: Path
+    work: Path
+    sha: str
+    started: float
+    log: Callable[[str], None]
+    input_tasks: list[InputTask]
+    segments: list[Segment]
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    barrier_summaries: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    seg_stats: list[list[dict[str, Any]]] = dataclasses.field(default_factory=list)
 
 
 def _segment_tasks(
@@ -258,19 +262,11 @@ def _check_unique_ids(work: Path, final_seg: int, task_ids: list[str]) -> None:
         )
 
 
-def _commit(
-    config,
-    out,
-    work,
-    input_tasks,
-    segments,
-    seg_stats,
-    barrier_summaries,
-    timings,
-    sha,
-    started,
-    log,
-) -> dict[str, Any]:
+def _commit(run: _Run) -> dict[str, Any]:
+    config, out, work, log = run.config, run.out, run.work, run.log
+    input_tasks, segments, seg_stats = run.input_tasks, run.segments, run.seg_stats
+    barrier_summaries, timings, sha, started = (
+        run.barrier_summaries, run.timings, run.sha, run.started)  # fmt: skip
     final_seg = segments[-1].index
     task_ids = [t.task_id for t in input_tasks]
     counts = sum_counts(seg_stats)
