@@ -39,5 +39,5 @@ test-fast: setup $(TEST_DEPS)
 	.venv/bin/pytest -q -m "not slow and not gpu" --timeout=900
 
 lint: setup
-	.venv/bin/ruff check dataforge trainer tests benchmarks
-	.venv/bin/ruff format --check dataforge trainer tests benchmarks
+	.venv/bin/ruff check dataforge trainer tests benchmarks scripts
+	.venv/bin/ruff format --check dataforge trainer tests benchmarks scripts
