@@ -114,8 +114,12 @@ def _mirror(src: Path, dst: Path) -> None:
         target_root.mkdir(parents=True, exist_ok=True)
         for name in files:
             link = target_root / name
-            if not link.exists():
+            try:
                 link.symlink_to(Path(root).resolve() / name)
+            except FileExistsError:
+                # Local ranks of one run mirror into the same directory concurrently.
+                if link.resolve() != (Path(root) / name).resolve():
+                    raise
 
 
 class StreamSource:
