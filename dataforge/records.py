@@ -25,7 +25,6 @@ __all__ = [
     "BASE_SCHEMA",
     "DROP",
     "ORD",
-    "empty_batch",
     "live_mask",
     "meta_dicts",
     "with_meta",
@@ -45,11 +44,6 @@ BASE_SCHEMA = pa.schema(
         pa.field(ORD, pa.int64()),
     ]
 )
-
-
-def empty_batch() -> pa.Table:
-    """An empty table with the base schema."""
-    return BASE_SCHEMA.empty_table()
 
 
 def live_mask(batch: pa.Table) -> pa.ChunkedArray:

@@ -61,7 +61,7 @@ class Op:
 
     @dataclasses.dataclass(frozen=True)
     class Config:
-        pass
+        """No parameters (ops with parameters define their own)."""
 
     def __init__(self, config: Any, context: OpContext | None = None) -> None:
         self.config = config
@@ -72,10 +72,6 @@ class Op:
 
     def __call__(self, batch: pa.Table) -> pa.Table:  # pragma: no cover - abstract
         raise NotImplementedError
-
-    def output_columns(self) -> dict[str, pa.DataType]:
-        """Columns this op adds to the batch (name -> Arrow type)."""
-        return {}
 
     def mds_encodings(self) -> dict[str, str]:
         """MDS encodings of the columns this op adds (e.g. ``{"tokens": "ndarray:uint16"}``)."""
@@ -117,12 +113,9 @@ class Filter(Op):
         reasons = self.drop_reasons(live)
         if len(reasons) != len(live_idx):
             raise AssertionError(f"{self.name}: {len(reasons)} reasons for {len(live_idx)} rows")
-        drops = batch.column(DROP).to_pylist()
-        for i, reason in zip(live_idx, reasons, strict=True):
-            drops[i] = reason
-        return batch.set_column(
-            batch.schema.get_field_index(DROP), DROP, pa.array(drops, pa.string())
-        )
+        full = np.full(batch.num_rows, None, dtype=object)
+        full[live_idx] = np.asarray(reasons, dtype=object)
+        return set_drop_reasons(batch, full)
 
 
 class BarrierOp(Op):
@@ -146,9 +139,10 @@ class BarrierOp(Op):
 
 def set_drop_reasons(batch: pa.Table, reasons: Sequence[str | None]) -> pa.Table:
     """Set ``drop`` for rows whose reason is not None, keeping earlier reasons."""
-    current = batch.column(DROP).to_pylist()
-    merged = [old if old is not None else new for old, new in zip(current, reasons, strict=True)]
-    return batch.set_column(batch.schema.get_field_index(DROP), DROP, pa.array(merged, pa.string()))
+    if len(reasons) != batch.num_rows:
+        raise AssertionError(f"{len(reasons)} reasons for {batch.num_rows} rows")
+    merged = pc.coalesce(batch.column(DROP), pa.array(reasons, pa.string()))
+    return batch.set_column(batch.schema.get_field_index(DROP), DROP, merged)
 
 
 def _scatter(batch: pa.Table, live_idx: np.ndarray, live_out: pa.Table) -> pa.Table:

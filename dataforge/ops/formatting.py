@@ -250,13 +250,6 @@ class FormatSFT(_ChatOp):
                     f"train_on {self.train_on!r}; valid: 'all_assistant', 'last_assistant'"
                 )
 
-    def output_columns(self) -> dict[str, pa.DataType]:
-        return {
-            "tokens": pa.list_(pa.int32()),
-            "loss_mask": pa.list_(pa.uint8()),
-            "num_tokens": pa.int64(),
-        }
-
     def mds_encodings(self) -> dict[str, str]:
         return {
             "tokens": f"ndarray:{self._token_dtype()}",
@@ -314,15 +307,6 @@ class FormatDPO(_ChatOp):
         def __post_init__(self) -> None:
             if not self.tokenizer:
                 raise ValueError("tokenizer: give the path of a trained tokenizer directory")
-
-    def output_columns(self) -> dict[str, pa.DataType]:
-        ids = pa.list_(pa.int32())
-        return {
-            "prompt_tokens": ids,
-            "chosen_tokens": ids,
-            "rejected_tokens": ids,
-            "num_tokens": pa.int64(),
-        }
 
     def mds_encodings(self) -> dict[str, str]:
         dtype = f"ndarray:{self._token_dtype()}"

@@ -77,9 +77,6 @@ class Tokenize(Mapper):
             self.setup()
         return self._tokenizer
 
-    def output_columns(self) -> dict[str, pa.DataType]:
-        return {"tokens": pa.list_(pa.int32()), "num_tokens": pa.int64()}
-
     def mds_encodings(self) -> dict[str, str]:
         """uint16 ids while the vocabulary fits (half the bytes), else int32."""
         from dataforge.tokenization import read_tokenizer_json

@@ -41,7 +41,7 @@ class LocalShards:
         return [getattr(s, method)() for s in self.shards]
 
     def wait(self, pending: list[Any]) -> None:
-        pass
+        """In-process calls have already finished; nothing is pending."""
 
     def exchange(self, send: str, receive: str) -> list[Any]:
         sent = self.call_all(send)
