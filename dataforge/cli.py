@@ -17,6 +17,11 @@ __all__ = ["main"]
 _EXTENSIONS = ("dataforge.tokenization.cli", "dataforge.lm.cli", "trainer.cli")
 
 
+def _output_dir(args: argparse.Namespace, config) -> Path:
+    output = getattr(args, "output", None)
+    return Path(output) if output else config.resolve(config.output.path)
+
+
 def _checked_config(args: argparse.Namespace):
     """Load the pipeline and run every validation check; print the problems and return
     None if there are any."""
@@ -24,7 +29,7 @@ def _checked_config(args: argparse.Namespace):
 
     try:
         config = load_pipeline(args.pipeline, args.set)
-        problems = _problems(config)
+        problems = _problems(config, _output_dir(args, config))
     except ConfigError as exc:
         problems = [str(exc)]
     for p in problems:
@@ -33,12 +38,13 @@ def _checked_config(args: argparse.Namespace):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from dataforge.runtime.failures import RunFailed
     from dataforge.runtime.manifest import AccountingError, RunDirError
 
     config = _checked_config(args)
     if config is None:
         return 2
-    out = Path(args.output) if args.output else config.resolve(config.output.path)
+    out = _output_dir(args, config)
     from dataforge.runtime.ray_runner import run_on_ray
 
     try:
@@ -52,11 +58,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except AccountingError as exc:
+    except (AccountingError, RunFailed) as exc:
         print(f"error: run failed: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # noqa: BLE001 - a task error arrives wrapped by Ray; report it, exit 1
-        print(f"error: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     total = manifest["counts"]["total"]
     print(
@@ -74,16 +77,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _problems(config) -> list[str]:
-    """Everything ``validate`` checks beyond the YAML itself: input paths, op resources,
-    cross-stage rules."""
+def _problems(config, out: Path) -> list[str]:
+    """Everything ``validate`` checks beyond the YAML itself: input paths, the output
+    folder against the inputs, op resources, cross-stage rules."""
     from dataforge.config import ConfigError
     from dataforge.io.readers import plan_input_tasks
+    from dataforge.runtime.ownership import output_overlaps_inputs
     from dataforge.runtime.segments import make_op
 
     problems = []
     try:
-        plan_input_tasks(config)
+        tasks = plan_input_tasks(config)
+        problems += output_overlaps_inputs(out, config, tasks)
     except ConfigError as exc:
         problems.append(str(exc))
     for i, stage in enumerate(config.stages):
@@ -156,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check the config, input paths, models and tokenizers, without Ray.",
     )
     val.add_argument("pipeline", metavar="PIPELINE.yaml")
+    val.add_argument(
+        "-o", "--output", metavar="OUT", help="check this run directory (default: output.path)"
+    )
     val.add_argument("--set", action="append", default=[], metavar="key.path=value")
     val.set_defaults(func=_cmd_validate)
 

@@ -8,10 +8,10 @@ Lines are read with a bounded ``readline`` so a 100 MB line never sits in memory
 
 from __future__ import annotations
 
-import glob
 import gzip
 import io
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -24,10 +24,11 @@ import pyarrow.parquet as pq
 import zstandard
 
 from dataforge.config import ConfigError, InputConfig, PipelineConfig, ReadConfig
+from dataforge.io.globbing import expand_glob, glob_root
 from dataforge.ops.clean import replace_lone_surrogates
 from dataforge.records import BASE_SCHEMA
 
-__all__ = ["InputTask", "TaskReader", "ReadError", "plan_input_tasks"]
+__all__ = ["InputTask", "ReadError", "TaskReader", "plan_input_tasks"]
 
 # surrogateescape maps each undecodable byte to U+DC80..U+DCFF: finding one means the
 # line held invalid UTF-8.
@@ -48,50 +49,47 @@ class InputTask:
     path: str
     relpath: str
     bytes: int
-
-
-def _glob_root(pattern: str) -> Path:
-    parts = Path(pattern).parts
-    fixed = [p for p in _takewhile_plain(parts)]
-    root = Path(*fixed) if fixed else Path(".")
-    return root if root.is_dir() else root.parent
-
-
-def _takewhile_plain(parts: tuple[str, ...]) -> Iterator[str]:
-    for part in parts:
-        if glob.has_magic(part):
-            return
-        yield part
+    mtime_ns: int = 0
+    """Modification time at planning; with the real path and size, what a resume checks."""
 
 
 def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
-    """Expand every source's path/glob into sorted tasks.
+    """Expand every source's path/glob into sorted tasks, one per real file.
 
     Raises:
-        ConfigError: a source's path matches no file.
+        ConfigError: a source's path matches no file, or two sources match the same file.
     """
     tasks = []
+    owner: dict[str, str] = {}
     for s_idx, source in enumerate(config.inputs):
         pattern = str(config.resolve(source.path))
-        files = sorted(p for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
+        files = expand_glob(pattern)
         if not files:
             raise ConfigError(
                 f"inputs[{s_idx}] ({source.name}): path {source.path!r} matches no file"
             )
-        root = _glob_root(pattern)
-        for f_idx, file in enumerate(files):
+        root = glob_root(pattern)
+        for f_idx, (file, real) in enumerate(files):
+            if real in owner:
+                raise ConfigError(
+                    f"inputs[{s_idx}] ({source.name}): file {real} is also read by source "
+                    f"{owner[real]!r}; a file may belong to one source only"
+                )
+            owner[real] = source.name
             rel = (
                 Path(file).relative_to(root).as_posix()
                 if Path(file).is_relative_to(root)
                 else Path(file).name
             )
+            stat = os.stat(real)
             tasks.append(
                 InputTask(
                     task_id=f"{s_idx:03d}-{f_idx:06d}",
                     source=source.name,
-                    path=str(Path(file).resolve()),
+                    path=real,
                     relpath=rel,
-                    bytes=Path(file).stat().st_size,
+                    bytes=stat.st_size,
+                    mtime_ns=stat.st_mtime_ns,
                 )
             )
     return tasks
