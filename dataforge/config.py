@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+from dataforge.io.input_config import INPUT_FORMATS, InputConfig, ReadConfig
 from dataforge.typed_config import (
     ConfigError,
     apply_overrides,
@@ -24,6 +25,7 @@ from dataforge.typed_config import (
 )
 
 __all__ = [
+    "INPUT_FORMATS",
     "ConfigError",
     "InputConfig",
     "OutputConfig",
@@ -39,49 +41,7 @@ __all__ = [
 ]
 
 
-INPUT_FORMATS = ("jsonl", "parquet", "txt")
 OUTPUT_FORMATS = ("mds", "parquet", "jsonl")
-
-
-@dataclasses.dataclass(frozen=True)
-class InputConfig:
-    """One named source."""
-
-    name: str
-    path: str
-    """File path or glob; relative paths resolve against the pipeline file's directory."""
-    format: Literal["jsonl", "parquet", "txt"] = "jsonl"
-    """``jsonl`` also reads ``.jsonl.gz`` and ``.jsonl.zst`` (by suffix)."""
-    lang: str = "en"
-    text_key: str = "text"
-    id_key: str | None = None
-    """Key holding a stable id; None derives ``<source>/<relpath>:<line>``."""
-    meta_keys: tuple[str, ...] = ()
-    """Input keys copied into the record's ``meta``."""
-    txt_unit: Literal["line", "file", "paragraph"] = "line"
-    """For ``txt``: one document per line, per file, or per blank-line-separated paragraph."""
-
-    def __post_init__(self) -> None:
-        if not self.name or "/" in self.name:
-            raise ValueError(f"input name must be non-empty without '/': {self.name!r}")
-        if self.format not in INPUT_FORMATS:
-            raise ValueError(f"format {self.format!r}; valid: {', '.join(INPUT_FORMATS)}")
-
-
-@dataclasses.dataclass(frozen=True)
-class ReadConfig:
-    """Reader limits shared by all sources."""
-
-    batch_rows: int = 1000
-    """Records per batch handed to the ops."""
-    max_doc_chars: int = 1_000_000
-    """Longer documents are dropped with reason ``too_long`` without being held in memory."""
-    invalid_utf8: Literal["replace", "drop"] = "replace"
-    """``replace``: U+FFFD and count ``invalid_utf8_replaced``; ``drop``: reason ``invalid_utf8``."""
-
-    def __post_init__(self) -> None:
-        if self.batch_rows < 1 or self.max_doc_chars < 1:
-            raise ValueError("batch_rows and max_doc_chars must be >= 1")
 
 
 @dataclasses.dataclass(frozen=True)

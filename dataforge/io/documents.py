@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dataforge.config import InputConfig, ReadConfig
 from dataforge.io.files import format_for_suffix, match_files
+from dataforge.io.input_config import InputConfig, ReadConfig
 from dataforge.io.readers import InputTask, TaskReader
 
 __all__ = ["iter_documents"]

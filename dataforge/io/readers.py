@@ -15,15 +15,19 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from dataforge.config import ConfigError, InputConfig, PipelineConfig, ReadConfig
 from dataforge.io.files import match_files
+from dataforge.io.input_config import InputConfig, ReadConfig
 from dataforge.records import BASE_SCHEMA
+from dataforge.typed_config import ConfigError
+
+if TYPE_CHECKING:  # the pipeline config sits above io; only its type is used here
+    from dataforge.config import PipelineConfig
 from dataforge.text.surrogates import replace_lone_surrogates
 
 __all__ = ["InputTask", "TaskReader", "ReadError", "plan_input_tasks"]
