@@ -16,19 +16,7 @@ import glob
 import os
 from pathlib import Path
 
-__all__ = ["expand_glob", "glob_root", "may_match_below"]
-
-
-def glob_root(pattern: str) -> Path:
-    """The folder a pattern scans: its longest prefix without wildcards (for a plain file
-    path, the file's folder)."""
-    fixed = []
-    for part in Path(pattern).parts:
-        if glob.has_magic(part):
-            break
-        fixed.append(part)
-    root = Path(*fixed) if fixed else Path(".")
-    return root if root.is_dir() else root.parent
+__all__ = ["expand_glob", "may_match_below"]
 
 
 def _part_matches(name: str, part: str) -> bool:

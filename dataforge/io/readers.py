@@ -11,22 +11,24 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
 import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from dataforge.config import ConfigError, InputConfig, PipelineConfig, ReadConfig
-from dataforge.io.globbing import expand_glob, glob_root
-from dataforge.ops.clean import replace_lone_surrogates
+from dataforge.io.files import match_files
+from dataforge.io.input_config import InputConfig, ReadConfig
 from dataforge.records import BASE_SCHEMA
+from dataforge.typed_config import ConfigError
+
+if TYPE_CHECKING:  # the pipeline config sits above io; only its type is used here
+    from dataforge.config import PipelineConfig
+from dataforge.text.surrogates import replace_lone_surrogates
 
 __all__ = ["InputTask", "ReadError", "TaskReader", "plan_input_tasks"]
 
@@ -54,7 +56,7 @@ class InputTask:
 
 
 def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
-    """Expand every source's path/glob into sorted tasks, one per real file.
+    """Expand every source's path/glob into sorted tasks (:func:`~dataforge.io.files.match_files`).
 
     Raises:
         ConfigError: a source's path matches no file, or two sources match the same file.
@@ -62,34 +64,27 @@ def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
     tasks = []
     owner: dict[str, str] = {}
     for s_idx, source in enumerate(config.inputs):
-        pattern = str(config.resolve(source.path))
-        files = expand_glob(pattern)
-        if not files:
+        try:
+            files = match_files(str(config.resolve(source.path)))
+        except FileNotFoundError:
             raise ConfigError(
                 f"inputs[{s_idx}] ({source.name}): path {source.path!r} matches no file"
-            )
-        root = glob_root(pattern)
-        for f_idx, (file, real) in enumerate(files):
-            if real in owner:
+            ) from None
+        for f_idx, file in enumerate(files):
+            if file.path in owner:
                 raise ConfigError(
-                    f"inputs[{s_idx}] ({source.name}): file {real} is also read by source "
-                    f"{owner[real]!r}; a file may belong to one source only"
+                    f"inputs[{s_idx}] ({source.name}): file {file.path} is also read by source "
+                    f"{owner[file.path]!r}; a file may belong to one source only"
                 )
-            owner[real] = source.name
-            rel = (
-                Path(file).relative_to(root).as_posix()
-                if Path(file).is_relative_to(root)
-                else Path(file).name
-            )
-            stat = os.stat(real)
+            owner[file.path] = source.name
             tasks.append(
                 InputTask(
                     task_id=f"{s_idx:03d}-{f_idx:06d}",
                     source=source.name,
-                    path=real,
-                    relpath=rel,
-                    bytes=stat.st_size,
-                    mtime_ns=stat.st_mtime_ns,
+                    path=file.path,
+                    relpath=file.relpath,
+                    bytes=file.bytes,
+                    mtime_ns=file.mtime_ns,
                 )
             )
     return tasks

@@ -1,0 +1,62 @@
+"""What a reader needs to know about one input source, and reader limits.
+
+Part of the pipeline YAML (``inputs:`` and ``read:``), defined here, next to the readers
+that use them, so that ``io`` depends on no higher layer; :mod:`dataforge.config` builds
+them from YAML with the rest of the pipeline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from dataforge.typed_config import check_range
+
+__all__ = ["INPUT_FORMATS", "InputConfig", "ReadConfig"]
+
+INPUT_FORMATS = ("jsonl", "parquet", "txt")
+
+
+@dataclasses.dataclass(frozen=True)
+class InputConfig:
+    """One named source."""
+
+    name: str
+    path: str
+    """File path or glob; relative paths resolve against the pipeline file's directory."""
+    format: Literal["jsonl", "parquet", "txt"] = "jsonl"
+    """``jsonl`` also reads ``.jsonl.gz`` and ``.jsonl.zst`` (by suffix)."""
+    lang: str = "en"
+    text_key: str = "text"
+    id_key: str | None = None
+    """Key holding a stable id; None derives ``<source>/<relpath>:<line>``."""
+    meta_keys: tuple[str, ...] = ()
+    """Input keys copied into the record's ``meta``."""
+    txt_unit: Literal["line", "file", "paragraph"] = "line"
+    """For ``txt``: one document per line, per file, or per blank-line-separated paragraph."""
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name:
+            raise ValueError(f"input name must be non-empty without '/': {self.name!r}")
+        if self.format not in INPUT_FORMATS:
+            raise ValueError(f"format {self.format!r}; valid: {', '.join(INPUT_FORMATS)}")
+
+
+MAX_BATCH_ROWS = 1 << 22
+MAX_DOC_CHARS = 1 << 28  # the reader's line cap is a few times this, kept inside memory
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadConfig:
+    """Reader limits shared by all sources."""
+
+    batch_rows: int = 1000
+    """Records per batch handed to the ops."""
+    max_doc_chars: int = 1_000_000
+    """Longer documents are dropped with reason ``too_long`` without being held in memory."""
+    invalid_utf8: Literal["replace", "drop"] = "replace"
+    """``replace``: U+FFFD and count ``invalid_utf8_replaced``; ``drop``: reason ``invalid_utf8``."""
+
+    def __post_init__(self) -> None:
+        check_range("read.batch_rows", self.batch_rows, 1, MAX_BATCH_ROWS)
+        check_range("read.max_doc_chars", self.max_doc_chars, 1, MAX_DOC_CHARS)
