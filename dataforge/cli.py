@@ -93,11 +93,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from dataforge.inspect import InspectError, inspect_path
+    from dataforge.inspect import inspect_path
+    from dataforge.io.mds import MDSCorruptError, MDSFormatError
 
     try:
         return inspect_path(Path(args.path), head=args.head, verify=args.verify, as_json=args.json)
-    except InspectError as exc:
+    except MDSCorruptError as exc:
+        print(f"error: corrupt dataset: {exc}", file=sys.stderr)
+        return 1
+    except MDSFormatError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
