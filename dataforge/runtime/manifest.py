@@ -44,7 +44,7 @@ def _plan(tasks: list[InputTask]) -> list[dict[str, Any]]:
 
 def plan_changes(recorded: list[dict[str, Any]], tasks: list[InputTask]) -> list[str]:
     """What differs between a recorded task plan and the inputs found now, one line per
-    file: added, removed, or changed (size, modification time, task id)."""
+    file: added, removed, or changed (size, modification time)."""
     before = {(t["source"], t["path"]): t for t in recorded}
     now = {(t["source"], t["path"]): t for t in _plan(tasks)}
     changes = [f"added {p} (source {s})" for s, p in sorted(now.keys() - before.keys())]
@@ -52,7 +52,7 @@ def plan_changes(recorded: list[dict[str, Any]], tasks: list[InputTask]) -> list
     for key in sorted(now.keys() & before.keys()):
         diff = [
             f"{field} {before[key].get(field)} -> {now[key][field]}"
-            for field in ("bytes", "mtime_ns", "task_id")
+            for field in ("bytes", "mtime_ns")  # task ids follow from the set of files
             if before[key].get(field) != now[key][field]
         ]
         if diff:

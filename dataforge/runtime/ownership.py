@@ -216,4 +216,4 @@ def output_overlaps_inputs(out: Path, config: PipelineConfig, tasks: list[InputT
                 f"output {out} lies inside the folder that source {source.name!r} reads "
                 f"({source.path!r}): a run could read its own output; choose an -o outside it"
             )
-    return problems
+    return problems[:1]  # one line: the first overlap says what to change
