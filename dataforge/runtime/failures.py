@@ -64,12 +64,11 @@ def record_task_failure(
     where = f"after record {records_read}" if records_read else "before its first record"
     message = f"task {task_id} ({what}, {where}): {one_line(exc, seg_dir)}"
     trace = write_trace(logs, f"{seg_dir.name}-{task_id}", exc)
+    marker = _marker(seg_dir, task_id)
     try:
-        _marker(seg_dir, task_id).write_text(
-            json.dumps({"message": message, "trace": str(trace) if trace else None})
-        )
-    except OSError:
-        pass  # a full disk: the exception itself still carries the message to the driver
+        marker.write_text(json.dumps({"message": message, "trace": str(trace) if trace else None}))
+    except OSError:  # a full disk: the exception itself carries the message to the driver
+        marker.unlink(missing_ok=True)
     return message
 
 
@@ -90,5 +89,5 @@ def collect_task_failures(seg_dir: Path, task_ids: list[str]) -> list[dict[str, 
             try:
                 found.append(json.loads(marker.read_text()))
             except (OSError, ValueError):
-                found.append({"message": f"task {task_id} failed", "trace": None})
+                continue  # half-written on a full disk; the task's exception says it all
     return found
