@@ -27,7 +27,6 @@ from typing import Any, Protocol
 from dataforge.config import PipelineConfig
 from dataforge.io.globbing import may_match_below
 from dataforge.io.readers import InputTask
-from dataforge.io.sinks import write_json_atomic
 
 __all__ = [
     "LOCK_FILE",
@@ -171,13 +170,20 @@ def claim_run_dir(out: Path) -> None:
         raise RunDirError(f"{out} is a file, not a run directory; choose another -o")
     if (out / RUN_MARKER).is_file():
         return
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(p.name != LOCK_FILE for p in out.iterdir()):
         raise RunDirError(
             f"{out} is not empty and is not a dataforge run directory (no {RUN_MARKER}); "
             "dataforge never writes into or removes such a folder: choose another -o"
         )
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / RUN_MARKER, {"dataforge_run": 1})
+    # Exclusive create: a second run claiming the same empty folder at the same moment
+    # finds the marker there (the lock then decides who writes).
+    try:
+        fd = os.open(out / RUN_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write('{"dataforge_run": 1}\n')
 
 
 def remove_owned_entries(out: Path) -> list[str]:
