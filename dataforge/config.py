@@ -12,13 +12,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 from dataforge.io.input_config import INPUT_FORMATS, InputConfig, ReadConfig
+from dataforge.io.mds_index import MAX_SHARD_BYTES
 from dataforge.typed_config import (
     ConfigError,
     apply_overrides,
+    check_choices,
     check_range,
     from_mapping,
     read_yaml_file,
@@ -42,7 +45,8 @@ __all__ = [
 ]
 
 
-OUTPUT_FORMATS = ("mds", "parquet", "jsonl")
+OutputFormat = Literal["mds", "parquet", "jsonl"]
+OUTPUT_FORMATS: tuple[str, ...] = typing.get_args(OutputFormat)
 # MDS compression families and their levels (``zstd:7``), as streaming's codec table has them.
 MDS_COMPRESSION_LEVELS = {
     "br": range(0, 12), "bz2": range(1, 10), "gz": range(0, 10), "snappy": range(0),
@@ -55,7 +59,6 @@ SHARD_HASHES = (
     "sha3_512", "blake2b", "blake2s", "xxh32", "xxh64", "xxh128", "xxh3_64", "xxh3_128",
 )  # fmt: skip
 MIN_SHARD_BYTES = 1 << 10
-MAX_SHARD_BYTES = (1 << 32) - 1  # MDS shards address samples with uint32 offsets
 
 
 def _check_compression(fmt: str, compression: str | None) -> None:
@@ -126,7 +129,7 @@ class StageConfig:
 @dataclasses.dataclass(frozen=True)
 class OutputConfig:
     path: str
-    format: Literal["mds", "parquet", "jsonl"] = "mds"
+    format: OutputFormat = "mds"
     compression: str | None = "zstd"
     """MDS: ``zstd`` or null; parquet: any codec pyarrow knows."""
     size_limit: int = 1 << 26
@@ -140,8 +143,7 @@ class OutputConfig:
     """Keep ``_work/`` after success (debugging)."""
 
     def __post_init__(self) -> None:
-        if self.format not in OUTPUT_FORMATS:
-            raise ValueError(f"format {self.format!r}; valid: {', '.join(OUTPUT_FORMATS)}")
+        check_choices(self)
         if not self.path:
             raise ValueError("output.path must not be empty")
         _check_compression(self.format, self.compression)

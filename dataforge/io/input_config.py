@@ -8,13 +8,15 @@ them from YAML with the rest of the pipeline.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Literal
 
-from dataforge.typed_config import check_range
+from dataforge.typed_config import check_choices, check_range
 
 __all__ = ["INPUT_FORMATS", "InputConfig", "ReadConfig"]
 
-INPUT_FORMATS = ("jsonl", "parquet", "txt")
+InputFormat = Literal["jsonl", "parquet", "txt"]
+INPUT_FORMATS: tuple[str, ...] = typing.get_args(InputFormat)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +26,7 @@ class InputConfig:
     name: str
     path: str
     """File path or glob; relative paths resolve against the pipeline file's directory."""
-    format: Literal["jsonl", "parquet", "txt"] = "jsonl"
+    format: InputFormat = "jsonl"
     """``jsonl`` also reads ``.jsonl.gz`` and ``.jsonl.zst`` (by suffix)."""
     lang: str = "en"
     text_key: str = "text"
@@ -38,8 +40,7 @@ class InputConfig:
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
             raise ValueError(f"input name must be non-empty without '/': {self.name!r}")
-        if self.format not in INPUT_FORMATS:
-            raise ValueError(f"format {self.format!r}; valid: {', '.join(INPUT_FORMATS)}")
+        check_choices(self)
 
 
 MAX_BATCH_ROWS = 1 << 22
@@ -60,3 +61,4 @@ class ReadConfig:
     def __post_init__(self) -> None:
         check_range("read.batch_rows", self.batch_rows, 1, MAX_BATCH_ROWS)
         check_range("read.max_doc_chars", self.max_doc_chars, 1, MAX_DOC_CHARS)
+        check_choices(self)
