@@ -117,8 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run (or resume) a pipeline on Ray",
         description="Run PIPELINE.yaml on embedded local Ray or an existing cluster. "
-        "Re-running into an OUT of the same config resumes; a different config is "
-        "refused unless --overwrite.",
+        "Re-running into an OUT of the same config and inputs resumes; a different config "
+        "or input set is refused unless --overwrite; one run writes an OUT at a time.",
     )
     run.add_argument("pipeline", metavar="PIPELINE.yaml")
     run.add_argument("-o", "--output", metavar="OUT", help="run directory (default: output.path)")
@@ -133,7 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a config value (YAML syntax), e.g. --set stages.0.batch_size=500",
     )
     run.add_argument(
-        "--overwrite", action="store_true", help="replace a run of a different config in OUT"
+        "--overwrite",
+        action="store_true",
+        help="replace a run of another config or input set in OUT (removes only what "
+        "dataforge wrote; never a folder that is not a run)",
     )
     run.set_defaults(func=_cmd_run)
 
