@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import platform
 from collections import Counter
 from importlib import metadata
@@ -18,12 +19,14 @@ from typing import Any
 
 from dataforge.io.readers import InputTask
 from dataforge.io.sinks import write_json_atomic
+from dataforge.runtime.failures import RunFailed
 from dataforge.runtime.ownership import RunDirError, remove_owned_entries
 
 __all__ = [
     "AccountingError",
     "RunDirError",
     "check_accounting",
+    "check_inputs_unchanged",
     "plan_changes",
     "prepare_run_dir",
     "sum_counts",
@@ -203,3 +206,19 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return found
+
+
+def check_inputs_unchanged(tasks: list[InputTask]) -> None:
+    """An input rewritten while the run read it would mix two versions in one output."""
+    for task in tasks:
+        try:
+            stat = os.stat(task.path)
+        except OSError as exc:
+            raise RunFailed(
+                f"input {task.path} disappeared during the run ({exc.strerror})"
+            ) from None
+        if (stat.st_size, stat.st_mtime_ns) != (task.bytes, task.mtime_ns):
+            raise RunFailed(
+                f"input {task.path} changed during the run (bytes {task.bytes} -> "
+                f"{stat.st_size}); rerun with --overwrite once the inputs are final"
+            )

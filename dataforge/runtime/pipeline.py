@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shutil
 import sys
 import time
@@ -26,10 +25,11 @@ from dataforge.config import PipelineConfig, config_sha256, to_plain
 from dataforge.io.readers import InputTask, plan_input_tasks
 from dataforge.io.sinks import merge_mds_indexes, write_json_atomic
 from dataforge.runtime.barriers import BarrierContext, run_planner
-from dataforge.runtime.failures import RunFailed, collect_task_failures, one_line, write_trace
+from dataforge.runtime.failures import RunFailed, collect_task_failures, driver_failure_message
 from dataforge.runtime.manifest import (
     AccountingError,
     check_accounting,
+    check_inputs_unchanged,
     prepare_run_dir,
     sum_counts,
     versions,
@@ -123,18 +123,9 @@ def run_pipeline(
         except (AccountingError, RunFailed):
             raise
         except Exception as exc:  # noqa: BLE001 - reported in one line, the trace kept in logs/
-            raise RunFailed(_failure_message(out, exc)) from exc
+            raise RunFailed(driver_failure_message(out, exc)) from exc
     finally:
         lock.release()
-
-
-def _failure_message(out: Path, exc: BaseException) -> str:
-    # A task's RunFailed arrives wrapped by Ray (RayTaskError, UserCodeException): its own
-    # message is in the text; anything else is the driver's own failure.
-    found = re.search(r"RunFailed: (.+)", str(exc))
-    message = found.group(1) if found else one_line(getattr(exc, "cause", None) or exc, out)
-    trace = write_trace(out / "logs", "driver", exc)
-    return message + (f"\nfull trace: {trace}" if trace else "")
 
 
 def _execute(run: _Run, executor: Executor) -> dict[str, Any]:
@@ -170,6 +161,7 @@ def _execute(run: _Run, executor: Executor) -> dict[str, Any]:
                 ) from exc
         run.timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
         run.seg_stats.append([_read_marker(work, segment.index, t["task_id"]) for t in tasks])
+    check_inputs_unchanged(run.input_tasks)
     return _commit(run)
 
 
