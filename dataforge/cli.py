@@ -39,7 +39,7 @@ def _checked_config(args: argparse.Namespace):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from dataforge.runtime.failures import RunFailed
+    from dataforge.runtime.failures import RunFailed, one_line
     from dataforge.runtime.manifest import AccountingError, RunDirError
 
     config = _checked_config(args)
@@ -61,6 +61,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     except (AccountingError, RunFailed) as exc:
         print(f"error: run failed: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # e.g. a full disk or a permission before any task ran
+        print(f"error: run failed: {one_line(exc, out)}", file=sys.stderr)
         return 1
     total = manifest["counts"]["total"]
     print(
