@@ -25,7 +25,7 @@ def _sets(overlap: int, only: int) -> ShingleSet:
 def test_signature_agreement_estimates_jaccard(engine):
     shingles = _sets(600, 200)  # Jaccard 600 / 1000
     op = Dedup(Dedup.Config(num_perm=512, engine=engine))
-    sig = minhash_signatures(shingles, 512, 0) if engine == "numpy" else op._minhash(shingles)
+    sig = minhash_signatures(shingles, 512, 0) if engine == "numpy" else op.method.signatures(shingles, None)
     assert sig.shape == (2, 512) and sig.dtype == np.uint32
     assert abs((sig[0] == sig[1]).mean() - 0.6) < 0.07
 
@@ -114,7 +114,7 @@ def test_config_from_yaml_mapping():
         "stages[0]",
     )
     assert cfg.keep.prefer_source == ("a", "b") and cfg.against == ("x",)
-    assert Dedup(cfg).simhash_block_count() == 6
+    assert Dedup(cfg).method.block_count() == 6
 
 
 def test_jieba_shingles(reviews_zh):

@@ -1,24 +1,26 @@
-"""One index shard: bucket entries for a slice of the bucket-key space, then an edge shard.
+"""One index shard: bucket entries for a slice of the key space, then verification.
 
 The planner (``dataforge.runtime.barriers.dedup``) runs ``shards`` of these, in-process or
 as Ray actors (this module has no ray import). Lifecycle of a shard:
 
-1. ``add`` bucket entries whose key it owns (``key % shards``): MinHash band keys, exact
-   hashes, or SimHash table keys with the fingerprint. Stored per entry: the uint32 document
-   key and the bucket key: for MinHash only its high 32 bits (the low bits chose the shard;
-   a false 32-bit match only makes a candidate, which verification rejects), packed with
-   the document key into one uint64, so a MinHash document with ``b`` bands costs ``8 * b``
-   bytes spread over the shards; exact keeps 64 bits, SimHash keeps 64 bits plus the
-   uint64 fingerprint.
-2. ``candidate_edges``: sort the entries, turn every bucket into star edges (each member ->
-   smallest member; SimHash: pairs within ``max_hamming``), free the entries, and return
-   the edges routed to the shard that owns their first node.
-3. MinHash only, verification: ``receive_candidates``; ``add_signatures`` keeps the full
-   signatures of the owned nodes that have a candidate edge; ``forward`` sends
-   ``(u, v, sig(u))`` to the owner of ``v``; ``verify`` keeps the pairs whose estimated
-   Jaccard (equal signature values / num_perm) reaches the threshold; ``emit_verified``.
-4. ``receive`` / ``large_star`` / ``small_star`` / ``roots``: the sharded connected
-   components of :mod:`dataforge.ops.dedup.unionfind`.
+1. ``add`` bucket entries whose key it owns (``key % shards``). Stored per entry: the
+   uint32 document key and the bucket key: with ``key_bits == 32`` (MinHash) only its high
+   32 bits (the low bits chose the shard; a false 32-bit match only makes a candidate,
+   which verification rejects), packed with the document key into one uint64, so a MinHash
+   document with ``b`` bands costs ``8 * b`` bytes spread over the shards; exact keeps 64
+   bits, SimHash 64 bits plus the uint64 fingerprint.
+2. ``candidate_edges``: sort the entries, turn every bucket into candidate pairs
+   (:func:`dataforge.ops.dedup.buckets.bucket_pair_edges`; SimHash: pairs within
+   ``max_hamming``), free the entries, route each pair to the owner of its first node.
+3. Verified methods: ``receive_candidates``; ``add_payload`` keeps the shingle sequences
+   (and signatures) of the owned candidate nodes; ``forward`` sends each pair ``(u, v)``
+   with the shingles of ``u`` to the owner of ``v``, whose ``verify`` scores the pair
+   (:mod:`dataforge.ops.dedup.verify`: exact Jaccard and own content) and keeps the
+   duplicates.
+   A pair with a record of an ``against`` run (key below ``fixed``: its text is gone) is
+   judged on the signatures instead.
+4. ``edges``: the decided pairs and their similarity, for the star clustering on the
+   driver (:mod:`dataforge.ops.dedup.star`).
 """
 
 from __future__ import annotations
@@ -28,38 +30,41 @@ import resource
 
 import numpy as np
 
-from dataforge.ops.dedup.simhash import hamming_pairs
-from dataforge.ops.dedup.unionfind import (
-    EdgeShard,
-    bucket_star_edges,
-    packed_bucket_star_edges,
+from dataforge.ops.dedup.buckets import (
+    bucket_pair_edges,
+    packed_bucket_pair_edges,
     route_edges,
+    unique_edges,
 )
+from dataforge.ops.dedup.method import DedupMethod
+from dataforge.ops.dedup.shingles import ShingleSet
+from dataforge.ops.dedup.simhash import hamming_pairs
+from dataforge.ops.dedup.verify import score_pairs
 
 __all__ = ["IndexShard"]
 
 
-class IndexShard:
-    """Bucket entries, then edges, of one shard."""
+def _flatten(parts) -> list:
+    return [p for part in parts for p in (part if isinstance(part, list) else [part])]
 
-    def __init__(
-        self,
-        shards: int,
-        max_hamming: int | None = None,
-        verify_threshold: float | None = None,
-    ) -> None:
+
+class IndexShard:
+    """Bucket entries, then candidate pairs and their verification, of one shard."""
+
+    def __init__(self, shards: int, method: DedupMethod, fixed: int = 0) -> None:
         self.shards = shards
-        self.max_hamming = max_hamming
-        self.verify_threshold = verify_threshold
-        self._key_dtype = np.uint32 if verify_threshold is not None else np.uint64
-        self._candidates = np.zeros((0, 2), dtype=np.int64)
-        self._sig_nodes = np.zeros(0, dtype=np.int64)
-        self._sigs: np.ndarray | None = None
-        self._verified: list[np.ndarray] = []
+        self.method = method
+        self.config = method.config
+        self.fixed = fixed
+        self._packed = method.key_bits == 32
         self._keys: list[np.ndarray] = []
         self._nodes: list[np.ndarray] = []
         self._fingerprints: list[np.ndarray] = []
-        self._edges = EdgeShard()
+        self._candidates = np.zeros((0, 2), dtype=np.int64)
+        self._payload_nodes = np.zeros(0, dtype=np.int64)
+        self._sets = ShingleSet.empty()
+        self._sigs: np.ndarray | None = None
+        self._decided: list[tuple[np.ndarray, np.ndarray]] = []
 
     def ping(self) -> int:
         return os.getpid()
@@ -74,7 +79,7 @@ class IndexShard:
         """Store bucket entries; returns the number stored so far."""
         keys = np.asarray(keys, dtype=np.uint64)
         nodes = np.asarray(nodes, dtype=np.uint32)
-        if self._key_dtype == np.uint32:
+        if self._packed:
             # One uint64 per entry: high 32 key bits (the low bits chose the shard) | node.
             self._keys.append((keys & np.uint64(0xFFFFFFFF00000000)) | nodes.astype(np.uint64))
         else:
@@ -89,93 +94,96 @@ class IndexShard:
         return sum(a.nbytes for a in (*self._keys, *self._nodes, *self._fingerprints))
 
     def candidate_edges(self) -> list[np.ndarray]:
-        """Edges found in this shard's buckets, routed by owner; frees the entries."""
-        if self._key_dtype == np.uint32:
+        """Candidate pairs of this shard's buckets, routed by owner; frees the entries."""
+        partners = self.config.max_partners
+        if self._packed:
             packed = np.concatenate(self._keys) if self._keys else np.zeros(0, np.uint64)
             self._keys = []  # free the pieces before sorting
-            return route_edges(packed_bucket_star_edges(packed), self.shards)
-        keys = np.concatenate(self._keys) if self._keys else np.zeros(0, self._key_dtype)
+            return route_edges(packed_bucket_pair_edges(packed, partners), self.shards)
+        keys = np.concatenate(self._keys) if self._keys else np.zeros(0, np.uint64)
         nodes = np.concatenate(self._nodes) if self._nodes else np.zeros(0, np.uint32)
-        if self.max_hamming is None:
-            edges = bucket_star_edges(keys, nodes)
+        max_hamming = self.method.max_hamming()
+        if max_hamming is None:
+            edges = bucket_pair_edges(keys, nodes, partners)
         else:
-            fps = (
-                np.concatenate(self._fingerprints) if self._fingerprints else np.zeros(0, np.uint64)
-            )
-            edges = hamming_pairs(keys, fps, nodes, self.max_hamming)
+            fps = np.concatenate(self._fingerprints) if self._fingerprints else keys[:0]
+            edges = hamming_pairs(keys, fps, nodes, max_hamming)
         self._keys, self._nodes, self._fingerprints = [], [], []
         return route_edges(edges, self.shards)
 
-    # -- verification (MinHash) ------------------------------------------------------------
+    # -- verification ----------------------------------------------------------------------
 
     def receive_candidates(self, *parts: np.ndarray | list[np.ndarray]) -> int:
-        """Keep the candidate edges of the owned nodes; returns how many."""
-        flat = [p for part in parts for p in (part if isinstance(part, list) else [part])]
-        shard = EdgeShard()
-        shard.receive(flat)
-        self._candidates = shard.edges
+        """Keep the candidate pairs of the owned nodes (both directions); returns how many."""
+        flat = _flatten(parts)
+        edges = np.concatenate(flat) if flat else np.zeros((0, 2), np.int64)
+        edges = unique_edges(edges[edges[:, 0] != edges[:, 1]])
+        # Pairs between two records of against runs are never decided here.
+        self._candidates = edges[(edges[:, 0] >= self.fixed) | (edges[:, 1] >= self.fixed)]
         return len(self._candidates)
 
     def candidate_nodes(self) -> np.ndarray:
-        """The owned nodes that have a candidate edge (their signatures are needed)."""
+        """The owned nodes that have a candidate pair (their payload is needed)."""
         return np.unique(self._candidates[:, 0])
 
-    def add_signatures(self, nodes: np.ndarray, signatures: np.ndarray) -> int:
-        """Keep the signatures of owned nodes that have a candidate edge."""
-        wanted = np.isin(nodes, self._candidates[:, 0])
-        if not wanted.any():
-            return 0
-        nodes, signatures = nodes[wanted].astype(np.int64), signatures[wanted]
-        if self._sigs is None:
-            self._sig_nodes, self._sigs = nodes, signatures
-        else:
-            self._sig_nodes = np.concatenate([self._sig_nodes, nodes])
-            self._sigs = np.concatenate([self._sigs, signatures])
-        return int(wanted.sum())
+    def add_payload(
+        self, nodes: np.ndarray, signatures: np.ndarray, sets: ShingleSet | None
+    ) -> int:
+        """Keep the signatures and shingle sequences of owned candidate nodes (``sets``:
+        None for records of against runs); returns the number of nodes held."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        if sets is None:
+            sets = ShingleSet.empty(len(nodes))
+        merged = ShingleSet.concat([self._sets, sets])
+        self._payload_nodes = np.concatenate([self._payload_nodes, nodes])
+        self._sigs = signatures if self._sigs is None else np.concatenate([self._sigs, signatures])
+        self._sets = merged
+        return len(self._payload_nodes)
 
-    def _signatures_of(self, nodes: np.ndarray) -> np.ndarray:
-        order = np.argsort(self._sig_nodes)
-        pos = order[np.searchsorted(self._sig_nodes, nodes, sorter=order)]
-        return self._sigs[pos]
+    def _rows_of(self, nodes: np.ndarray) -> np.ndarray:
+        order = np.argsort(self._payload_nodes, kind="stable")
+        return order[np.searchsorted(self._payload_nodes, nodes, sorter=order)]
 
-    def forward(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``(edges (u, v) with u < v, sig(u))`` routed to the owner of ``v``."""
+    def forward(self) -> list[tuple[np.ndarray, np.ndarray, ShingleSet]]:
+        """``(pairs (u, v) with u < v, sig(u), set(u))`` routed to the owner of ``v``."""
         edges = self._candidates[self._candidates[:, 0] < self._candidates[:, 1]]
-        sigs = self._signatures_of(edges[:, 0]) if len(edges) else np.zeros((0, 0), np.uint32)
         owner = edges[:, 1] % self.shards
-        return [(edges[owner == i], sigs[owner == i]) for i in range(self.shards)]
+        out = []
+        for i in range(self.shards):
+            part = edges[owner == i]
+            rows = self._rows_of(part[:, 0])
+            out.append((part, self._sigs[rows] if len(rows) else None, self._sets.take(rows)))
+        return out
 
-    def verify(self, *parts: tuple[np.ndarray, np.ndarray] | list) -> int:
-        """Keep the forwarded pairs whose estimated Jaccard reaches the threshold."""
-        flat = [p for part in parts for p in (part if isinstance(part, list) else [part])]
-        flat = [p for p in flat if len(p[0])]
+    def verify(self, *parts) -> int:
+        """Similarity of the forwarded pairs; keeps those that reach the threshold."""
+        flat = [p for p in _flatten(parts) if len(p[0])]
         if not flat:
             return 0
         edges = np.concatenate([p[0] for p in flat])
-        sig_u = np.concatenate([p[1] for p in flat])
-        sig_v = self._signatures_of(edges[:, 1])
-        similar = (sig_u == sig_v).mean(axis=1) >= self.verify_threshold
-        self._verified.append(edges[similar])
-        return int(similar.sum())
+        left = ShingleSet.concat([p[2] for p in flat])
+        rows = self._rows_of(edges[:, 1])
+        cfg = self.config
+        scores = score_pairs(left, self._sets.take(rows), cfg.block)
+        sim, keep = scores.jaccard, scores.duplicates(cfg.threshold, cfg.max_own)
+        fixed = edges[:, 0] < self.fixed
+        if fixed.any():
+            sig_u = np.concatenate([p[1] for p in flat])[fixed]
+            sim[fixed] = self.method.signature_similarity(sig_u, self._sigs[rows[fixed]])
+            keep[fixed] = sim[fixed] >= cfg.threshold
+        self._decided.append((edges[keep], sim[keep]))
+        return int(keep.sum())
 
-    def emit_verified(self) -> list[np.ndarray]:
-        """Verified edges, routed for the components; frees the verification state."""
-        edges = np.concatenate(self._verified) if self._verified else np.zeros((0, 2), np.int64)
-        self._candidates, self._sigs, self._verified = np.zeros((0, 2), np.int64), None, []
-        return route_edges(edges, self.shards)
-
-    # -- connected components ---------------------------------------------------------------
-
-    def receive(self, *parts: np.ndarray | list[np.ndarray]) -> bool:
-        """Take this shard's edges from every sender; True if the edge set changed."""
-        flat = [p for part in parts for p in (part if isinstance(part, list) else [part])]
-        return self._edges.receive(flat)
-
-    def large_star(self) -> list[np.ndarray]:
-        return route_edges(self._edges.large_star(), self.shards)
-
-    def small_star(self) -> list[np.ndarray]:
-        return route_edges(self._edges.small_star(), self.shards)
-
-    def roots(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._edges.roots()
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """The decided pairs and their similarity; frees the verification state.
+        Unverified methods: every candidate pair, similarity 1.0."""
+        if not self.method.verified:
+            edges = self._candidates[self._candidates[:, 0] < self._candidates[:, 1]]
+            self._candidates = np.zeros((0, 2), np.int64)
+            return edges, np.ones(len(edges))
+        decided = self._decided
+        self._decided, self._sigs = [], None
+        self._sets = ShingleSet.empty()
+        if not decided:
+            return np.zeros((0, 2), np.int64), np.zeros(0)
+        return np.concatenate([d[0] for d in decided]), np.concatenate([d[1] for d in decided])

@@ -112,6 +112,29 @@ class ShingleSet:
         """Document index of every hash."""
         return np.repeat(np.arange(len(self.offsets) - 1), self.counts)
 
+    def take(self, rows: np.ndarray) -> ShingleSet:
+        """The documents ``rows``, in that order (one vectorized gather)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        counts = self.counts[rows]
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        starts = np.repeat(self.offsets[rows] - offsets[:-1], counts)
+        return ShingleSet(self.hashes[np.arange(offsets[-1]) + starts], offsets)
+
+    @staticmethod
+    def concat(sets: Sequence[ShingleSet]) -> ShingleSet:
+        """The documents of ``sets`` one after another."""
+        counts = np.concatenate([np.zeros(0, np.int64), *(s.counts for s in sets)])
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        hashes = np.concatenate([np.zeros(0, np.uint64), *(s.hashes for s in sets)])
+        return ShingleSet(hashes, offsets)
+
+    @staticmethod
+    def empty(docs: int = 0) -> ShingleSet:
+        """``docs`` documents without shingles."""
+        return ShingleSet(np.zeros(0, np.uint64), np.zeros(docs + 1, np.int64))
+
 
 _POWERS = np.ones(1, dtype=np.uint64)
 _INV_POWERS = np.ones(1, dtype=np.uint64)
