@@ -5,6 +5,9 @@ documents from the demo corpus, all in this one process (so docs/s is per core).
     .venv/bin/python benchmarks/dedup_speed.py [--docs 4000]
     .venv/bin/python benchmarks/dedup_speed.py --scale 1000000 [--shards 2]   # end to end
 
+The per-core run: real documents with one in five a near-copy of another (every kind of
+``benchmarks/dedup_sets.py``), so that the candidate verification of ours does real work.
+
 ``--scale N`` generates N documents from the demo corpus (80%: 4-10 random real sentences
 joined; 20%: copies of an earlier generated document with 0-10% of the characters
 substituted, so about 0.8 of the documents should be kept), runs
@@ -34,10 +37,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from dedup_quality import (  # noqa: E402
     _baseline_tokens,
     _clusters_from_pairs,
-    load_bases,
     records_table,
     run_ours,
 )
+from dedup_sets import KINDS, load_bases, make_variant  # noqa: E402
 
 from dataforge.ops.base import OpContext  # noqa: E402
 from dataforge.ops.dedup import Dedup  # noqa: E402
@@ -84,13 +87,21 @@ def bench_rensa(records, num_perm, with_lsh: bool, bands: int = 16):
 
 
 def per_core(args) -> int:
-    bases = load_bases(Path(args.demo), args.docs // 3 + 1, args.seed)[: args.docs]
-    records = [
-        {"id": i, "text": t, "lang": lang, "group": i, "kind": "base"} for i, t, lang in bases
-    ]
+    """The documents: real bases, a quarter of them followed by a near-duplicate (kinds in
+    rotation), so that verification has real work (about 1 in 5 documents is a copy)."""
+    rng = random.Random(args.seed)
+    n_bases = args.docs * 4 // 5
+    bases = load_bases(Path(args.demo), n_bases // 4 + 1, args.seed)[:n_bases]
+    records = []
+    for i, (doc_id, text, lang) in enumerate(bases):
+        records.append({"id": doc_id, "text": text, "lang": lang, "group": i, "kind": "base"})
+        kind = KINDS[i % len(KINDS)]
+        variant = make_variant(text, lang, kind, rng) if i % 4 == 0 else None
+        if variant is not None:
+            records.append({"id": f"~{doc_id}", "text": variant, "lang": lang, "group": i, "kind": kind})
     n = len(records)
     chars = sum(len(r["text"]) for r in records)
-    print(f"{n} documents, {chars / n:.0f} chars on average, num_perm={args.num_perm}")
+    print(f"{n} documents ({n - len(bases)} near-copies), {chars / n:.0f} chars on average, num_perm={args.num_perm}")
     threshold = Dedup.Config().threshold
     timings = {
         "ours (rensa engine)": _timed(lambda: run_ours(records, num_perm=args.num_perm)),

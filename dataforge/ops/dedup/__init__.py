@@ -38,11 +38,15 @@ from dataforge.ops.dedup.shingles import (
     shingle_hashes,
     shingle_kind_for,
 )
+from dataforge.ops.dedup.verify import Texts
 from dataforge.records import ORD
 
 __all__ = ["DECISION_REASON", "Dedup", "KeepConfig", "NormalizeConfig"]
 
 DECISION_REASON = "_dedup_reason"
+# Character n-grams for the own-content measure of verification: 3 Chinese characters are
+# specific, 3 Latin letters are not ("ion" is in every English page), 6 are.
+OWN_CONTENT_NGRAM = {"char": 3, "word": 8}
 ENGINES = ("rensa", "numpy")
 
 
@@ -67,14 +71,14 @@ class KeepConfig:
 class DedupConfig:
     method: str = "minhash"
     """One of :data:`dataforge.ops.dedup.registry.METHODS`: exact, minhash, simhash."""
-    threshold: float = 0.5
+    threshold: float = 0.4
     """Jaccard of the shingle sets from which two documents are duplicates: every
     candidate pair of MinHash and SimHash is checked against it on the texts, and MinHash
     banding is tuned for it (chosen across domains in benchmarks/dedup_quality.py)."""
-    block: int = 10
-    """Verification: a run of this many consecutive shingles that the other document
-    lacks is content of its own (edits leave shorter runs)."""
-    max_own: float = 0.1
+    block: int = 20
+    """Verification: a run of this many consecutive characters that the other document
+    lacks is content of its own (scattered edits leave shorter runs)."""
+    max_own: float = 0.05
     """Verification: a pair is a duplicate only when one of the two has at most this
     share of own content (two pages of one template each have their own body)."""
     max_partners: int = 16
@@ -87,8 +91,9 @@ class DedupConfig:
     rows: int | None = None
     shingle: Literal["auto", "char", "word", "jieba"] = "auto"
     """``auto``: characters for zh/ja/ko, words otherwise; ``jieba``: jieba words."""
-    ngram: int = 3
-    """Shingle size: characters (``char``) or words (``word``, ``jieba``)."""
+    ngram: int = 2
+    """Shingle size: characters (``char``) or words (``word``, ``jieba``). Character
+    2-grams keep a 20%-edited Chinese text above the threshold (3-grams: half of them)."""
     ngram_words: int | None = 2
     """Word n-gram size for word/jieba shingles; None uses ``ngram`` for them too."""
     lowercase: bool = True
@@ -283,22 +288,19 @@ class Dedup(BarrierOp):
         """Shingle hashes of the texts for one shingle kind."""
         return self._shingles_of(self._normalized(texts, kind), kind)
 
-    def verification_sets(self, texts: Any, langs: Any) -> ShingleSet:
-        """Shingle hashes per text in text order (what the planner's verification
-        compares), in row order."""
-        rows, hashes, counts = [], [], np.zeros(len(texts), dtype=np.int64)
+    def verification_texts(self, texts: Any, langs: Any) -> Texts:
+        """What the planner's verification compares, per text in row order: the
+        configured shingles and the character n-grams (``OWN_CONTENT_NGRAM``), both in
+        text order."""
+        rows, shingles, chars = [], [], []
         for kind, idx, group in self._kind_groups(texts, langs):
-            sets = self.shingles(group, "char" if kind == "exact" else kind)
-            counts[idx] = sets.counts
-            rows.append(np.repeat(idx, sets.counts))
-            hashes.append(sets.hashes)
-        offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        if not hashes:
-            return ShingleSet(np.zeros(0, np.uint64), offsets)
-        # Back to row order; stable, so each document's hashes keep their order.
-        order = np.argsort(np.concatenate(rows), kind="stable")
-        return ShingleSet(np.concatenate(hashes)[order], offsets)
+            points = self._normalized(group, "char" if kind == "exact" else kind)
+            shingles.append(self._shingles_of(points, "char" if kind == "exact" else kind))
+            # Word texts keep their single spaces: the n-grams run over those characters.
+            n = OWN_CONTENT_NGRAM["word" if kind == "word" else "char"]
+            chars.append(shingle_hashes(points, "char", n, max_shingles=self.config.max_shingles))
+            rows.append(idx)
+        return Texts(_in_row_order(shingles, rows, len(texts)), _in_row_order(chars, rows, len(texts)))
 
     def _signatures(self, texts: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
         """(values, valid) for one kind group."""
@@ -343,3 +345,18 @@ class Dedup(BarrierOp):
         hit = dec_ord[pos] == ords
         reasons = np.where(hit, dec_reason[pos], None).tolist()
         return set_drop_reasons(batch, reasons)
+
+
+def _in_row_order(groups: list[ShingleSet], rows: list[np.ndarray], n: int) -> ShingleSet:
+    """One ShingleSet in row order from per-group sets of the rows ``rows[i]``."""
+    counts = np.zeros(n, dtype=np.int64)
+    for sets, idx in zip(groups, rows, strict=True):
+        counts[idx] = sets.counts
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    if not groups:
+        return ShingleSet.empty(n)
+    # Stable, so each document's hashes keep their text order.
+    owner = np.concatenate([np.repeat(idx, sets.counts) for sets, idx in zip(groups, rows, strict=True)])
+    order = np.argsort(owner, kind="stable")
+    return ShingleSet(np.concatenate([g.hashes for g in groups])[order], offsets)

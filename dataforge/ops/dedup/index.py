@@ -37,9 +37,8 @@ from dataforge.ops.dedup.buckets import (
     unique_edges,
 )
 from dataforge.ops.dedup.method import DedupMethod
-from dataforge.ops.dedup.shingles import ShingleSet
 from dataforge.ops.dedup.simhash import hamming_pairs
-from dataforge.ops.dedup.verify import score_pairs
+from dataforge.ops.dedup.verify import Texts, verify_pairs
 
 __all__ = ["IndexShard"]
 
@@ -62,7 +61,7 @@ class IndexShard:
         self._fingerprints: list[np.ndarray] = []
         self._candidates = np.zeros((0, 2), dtype=np.int64)
         self._payload_nodes = np.zeros(0, dtype=np.int64)
-        self._sets = ShingleSet.empty()
+        self._texts = Texts.empty()
         self._sigs: np.ndarray | None = None
         self._decided: list[tuple[np.ndarray, np.ndarray]] = []
 
@@ -126,33 +125,29 @@ class IndexShard:
         """The owned nodes that have a candidate pair (their payload is needed)."""
         return np.unique(self._candidates[:, 0])
 
-    def add_payload(
-        self, nodes: np.ndarray, signatures: np.ndarray, sets: ShingleSet | None
-    ) -> int:
+    def add_payload(self, nodes: np.ndarray, signatures: np.ndarray, texts: Texts | None) -> int:
         """Keep the signatures and shingle sequences of owned candidate nodes (``sets``:
         None for records of against runs); returns the number of nodes held."""
         nodes = np.asarray(nodes, dtype=np.int64)
-        if sets is None:
-            sets = ShingleSet.empty(len(nodes))
-        merged = ShingleSet.concat([self._sets, sets])
+        texts = Texts.empty(len(nodes)) if texts is None else texts
+        self._texts = Texts.concat([self._texts, texts])
         self._payload_nodes = np.concatenate([self._payload_nodes, nodes])
         self._sigs = signatures if self._sigs is None else np.concatenate([self._sigs, signatures])
-        self._sets = merged
         return len(self._payload_nodes)
 
     def _rows_of(self, nodes: np.ndarray) -> np.ndarray:
         order = np.argsort(self._payload_nodes, kind="stable")
         return order[np.searchsorted(self._payload_nodes, nodes, sorter=order)]
 
-    def forward(self) -> list[tuple[np.ndarray, np.ndarray, ShingleSet]]:
-        """``(pairs (u, v) with u < v, sig(u), set(u))`` routed to the owner of ``v``."""
+    def forward(self) -> list[tuple[np.ndarray, np.ndarray, Texts]]:
+        """``(pairs (u, v) with u < v, sig(u), texts(u))`` routed to the owner of ``v``."""
         edges = self._candidates[self._candidates[:, 0] < self._candidates[:, 1]]
         owner = edges[:, 1] % self.shards
         out = []
         for i in range(self.shards):
             part = edges[owner == i]
             rows = self._rows_of(part[:, 0])
-            out.append((part, self._sigs[rows] if len(rows) else None, self._sets.take(rows)))
+            out.append((part, self._sigs[rows] if len(rows) else None, self._texts.take(rows)))
         return out
 
     def verify(self, *parts) -> int:
@@ -161,11 +156,11 @@ class IndexShard:
         if not flat:
             return 0
         edges = np.concatenate([p[0] for p in flat])
-        left = ShingleSet.concat([p[2] for p in flat])
+        left = Texts.concat([p[2] for p in flat])
         rows = self._rows_of(edges[:, 1])
         cfg = self.config
-        scores = score_pairs(left, self._sets.take(rows), cfg.block)
-        sim, keep = scores.jaccard, scores.duplicates(cfg.threshold, cfg.max_own)
+        right = self._texts.take(rows)
+        sim, keep = verify_pairs(left, right, cfg.threshold, cfg.block, cfg.max_own)
         fixed = edges[:, 0] < self.fixed
         if fixed.any():
             sig_u = np.concatenate([p[1] for p in flat])[fixed]
@@ -183,7 +178,7 @@ class IndexShard:
             return edges, np.ones(len(edges))
         decided = self._decided
         self._decided, self._sigs = [], None
-        self._sets = ShingleSet.empty()
+        self._texts = Texts.empty()
         if not decided:
             return np.zeros((0, 2), np.int64), np.zeros(0)
         return np.concatenate([d[0] for d in decided]), np.concatenate([d[1] for d in decided])

@@ -190,7 +190,7 @@ def _send_payload(backend, op, signatures, node_keys, needed, texts=None) -> lis
     sets = None
     if texts is not None and len(rows):
         picked = texts.take(pa.array(rows))
-        sets = op.verification_sets(picked.column("text"), picked.column("lang"))
+        sets = op.verification_texts(picked.column("text"), picked.column("lang"))
     owner = nodes % backend.count
     pending = []
     for shard in range(backend.count):
