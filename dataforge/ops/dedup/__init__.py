@@ -242,14 +242,13 @@ class Dedup(BarrierOp):
 
     def _kind_groups(self, texts: Any, langs: Any):
         """``(shingle kind, row indices, texts)`` per kind present (``exact`` for exact)."""
-        langs = langs.to_numpy(zero_copy_only=False)
+        codes = pc.dictionary_encode(pc.fill_null(langs, "")).combine_chunks()
         if self.method.uses_shingles:
-            kinds = np.array(
-                [shingle_kind_for(self.config.shingle, str(g)) for g in langs], dtype=object
-            )
+            names = [shingle_kind_for(self.config.shingle, g) for g in codes.dictionary.to_pylist()]
         else:
-            kinds = np.full(len(langs), "exact", dtype=object)
-        for kind in sorted(set(kinds.tolist())):
+            names = ["exact"] * len(codes.dictionary)
+        kinds = np.array(names, dtype=object)[codes.indices.to_numpy(zero_copy_only=False)]
+        for kind in sorted(set(names)):
             idx = np.flatnonzero(kinds == kind)
             group = texts.take(pa.array(idx))
             group = group.combine_chunks() if isinstance(group, pa.ChunkedArray) else group
