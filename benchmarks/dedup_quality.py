@@ -108,8 +108,6 @@ def _clusters_from_pairs(ids: list[str], pairs: list[tuple[str, str]]) -> tuple[
     return cluster, {i for i in ids if cluster[i] != i}
 
 
-
-
 # -- methods ---------------------------------------------------------------------------
 
 
@@ -193,8 +191,6 @@ def run_rensa(records: list[dict], threshold: float, num_perm: int, bands: int =
         pairs += [(ids[i], ids[o]) for o in lsh.query(m)]
         lsh.insert(i, m)
     return _clusters_from_pairs(ids, pairs)
-
-
 
 
 # -- report ----------------------------------------------------------------------------

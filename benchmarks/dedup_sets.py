@@ -112,15 +112,23 @@ def _chunks(text: str, size: int = 1500) -> list[str]:
 def _groups(demo: Path) -> dict[str, list[tuple[str, str, str]]]:
     groups: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
     for path in sorted((demo / "news_zh").glob("*.jsonl*")):
-        groups["news_zh"] += [(r["id"], r["text"], "zh") for r in _jsonl(path) if len(r["text"]) >= 200]
+        groups["news_zh"] += [
+            (r["id"], r["text"], "zh") for r in _jsonl(path) if len(r["text"]) >= 200
+        ]
     for path in sorted((demo / "reviews_zh").glob("*.jsonl*")):
-        groups["reviews_zh"] += [(r["id"], r["text"], "zh") for r in _jsonl(path) if len(r["text"]) >= 80]
+        groups["reviews_zh"] += [
+            (r["id"], r["text"], "zh") for r in _jsonl(path) if len(r["text"]) >= 80
+        ]
     for path in sorted((demo / "docs_en").glob("*.jsonl*")):
         for r in _jsonl(path):
-            groups["docs_en"] += [(f"{r['id']}#{i}", c, "en") for i, c in enumerate(_chunks(r["text"]))]
+            groups["docs_en"] += [
+                (f"{r['id']}#{i}", c, "en") for i, c in enumerate(_chunks(r["text"]))
+            ]
     for path in sorted((demo / "pkgdesc_en").glob("*.parquet")):
         for r in pq.read_table(path, columns=["id", "text"]).to_pylist():
-            groups["pkgdesc_en"] += [(f"{r['id']}#{i}", c, "en") for i, c in enumerate(_chunks(r["text"]))]
+            groups["pkgdesc_en"] += [
+                (f"{r['id']}#{i}", c, "en") for i, c in enumerate(_chunks(r["text"]))
+            ]
     return groups
 
 
@@ -178,11 +186,18 @@ def _templated(bases, rng: random.Random) -> list[tuple[str, str, str]]:
             lang = bases[i][2]
             if rng.random() < 0.5:
                 head, foot = rng.choice(TEMPLATES[lang])
-                fill = {"name": rng.choice(NAMES[lang]), "n": rng.randint(1, 28), "m": rng.randint(1, 12)}
+                fill = {
+                    "name": rng.choice(NAMES[lang]),
+                    "n": rng.randint(1, 28),
+                    "m": rng.randint(1, 12),
+                }
                 head, foot = head.format(**fill), foot.format(**fill)
             else:
                 donor = bases[i][1]  # used for this template only
-                head, foot = donor[: rng.randint(100, 300)] + "\n", "\n" + donor[-rng.randint(100, 300) :]
+                head, foot = (
+                    donor[: rng.randint(100, 300)] + "\n",
+                    "\n" + donor[-rng.randint(100, 300) :],
+                )
                 i += 1
             for doc_id, text, lang in bases[i : i + size]:
                 body = text[: rng.randint(100, 700)]
@@ -271,6 +286,12 @@ def build_domain_set(demo: Path, domain: str, per_group: int, seed: int) -> list
             if variant is None:
                 continue
             records.append(
-                {"id": f"~{doc_id}~{v}~{kind}", "text": variant, "lang": lang, "group": doc_id, "kind": kind}
+                {
+                    "id": f"~{doc_id}~{v}~{kind}",
+                    "text": variant,
+                    "lang": lang,
+                    "group": doc_id,
+                    "kind": kind,
+                }
             )
     return records

@@ -11,8 +11,9 @@ The per-core run: real documents with one in five a near-copy of another (every 
 ``--scale N`` generates N documents from the demo corpus (80%: 4-10 random real sentences
 joined; 20%: copies of an earlier generated document with 0-10% of the characters
 substituted, so about 0.8 of the documents should be kept), runs
-``prepare`` per 10k-document batch in this process, writes the prepared parts without the
-text column (the planner never reads it), then runs the planner on Ray index actors, and
+``prepare`` per 10k-document batch in this process, writes the prepared parts (with the
+text column: verification reads the candidates' texts back), then runs the planner on Ray
+index actors, and
 prints time per phase, the peak memory of the driver and of every index actor, and the
 kept fraction.
 """
@@ -98,10 +99,14 @@ def per_core(args) -> int:
         kind = KINDS[i % len(KINDS)]
         variant = make_variant(text, lang, kind, rng) if i % 4 == 0 else None
         if variant is not None:
-            records.append({"id": f"~{doc_id}", "text": variant, "lang": lang, "group": i, "kind": kind})
+            records.append(
+                {"id": f"~{doc_id}", "text": variant, "lang": lang, "group": i, "kind": kind}
+            )
     n = len(records)
     chars = sum(len(r["text"]) for r in records)
-    print(f"{n} documents ({n - len(bases)} near-copies), {chars / n:.0f} chars on average, num_perm={args.num_perm}")
+    print(
+        f"{n} documents ({n - len(bases)} near-copies), {chars / n:.0f} chars on average, num_perm={args.num_perm}"
+    )
     threshold = Dedup.Config().threshold
     timings = {
         "ours (rensa engine)": _timed(lambda: run_ours(records, num_perm=args.num_perm)),
@@ -180,7 +185,7 @@ def at_scale(args) -> int:
             table = records_table(recs)
             chars += sum(len(r["text"]) for r in recs)
             t, c = time.perf_counter(), time.process_time()
-            prepared = op.prepare(table).drop_columns(["text"])
+            prepared = op.prepare(table)
             prep += time.perf_counter() - t
             prep_cpu += time.process_time() - c
             parts[f"t{k:05d}"] = tmp / f"t{k:05d}.parquet"

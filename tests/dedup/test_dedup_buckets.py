@@ -21,9 +21,7 @@ def test_bucket_pair_edges_small_bucket_gives_all_pairs():
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(st.tuples(st.integers(0, 4), st.integers(0, 40)), max_size=80), st.integers(1, 5)
-)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 40)), max_size=80), st.integers(1, 5))
 def test_bucket_pair_edges_match_brute_force(entries, partners):
     keys = np.array([k for k, _ in entries], np.uint64)
     nodes = np.array([n for _, n in entries], np.uint32)

@@ -25,7 +25,11 @@ def _sets(overlap: int, only: int) -> ShingleSet:
 def test_signature_agreement_estimates_jaccard(engine):
     shingles = _sets(600, 200)  # Jaccard 600 / 1000
     op = Dedup(Dedup.Config(num_perm=512, engine=engine))
-    sig = minhash_signatures(shingles, 512, 0) if engine == "numpy" else op.method.signatures(shingles, None)
+    sig = (
+        minhash_signatures(shingles, 512, 0)
+        if engine == "numpy"
+        else op.method.signatures(shingles, None)
+    )
     assert sig.shape == (2, 512) and sig.dtype == np.uint32
     assert abs((sig[0] == sig[1]).mean() - 0.6) < 0.07
 

@@ -40,6 +40,7 @@ from dataforge.ops.dedup.shingles import (
 )
 from dataforge.ops.dedup.verify import Texts
 from dataforge.records import ORD
+from dataforge.typed_config import check_choices
 
 __all__ = ["DECISION_REASON", "Dedup", "KeepConfig", "NormalizeConfig"]
 
@@ -47,7 +48,6 @@ DECISION_REASON = "_dedup_reason"
 # Character n-grams for the own-content measure of verification: 3 Chinese characters are
 # specific, 3 Latin letters are not ("ion" is in every English page), 6 are.
 OWN_CONTENT_NGRAM = {"char": 3, "word": 8}
-ENGINES = ("rensa", "numpy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,8 +130,7 @@ class DedupConfig:
         if self.method not in METHODS:
             valid = ", ".join(repr(m) for m in METHODS)
             raise ValueError(f"method {self.method!r}; valid: {valid}")
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine {self.engine!r}; valid: {', '.join(ENGINES)}")
+        check_choices(self)
         if not 0.0 < self.threshold < 1.0:
             raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")
         if not 1 <= self.num_perm <= 1024:
@@ -243,7 +242,9 @@ class Dedup(BarrierOp):
 
     def _kind_groups(self, texts: Any, langs: Any):
         """``(shingle kind, row indices, texts)`` per kind present (``exact`` for exact)."""
-        codes = pc.dictionary_encode(pc.fill_null(langs, "")).combine_chunks()
+        if isinstance(langs, pa.ChunkedArray):
+            langs = langs.combine_chunks()
+        codes = pc.dictionary_encode(pc.fill_null(langs, ""))
         if self.method.uses_shingles:
             names = [shingle_kind_for(self.config.shingle, g) for g in codes.dictionary.to_pylist()]
         else:
@@ -300,7 +301,9 @@ class Dedup(BarrierOp):
             n = OWN_CONTENT_NGRAM["word" if kind == "word" else "char"]
             chars.append(shingle_hashes(points, "char", n, max_shingles=self.config.max_shingles))
             rows.append(idx)
-        return Texts(_in_row_order(shingles, rows, len(texts)), _in_row_order(chars, rows, len(texts)))
+        return Texts(
+            _in_row_order(shingles, rows, len(texts)), _in_row_order(chars, rows, len(texts))
+        )
 
     def _signatures(self, texts: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
         """(values, valid) for one kind group."""
@@ -357,6 +360,8 @@ def _in_row_order(groups: list[ShingleSet], rows: list[np.ndarray], n: int) -> S
     if not groups:
         return ShingleSet.empty(n)
     # Stable, so each document's hashes keep their text order.
-    owner = np.concatenate([np.repeat(idx, sets.counts) for sets, idx in zip(groups, rows, strict=True)])
+    owner = np.concatenate(
+        [np.repeat(idx, sets.counts) for sets, idx in zip(groups, rows, strict=True)]
+    )
     order = np.argsort(owner, kind="stable")
     return ShingleSet(np.concatenate([g.hashes for g in groups])[order], offsets)

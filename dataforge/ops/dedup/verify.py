@@ -25,6 +25,7 @@ shingles of one pair to agree on 40 bits (about ``n^2 / 2^41``: 2e-6 for 2,000 s
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -111,7 +112,7 @@ def _own_of(left: Texts, right: Texts, rows: np.ndarray, side: np.ndarray, block
             continue
         mine, other = (left, right) if pick == 0 else (right, left)
         a, b = mine.chars.take(rows[sel]), other.chars.take(rows[sel])
-        own[sel] = _chunked(a.counts + b.counts, lambda lo, hi: _own(a, b, lo, hi, block))
+        own[sel] = _chunked(a.counts + b.counts, functools.partial(_own, a, b, block=block))
     return own
 
 
