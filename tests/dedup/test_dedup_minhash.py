@@ -99,6 +99,8 @@ def test_apply_marks_decided_rows():
         ({"bits": 32}, "valid: 64"),
         ({"keep": {"prefer": ["a"]}}, "unknown key"),
         ({"shingle": "bpe"}, "'auto', 'char', 'word', 'jieba'"),
+        ({"normalize": {"s2t": True}}, "unknown key"),
+        ({"max_own": 1.5}, "max_own"),
     ],
 )
 def test_config_errors_name_the_valid_choices(raw, message):
@@ -114,10 +116,12 @@ def test_config_from_yaml_mapping():
             "max_hamming": 4,
             "keep": {"prefer_source": ["a", "b"]},
             "against": ["x"],
+            "normalize": {"t2s": True},
         },
         "stages[0]",
     )
     assert cfg.keep.prefer_source == ("a", "b") and cfg.against == ("x",)
+    assert cfg.normalize.t2s is True
     assert Dedup(cfg).method.block_count() == 6
 
 

@@ -42,6 +42,8 @@ from dataforge.ops.dedup.verify import Texts, verify_pairs
 
 __all__ = ["IndexShard"]
 
+_VERIFY_CHUNK = 50_000  # pairs per verification step (their shingles are copied once)
+
 
 def _flatten(parts) -> list:
     return [p for part in parts for p in (part if isinstance(part, list) else [part])]
@@ -60,9 +62,8 @@ class IndexShard:
         self._nodes: list[np.ndarray] = []
         self._fingerprints: list[np.ndarray] = []
         self._candidates = np.zeros((0, 2), dtype=np.int64)
-        self._payload_nodes = np.zeros(0, dtype=np.int64)
-        self._texts = Texts.empty()
-        self._sigs: np.ndarray | None = None
+        self._parts: list[tuple[np.ndarray, np.ndarray, Texts]] = []
+        self._pool = _empty_pool()
         self._decided: list[tuple[np.ndarray, np.ndarray]] = []
 
     def ping(self) -> int:
@@ -126,48 +127,71 @@ class IndexShard:
         return np.unique(self._candidates[:, 0])
 
     def add_payload(self, nodes: np.ndarray, signatures: np.ndarray, texts: Texts | None) -> int:
-        """Keep the signatures and shingle sequences of owned candidate nodes (``sets``:
-        None for records of against runs); returns the number of nodes held."""
+        """Keep the signatures and shingle sequences of owned candidate nodes (``texts``:
+        None for records of against runs); returns the number of nodes received."""
         nodes = np.asarray(nodes, dtype=np.int64)
-        texts = Texts.empty(len(nodes)) if texts is None else texts
-        self._texts = Texts.concat([self._texts, texts])
-        self._payload_nodes = np.concatenate([self._payload_nodes, nodes])
-        self._sigs = signatures if self._sigs is None else np.concatenate([self._sigs, signatures])
-        return len(self._payload_nodes)
+        self._parts.append((nodes, signatures, Texts.empty(len(nodes)) if texts is None else texts))
+        return sum(len(p[0]) for p in self._parts)
 
-    def _rows_of(self, nodes: np.ndarray) -> np.ndarray:
-        order = np.argsort(self._payload_nodes, kind="stable")
-        return order[np.searchsorted(self._payload_nodes, nodes, sorter=order)]
+    def _payload(self) -> tuple[np.ndarray, np.ndarray, Texts]:
+        """The received payload as one pool, sorted by node (concatenated once)."""
+        if self._parts:
+            parts, self._parts = self._parts, []
+            nodes = np.concatenate([self._pool[0], *(p[0] for p in parts)])
+            sigs = np.concatenate(
+                [x for x in (self._pool[1], *(p[1] for p in parts)) if x is not None]
+            )
+            texts = Texts.concat([self._pool[2], *(p[2] for p in parts)])
+            order = np.argsort(nodes, kind="stable")
+            self._pool = (nodes[order], sigs[order], texts.take(order))
+        return self._pool
 
-    def forward(self) -> list[tuple[np.ndarray, np.ndarray, Texts]]:
-        """``(pairs (u, v) with u < v, sig(u), texts(u))`` routed to the owner of ``v``."""
+    def forward(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Texts]]:
+        """``(pairs (u, v) with u < v, their distinct u, sig(u), texts(u))`` routed to the
+        owner of ``v`` (each ``u`` travels once per destination, not once per pair)."""
+        nodes, sigs, texts = self._payload()
         edges = self._candidates[self._candidates[:, 0] < self._candidates[:, 1]]
         owner = edges[:, 1] % self.shards
         out = []
         for i in range(self.shards):
             part = edges[owner == i]
-            rows = self._rows_of(part[:, 0])
-            out.append((part, self._sigs[rows] if len(rows) else None, self._texts.take(rows)))
+            if len(part) == 0:
+                out.append((part, part[:, 0], np.zeros(0), Texts.empty()))
+                continue
+            left = np.unique(part[:, 0])
+            rows = np.searchsorted(nodes, left)
+            out.append((part, left, sigs[rows], texts.take(rows)))
         return out
 
     def verify(self, *parts) -> int:
-        """Similarity of the forwarded pairs; keeps those that reach the threshold."""
+        """Decide the forwarded pairs (chunk by chunk: bounded copies); keeps duplicates."""
         flat = [p for p in _flatten(parts) if len(p[0])]
         if not flat:
             return 0
         edges = np.concatenate([p[0] for p in flat])
-        left = Texts.concat([p[2] for p in flat])
-        rows = self._rows_of(edges[:, 1])
-        cfg = self.config
-        right = self._texts.take(rows)
-        sim, keep = verify_pairs(left, right, cfg.threshold, cfg.block, cfg.max_own)
-        fixed = edges[:, 0] < self.fixed
-        if fixed.any():
-            sig_u = np.concatenate([p[1] for p in flat])[fixed]
-            sim[fixed] = self.method.signature_similarity(sig_u, self._sigs[rows[fixed]])
-            keep[fixed] = sim[fixed] >= cfg.threshold
-        self._decided.append((edges[keep], sim[keep]))
-        return int(keep.sum())
+        pool_nodes = np.concatenate([p[1] for p in flat])  # each u has one owner: distinct
+        order = np.argsort(pool_nodes)
+        pool_nodes = pool_nodes[order]
+        pool_sigs = np.concatenate([p[2] for p in flat])[order]
+        pool_texts = Texts.concat([p[3] for p in flat]).take(order)
+        nodes, sigs, texts = self._payload()
+        cfg, kept = self.config, 0
+        for lo in range(0, len(edges), _VERIFY_CHUNK):
+            chunk = edges[lo : lo + _VERIFY_CHUNK]
+            left = np.searchsorted(pool_nodes, chunk[:, 0])
+            right = np.searchsorted(nodes, chunk[:, 1])
+            sim, keep = verify_pairs(
+                pool_texts.take(left), texts.take(right), cfg.threshold, cfg.block, cfg.max_own
+            )
+            fixed = chunk[:, 0] < self.fixed
+            if fixed.any():
+                estimate = self.method.signature_similarity(
+                    pool_sigs[left[fixed]], sigs[right[fixed]]
+                )
+                sim[fixed], keep[fixed] = estimate, estimate >= cfg.threshold
+            self._decided.append((chunk[keep], sim[keep]))
+            kept += int(keep.sum())
+        return kept
 
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
         """The decided pairs and their similarity; frees the verification state.
@@ -177,8 +201,11 @@ class IndexShard:
             self._candidates = np.zeros((0, 2), np.int64)
             return edges, np.ones(len(edges))
         decided = self._decided
-        self._decided, self._sigs = [], None
-        self._texts = Texts.empty()
+        self._decided, self._parts, self._pool = [], [], _empty_pool()
         if not decided:
             return np.zeros((0, 2), np.int64), np.zeros(0)
         return np.concatenate([d[0] for d in decided]), np.concatenate([d[1] for d in decided])
+
+
+def _empty_pool() -> tuple[np.ndarray, np.ndarray | None, Texts]:
+    return np.zeros(0, np.int64), None, Texts.empty()
