@@ -133,23 +133,21 @@ class IndexShard:
         self._parts.append((nodes, signatures, Texts.empty(len(nodes)) if texts is None else texts))
         return sum(len(p[0]) for p in self._parts)
 
-    def _payload(self) -> tuple[np.ndarray, np.ndarray, Texts]:
-        """The received payload as one pool, sorted by node (concatenated once)."""
+    def _payload(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, Texts]:
+        """The received payload as one pool (concatenated once): ``(nodes, order that
+        sorts them, signatures, texts)``."""
         if self._parts:
             parts, self._parts = self._parts, []
             nodes = np.concatenate([self._pool[0], *(p[0] for p in parts)])
-            sigs = np.concatenate(
-                [x for x in (self._pool[1], *(p[1] for p in parts)) if x is not None]
-            )
-            texts = Texts.concat([self._pool[2], *(p[2] for p in parts)])
-            order = np.argsort(nodes, kind="stable")
-            self._pool = (nodes[order], sigs[order], texts.take(order))
+            sigs = [x for x in (self._pool[2], *(p[1] for p in parts)) if x is not None]
+            texts = Texts.concat([self._pool[3], *(p[2] for p in parts)])
+            self._pool = (nodes, np.argsort(nodes, kind="stable"), np.concatenate(sigs), texts)
         return self._pool
 
     def forward(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Texts]]:
         """``(pairs (u, v) with u < v, their distinct u, sig(u), texts(u))`` routed to the
         owner of ``v`` (each ``u`` travels once per destination, not once per pair)."""
-        nodes, sigs, texts = self._payload()
+        nodes, order, sigs, texts = self._payload()
         edges = self._candidates[self._candidates[:, 0] < self._candidates[:, 1]]
         owner = edges[:, 1] % self.shards
         out = []
@@ -159,7 +157,7 @@ class IndexShard:
                 out.append((part, part[:, 0], np.zeros(0), Texts.empty()))
                 continue
             left = np.unique(part[:, 0])
-            rows = np.searchsorted(nodes, left)
+            rows = order[np.searchsorted(nodes, left, sorter=order)]
             out.append((part, left, sigs[rows], texts.take(rows)))
         return out
 
@@ -170,16 +168,15 @@ class IndexShard:
             return 0
         edges = np.concatenate([p[0] for p in flat])
         pool_nodes = np.concatenate([p[1] for p in flat])  # each u has one owner: distinct
-        order = np.argsort(pool_nodes)
-        pool_nodes = pool_nodes[order]
-        pool_sigs = np.concatenate([p[2] for p in flat])[order]
-        pool_texts = Texts.concat([p[3] for p in flat]).take(order)
-        nodes, sigs, texts = self._payload()
+        pool_order = np.argsort(pool_nodes)
+        pool_sigs = np.concatenate([p[2] for p in flat])
+        pool_texts = Texts.concat([p[3] for p in flat])
+        nodes, order, sigs, texts = self._payload()
         cfg, kept = self.config, 0
         for lo in range(0, len(edges), _VERIFY_CHUNK):
             chunk = edges[lo : lo + _VERIFY_CHUNK]
-            left = np.searchsorted(pool_nodes, chunk[:, 0])
-            right = np.searchsorted(nodes, chunk[:, 1])
+            left = pool_order[np.searchsorted(pool_nodes, chunk[:, 0], sorter=pool_order)]
+            right = order[np.searchsorted(nodes, chunk[:, 1], sorter=order)]
             sim, keep = verify_pairs(
                 pool_texts.take(left), texts.take(right), cfg.threshold, cfg.block, cfg.max_own
             )
@@ -207,5 +204,5 @@ class IndexShard:
         return np.concatenate([d[0] for d in decided]), np.concatenate([d[1] for d in decided])
 
 
-def _empty_pool() -> tuple[np.ndarray, np.ndarray | None, Texts]:
-    return np.zeros(0, np.int64), None, Texts.empty()
+def _empty_pool() -> tuple[np.ndarray, np.ndarray, np.ndarray | None, Texts]:
+    return np.zeros(0, np.int64), np.zeros(0, np.int64), None, Texts.empty()

@@ -127,7 +127,8 @@ class ShingleSet:
         counts = np.concatenate([np.zeros(0, np.int64), *(s.counts for s in sets)])
         offsets = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        hashes = np.concatenate([np.zeros(0, np.uint64), *(s.hashes for s in sets)])
+        filled = [s.hashes for s in sets if len(s.hashes)]  # empty parts keep the dtype
+        hashes = np.concatenate(filled) if filled else np.zeros(0, np.uint64)
         return ShingleSet(hashes, offsets)
 
     @staticmethod
