@@ -42,7 +42,7 @@ from dataforge.ops.dedup.verify import Texts, verify_pairs
 
 __all__ = ["IndexShard"]
 
-_VERIFY_CHUNK = 50_000  # pairs per verification step (their shingles are copied once)
+_VERIFY_CHUNK = 8192  # pairs per verification step (their shingles are copied once)
 
 
 def _flatten(parts) -> list:
