@@ -1,4 +1,4 @@
-"""Planner of the dedup barrier: sharded bucket index, sharded connected components.
+"""Planner of the dedup barrier: sharded bucket index, verified candidates, star clusters.
 
 Steps (``plan``):
 
