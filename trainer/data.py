@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from trainer.config import ConfigError, TrainerConfig
+from trainer.objectives import Objective
 
 __all__ = ["BatchSource", "ListBatchSource", "SyntheticBatchSource", "build_batch_source"]
 
@@ -95,7 +96,7 @@ class SyntheticBatchSource:
 
 
 def build_batch_source(
-    config: TrainerConfig, stage: str, rank: int, world_size: int
+    config: TrainerConfig, objective: Objective, rank: int, world_size: int
 ) -> BatchSource:
     """The source ``config.data`` names, for this rank.
 
@@ -104,8 +105,11 @@ def build_batch_source(
             contradicts the stage.
     """
     if config.data.source == "synthetic":
-        if stage == "dpo":
-            raise ConfigError("data.source synthetic gives LM batches; dpo needs the loader")
+        if not objective.synthetic_data:
+            raise ConfigError(
+                f"data.source synthetic gives pretraining batches; {type(objective).__name__} "
+                "needs the loader"
+            )
         return SyntheticBatchSource(
             config.model.vocab_size,
             config.data.batch_size,
@@ -117,8 +121,9 @@ def build_batch_source(
     from dataforge.loader import LoaderConfig, build_dataloader
 
     raw = dict(config.data.loader)
-    if raw.setdefault("mode", stage) != stage:
-        raise ConfigError(f"data.loader.mode {raw['mode']!r} does not match the stage {stage!r}")
+    mode = objective.loader_mode
+    if raw.setdefault("mode", mode) != mode:
+        raise ConfigError(f"data.loader.mode {raw['mode']!r} does not match the stage's {mode!r}")
     raw.setdefault("max_seq_len", config.model.max_seq_len)
     if raw["max_seq_len"] > config.model.max_seq_len:
         raise ConfigError(

@@ -9,7 +9,6 @@ micro-batches (DDP averages gradients over ranks, hence the ``world_size`` facto
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import math
 import time
@@ -25,7 +24,7 @@ from trainer.config import STAGES, ConfigError, OptimConfig, TrainerConfig, reso
 from trainer.data import BatchSource, build_batch_source
 from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats
 from trainer.model import Transformer, flops_per_token
-from trainer.objectives import causal_lm_loss_sum, count_targets, dpo_loss, sequence_logps
+from trainer.objectives import Objective, build_objective
 from trainer.parallel import (
     DTYPES,
     DistEnv,
@@ -58,12 +57,12 @@ class Run:
 
     config: TrainerConfig
     stage: str
+    objective: Objective
     env: DistEnv
     model: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
-    reference: nn.Module | None = None
 
     def autocast(self) -> contextlib.AbstractContextManager:
         precision = self.config.train.precision
@@ -103,35 +102,6 @@ def build_optimizer(
     return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, eps=optim.eps, fused=fused)
 
 
-def _lm_forward(run: Run, model: nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = model(batch["input_ids"], batch.get("position_ids"), batch.get("cu_seqlens"))
-    loss = causal_lm_loss_sum(logits, batch["labels"], run.config.train.label_smoothing)
-    return loss, torch.zeros(2, dtype=torch.float64)
-
-
-def _dpo_forward(run: Run, model: nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    # Chosen and rejected rows share a width (loader contract): one forward for both.
-    ids = torch.cat([batch["chosen_input_ids"], batch["rejected_input_ids"]])
-    pos = torch.cat([batch["chosen_position_ids"], batch["rejected_position_ids"]])
-    labels = torch.cat([batch["chosen_labels"], batch["rejected_labels"]])
-    policy_chosen, policy_rejected = sequence_logps(model(ids, pos), labels).chunk(2)
-    if run.config.dpo.reference == "precomputed":
-        ref_chosen, ref_rejected = batch["ref_chosen_logps"], batch["ref_rejected_logps"]
-    else:
-        with torch.no_grad():
-            ref_chosen, ref_rejected = sequence_logps(run.reference(ids, pos), labels).chunk(2)
-    stats = dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, run.config.dpo.beta)
-    extra = torch.stack([stats.correct.sum(), stats.reward_margins.sum()]).double().cpu()
-    return stats.losses.sum(), extra
-
-
-def _weight(stage: str, batch: dict) -> int:
-    """What the loss is averaged over: targets (LM) or pairs (DPO)."""
-    if stage == "dpo":
-        return int(batch["chosen_input_ids"].shape[0])
-    return int(count_targets(batch["labels"]))
-
-
 def _tokens(batch: dict) -> int:
     """Real (unpadded) tokens in a batch, DPO rows included."""
     masks = [v for k, v in batch.items() if k.endswith("attention_mask")]
@@ -143,13 +113,12 @@ def _tokens(batch: dict) -> int:
 def _flops(run: Run, batch: dict) -> float:
     """Model FLOPs of one micro-batch: real tokens x per-token FLOPs at the batch's width
     (with a reference model, DPO adds its forward: 2N of the 6N)."""
-    prefixes = ("chosen_", "rejected_") if run.stage == "dpo" else ("",)
     total = 0.0
-    for prefix in prefixes:
+    for prefix in run.objective.row_prefixes:
         ids, mask = batch[prefix + "input_ids"], batch.get(prefix + "attention_mask")
         tokens = ids.numel() if mask is None else int(mask.sum())
         total += tokens * flops_per_token(run.config.model, ids.shape[1])
-    return total * (4 / 3 if run.reference is not None else 1.0)
+    return total * run.objective.forward_flops_factor
 
 
 def train_step(run: Run, batches: list[dict]) -> dict[str, float]:
@@ -158,25 +127,31 @@ def train_step(run: Run, batches: list[dict]) -> dict[str, float]:
     Returns the step's metrics (global over ranks); ``applied`` is 0.0 when the update was
     skipped (non-finite loss or gradients, or an fp16 overflow).
     """
-    model, opt, scaler, env = run.model, run.optimizer, run.scaler, run.env
-    forward = _dpo_forward if run.stage == "dpo" else _lm_forward
-    weights = torch.tensor([sum(_weight(run.stage, b) for b in batches)], dtype=torch.float64)
+    model, opt, scaler, env, objective = (
+        run.model,
+        run.optimizer,
+        run.scaler,
+        run.env,
+        run.objective,
+    )
+    weights = torch.tensor([sum(objective.weight(b) for b in batches)], dtype=torch.float64)
     total_weight = max(1.0, float(all_reduce_sum(weights.to(env.device), env)))
-    # loss sum, DPO correct, DPO margin sum, tokens, model FLOPs; summed on the device
-    stats = torch.zeros(5, dtype=torch.float64, device=env.device)
+    # tokens, model FLOPs, loss sum, then the objective's own sums; summed on the device
+    stats = torch.zeros(3 + len(objective.stat_names), dtype=torch.float64, device=env.device)
     for i, batch in enumerate(batches):
-        stats[3] += _tokens(batch)
-        stats[4] += _flops(run, batch)
+        stats[0] += _tokens(batch)
+        stats[1] += _flops(run, batch)
         batch = {k: v.to(env.device, non_blocking=True) for k, v in batch.items()}
         with grad_sync(model, i == len(batches) - 1), run.autocast():
-            loss_sum, extra = forward(run, model, batch)
+            loss_sum, extra = objective.loss(model, batch)
         scaler.scale(loss_sum * (env.world_size / total_weight)).backward()
-        stats[:3] += torch.cat([loss_sum.detach().double().view(1), extra.to(stats)])
+        stats[2:] += torch.cat([loss_sum.detach().double().view(1), extra.to(stats)])
     stats = all_reduce_sum(stats, env).tolist()
+    metrics = objective.metrics(stats[2], stats[3:], total_weight)
     scaler.unscale_(opt)
     max_norm = run.config.optim.max_grad_norm or math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
-    loss = stats[0] / total_weight
+    loss = metrics.pop("loss")
     fp16 = run.config.train.precision == "fp16"
     bad = not math.isfinite(loss) or (not fp16 and not math.isfinite(grad_norm))
     scale = scaler.get_scale()
@@ -189,13 +164,10 @@ def train_step(run: Run, batches: list[dict]) -> dict[str, float]:
     if applied:
         run.scheduler.step()
     out = {"loss": loss, "lr": lr, "grad_norm": grad_norm, "applied": float(applied)}
-    out |= {"bad": float(bad), "tokens": stats[3], "flops": stats[4]}
+    out |= {"bad": float(bad), "tokens": stats[0], "flops": stats[1]}
     if fp16:
         out["loss_scale"] = scale
-    if run.stage == "dpo":
-        out["preference_accuracy"] = stats[1] / total_weight
-        out["reward_margin"] = stats[2] / total_weight
-    return out
+    return out | metrics
 
 
 def _endless(source: BatchSource) -> Iterator[dict]:
@@ -223,10 +195,8 @@ def _build_model(config: TrainerConfig, env: DistEnv) -> Transformer:
 
 def _setup(config: TrainerConfig, stage: str, env: DistEnv) -> Run:
     model = _build_model(config, env)
-    reference = None
-    if stage == "dpo" and config.dpo.reference == "model":
-        reference = copy.deepcopy(model).eval().requires_grad_(False)
-        reference = parallelize(reference, config, env, frozen=True)
+    objective = build_objective(stage, config)
+    objective.prepare(model, lambda frozen: parallelize(frozen, config, env, frozen=True))
     model = parallelize(model, config, env)
     optimizer = build_optimizer(model, config.optim, env.device)
     factor = lr_factor(config.optim, config.train.max_steps)
@@ -236,7 +206,7 @@ def _setup(config: TrainerConfig, stage: str, env: DistEnv) -> Run:
         init_scale=config.train.init_scale,
         enabled=config.train.precision == "fp16",
     )
-    return Run(config, stage, env, model, optimizer, scheduler, scaler, reference)
+    return Run(config, stage, objective, env, model, optimizer, scheduler, scaler)
 
 
 def train(
@@ -274,7 +244,7 @@ def train(
 def _train(config, stage, env, resume, source, stop_after) -> TrainResult:
     run = _setup(config, stage, env)
     if source is None:
-        source = build_batch_source(config, stage, env.rank, env.world_size)
+        source = build_batch_source(config, run.objective, env.rank, env.world_size)
     ckpt = Checkpointer(config.checkpoint, env)
     objects = {"model": run.model, "optimizer": run.optimizer, "scheduler": run.scheduler}
     objects["scaler"] = run.scaler
