@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 STAGES = ("pretrain", "sft", "dpo")
+ROPE_SCALINGS = ("default", "linear", "llama3")
 
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     # Shapes follow common open models; "3b" is the shape issue 8 names (about 1.7B
@@ -62,6 +63,8 @@ class ModelConfig:
     hidden_size: int = 256
     n_layers: int = 4
     n_heads: int = 4
+    n_kv_heads: int | None = None
+    """Key/value heads (grouped-query attention); None: ``n_heads`` (multi-head)."""
     intermediate_size: int | None = None
     """MLP width; None: 4 * hidden for GELU, 8/3 * hidden rounded up to 64 for SwiGLU."""
     max_seq_len: int = 2048
@@ -70,11 +73,17 @@ class ModelConfig:
     norm_eps: float = 1e-5
     mlp: Literal["swiglu", "gelu"] = "swiglu"
     rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    """Hugging Face ``rope_scaling`` of an imported model: ``{"rope_type": "linear",
+    "factor": f}`` or Llama 3's ``{"rope_type": "llama3", "factor", "low_freq_factor",
+    "high_freq_factor", "original_max_position_embeddings"}``; None: plain RoPE."""
     sliding_window: int | None = None
     """Each token attends to at most this many positions (itself included); None: all."""
     tie_embeddings: bool = False
     bias: bool = False
     """Biases in linear layers (and LayerNorm)."""
+    qkv_bias: bool = False
+    """Biases on the query/key/value projections only (Qwen2)."""
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
@@ -87,8 +96,21 @@ class ModelConfig:
             raise ValueError(
                 f"hidden_size {self.hidden_size} must split into {self.n_heads} heads of even size"
             )
+        kv_heads = self.kv_heads
+        if kv_heads < 1 or self.n_heads % kv_heads:
+            raise ValueError(f"n_kv_heads {kv_heads} must divide n_heads {self.n_heads}")
+        if self.rope_scaling is not None:
+            kind = self.rope_scaling.get("rope_type", self.rope_scaling.get("type"))
+            if kind not in ROPE_SCALINGS:
+                raise ValueError(
+                    f"rope_scaling type {kind!r} is not supported; valid: {', '.join(ROPE_SCALINGS)}"
+                )
         if self.sliding_window is not None and self.sliding_window < 1:
             raise ValueError(f"sliding_window must be >= 1 or null, got {self.sliding_window}")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
 
     @property
     def head_dim(self) -> int:
