@@ -32,7 +32,8 @@ __all__ = [
     "TrainerConfig",
     "config_from_mapping",
     "load_config",
-    "resolve_vocab",
+    "resolve_model",
+    "tokenizer_vocab_size",
     "to_plain",
 ]
 
@@ -96,6 +97,10 @@ class ModelConfig:
             raise ValueError(
                 f"hidden_size {self.hidden_size} must split into {self.n_heads} heads of even size"
             )
+        if (
+            self.n_kv_heads is None
+        ):  # one spelling of multi-head attention: equal configs compare equal
+            object.__setattr__(self, "n_kv_heads", self.n_heads)
         kv_heads = self.kv_heads
         if kv_heads < 1 or self.n_heads % kv_heads:
             raise ValueError(f"n_kv_heads {kv_heads} must divide n_heads {self.n_heads}")
@@ -318,17 +323,57 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Trainer
     return config_from_mapping(raw, str(path))
 
 
-def resolve_vocab(config: TrainerConfig) -> TrainerConfig:
-    """Fill ``model.vocab_size`` from the tokenizer directory when it is null."""
-    if config.model.vocab_size is not None:
-        return config
+def tokenizer_vocab_size(path: str) -> int:
+    """Ids of a dataforge tokenizer directory or a Hugging Face tokenizer (``tokenizer.json``).
+
+    Raises:
+        ConfigError: neither kind of tokenizer is there.
+    """
+    from dataforge.tokenization.tokenizer import read_tokenizer_json
+
+    hf_file = Path(path) / "tokenizer.json"
+    if hf_file.is_file() and not (Path(path) / "spm.model").is_file():
+        from tokenizers import Tokenizer as HFTokenizer
+
+        try:
+            return HFTokenizer.from_file(str(hf_file)).get_vocab_size(with_added_tokens=True)
+        except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+            raise ConfigError(f"tokenizer {path!r}: unreadable tokenizer.json ({exc})") from exc
     try:
-        from dataforge.tokenization import Tokenizer
-    except ImportError as exc:
-        raise ConfigError(f"model.vocab_size is null and the tokenizer cannot load: {exc}") from exc
-    try:
-        vocab = Tokenizer.load(config.tokenizer).vocab_size
+        return int(read_tokenizer_json(path)["vocab_size"])
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"tokenizer {config.tokenizer!r}: {exc}") from exc
-    model = dataclasses.replace(config.model, vocab_size=vocab)
+        raise ConfigError(f"tokenizer {path!r}: {exc}") from exc
+
+
+def resolve_model(config: TrainerConfig) -> TrainerConfig:
+    """The model shape the run trains: ``init_from``'s config.json if given (overriding the
+    trainer config's model section, with a notice), else the config's own with
+    ``vocab_size`` from the tokenizer when null.
+
+    Raises:
+        ConfigError: unreadable tokenizer or ``init_from``, or a tokenizer with more ids
+            than the model has embeddings.
+    """
+    from trainer.export import pretrained_model_config
+
+    model = config.model
+    vocab = tokenizer_vocab_size(config.tokenizer) if config.tokenizer else None
+    if config.init_from:
+        imported = pretrained_model_config(config.init_from)
+        ours, theirs = to_plain(model), to_plain(imported)
+        changed = [f"{k} {ours[k]}->{theirs[k]}" for k in ours if ours[k] not in (None, theirs[k])]
+        if changed:
+            print(
+                f"[trainer] init_from {config.init_from}: model shape from its config.json "
+                f"overrides the config's ({', '.join(changed)})",
+                flush=True,
+            )
+        model = imported
+    elif model.vocab_size is None:
+        model = dataclasses.replace(model, vocab_size=vocab)
+    if vocab is not None and vocab > model.vocab_size:
+        raise ConfigError(
+            f"tokenizer {config.tokenizer!r} has {vocab} ids but the model only {model.vocab_size} "
+            "embeddings (model.vocab_size); token ids past the table would fail mid-step"
+        )
     return dataclasses.replace(config, model=model)

@@ -93,6 +93,7 @@ def model_config_from_hf(hf: dict[str, Any], where: str) -> ModelConfig:
             sliding_window=window,
             tie_embeddings=bool(hf.get("tie_word_embeddings", model_type != "llama")),
             qkv_bias=model_type == "qwen2",
+            init_std=hf.get("initializer_range", 0.02),
         )
     except KeyError as exc:
         raise ConfigError(f"{where}: config.json lacks {exc.args[0]!r}") from exc

@@ -19,9 +19,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.checkpoint import Checkpointer, export_weights, load_exported
-from trainer.config import STAGES, ConfigError, OptimConfig, TrainerConfig, resolve_vocab, to_plain
+from trainer.checkpoint import Checkpointer
+from trainer.config import STAGES, ConfigError, OptimConfig, TrainerConfig, resolve_model
 from trainer.data import BatchSource, build_batch_source
+from trainer.export import export_weights, load_exported
 from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats
 from trainer.model import Transformer, flops_per_token
 from trainer.objectives import Objective, build_objective
@@ -184,11 +185,8 @@ def _endless(source: BatchSource) -> Iterator[dict]:
 def _build_model(config: TrainerConfig, env: DistEnv) -> Transformer:
     torch.manual_seed(config.train.seed)  # same initial weights on every rank
     model = Transformer(config.model)
-    if config.init_from:
-        exported, weights = load_exported(config.init_from)
-        if exported != config.model:
-            diff = {k: v for k, v in to_plain(exported).items() if to_plain(config.model)[k] != v}
-            raise ConfigError(f"init_from {config.init_from!r} has another model shape: {diff}")
+    if config.init_from:  # resolve_model already took the shape from it
+        _, weights = load_exported(config.init_from)
         model.load_state_dict(weights)
     return model.to(env.device)
 
@@ -232,7 +230,7 @@ def train(
         raise ConfigError(f"stage {stage!r}/resume {resume!r}; valid: {STAGES} / auto, scratch")
     if config.train.precision == "fp16" and config.distributed.strategy == "fsdp":
         raise ConfigError("precision fp16 with fsdp is not supported (no sharded scaler); use bf16")
-    config = resolve_vocab(config)
+    config = resolve_model(config)
     env = init_distributed(config)
     try:
         return _train(config, stage, env, resume, source, stop_after)
@@ -287,7 +285,7 @@ def _train(config, stage, env, resume, source, stop_after) -> TrainResult:
     export_dir = Path(config.checkpoint.export_dir or Path(config.checkpoint.dir) / "export")
     info = {"stage": stage, "step": loop["step"], "tokens_seen": loop["tokens"]}
     info["tokenizer"] = config.tokenizer
-    export_weights(run.model, config.model, env, export_dir, info)
+    export_weights(run.model, config, env, export_dir, info)
     return TrainResult(loop["step"], losses, loop["skipped"], saved, export_dir)
 
 
