@@ -4,9 +4,9 @@
 The sentencepiece BPE model becomes a ``tokenizers`` BPE: the same vocabulary and ids,
 every split of every normal piece into two pieces as a merge, ranked by the merged piece's
 id (sentencepiece BPE ids follow the merge score), byte fallback, spaces as U+2581, and
-the control and user-defined pieces as added tokens matched before BPE, as sentencepiece
-matches user-defined symbols. The segmenter settings (engine, HMM, user dictionary) go to
-``dataforge_segmenter.json``.
+the user-defined pieces (chat markers, the boundary marker) as added tokens matched before
+BPE, as sentencepiece matches them (control pieces are never matched in text). The
+segmenter settings (engine, HMM, user dictionary) go to ``dataforge_segmenter.json``.
 """
 
 from __future__ import annotations
@@ -59,9 +59,10 @@ def bpe_tokenizer_json(spm_model: bytes) -> str:
     tok.decoder = decoders.Sequence(
         [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
     )
-    specials = [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if sp.is_control(i)]
-    specials += ["<unk>", *sorted(_user_defined(sp), key=vocab.get)]
-    tok.add_special_tokens([AddedToken(p, normalized=False, special=True) for p in specials])
+    # Only user-defined pieces are matched in text, as in sentencepiece: a literal "<unk>"
+    # or "<bos>" in a document is text, not a control token.
+    user = sorted(_user_defined(sp), key=vocab.get)
+    tok.add_special_tokens([AddedToken(p, normalized=False, special=True) for p in user])
     return tok.to_str()
 
 
