@@ -26,6 +26,7 @@ __all__ = [
     "DataConfig",
     "DistributedConfig",
     "DPOConfig",
+    "EvalConfig",
     "ModelConfig",
     "OptimConfig",
     "TrainConfig",
@@ -157,7 +158,11 @@ class OptimConfig:
 class TrainConfig:
     """The loop: how many steps, how big, in which precision."""
 
-    max_steps: int = 1000
+    max_steps: int | None = None
+    """Optimizer steps to train; None: from ``epochs``, else 1000."""
+    epochs: float | None = None
+    """Passes over the training data instead of ``max_steps``: steps = ceil(epochs x the
+    first epoch's batches per rank / grad_accum_steps)."""
     grad_accum_steps: int = 1
     """Micro-batches per optimizer step on each rank."""
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
@@ -179,7 +184,13 @@ class TrainConfig:
     """Dense peak of one device for MFU; None: looked up from the device name."""
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1 or self.grad_accum_steps < 1 or self.log_interval < 1:
+        if self.max_steps is not None and self.epochs is not None:
+            raise ValueError("give train.max_steps or train.epochs, not both")
+        if self.epochs is not None and self.epochs <= 0:
+            raise ValueError(f"train.epochs must be > 0, got {self.epochs}")
+        if self.max_steps is None and self.epochs is None:
+            object.__setattr__(self, "max_steps", 1000)
+        if (self.max_steps or 1) < 1 or self.grad_accum_steps < 1 or self.log_interval < 1:
             raise ValueError("max_steps, grad_accum_steps and log_interval must be >= 1")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
@@ -238,6 +249,31 @@ class CheckpointConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """Held-out evaluation; off while ``streams`` is empty."""
+
+    streams: tuple[Any, ...] = ()
+    """Held-out MDS streams (``data.loader.streams`` syntax), read in order, unshuffled."""
+    interval: int = 0
+    """Evaluate every this many optimizer steps; 0: only after the last step."""
+    max_batches: int | None = None
+    """Batches per evaluation (per rank); None: the whole held-out set."""
+    keep_best: bool = False
+    """Export the weights with the lowest ``val_loss`` to ``<checkpoint.dir>/best``."""
+    loader: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """``LoaderConfig`` fields that differ from ``data.loader`` for evaluation."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "streams", tuple(self.streams))
+        if self.interval < 0 or (self.max_batches is not None and self.max_batches < 1):
+            raise ValueError("eval.interval must be >= 0 and eval.max_batches >= 1 or null")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.streams)
+
+
+@dataclasses.dataclass(frozen=True)
 class DPOConfig:
     beta: float = 0.1
     reference: Literal["model", "precomputed"] = "model"
@@ -258,6 +294,7 @@ class TrainerConfig:
     checkpoint: CheckpointConfig = CheckpointConfig()
     distributed: DistributedConfig = DistributedConfig()
     dpo: DPOConfig = DPOConfig()
+    eval: EvalConfig = EvalConfig()
     tokenizer: str | None = None
     """Tokenizer directory; gives ``model.vocab_size`` when that is null."""
     init_from: str | None = None
@@ -271,7 +308,7 @@ class TrainerConfig:
             raise ValueError("set model.vocab_size or tokenizer (a directory to read it from)")
         if self.data.source == "synthetic" and self.model.vocab_size is None:
             raise ValueError("data.source synthetic needs an explicit model.vocab_size")
-        if self.optim.warmup_steps > self.train.max_steps:
+        if self.train.max_steps is not None and self.optim.warmup_steps > self.train.max_steps:
             raise ValueError(
                 f"optim.warmup_steps {self.optim.warmup_steps} > train.max_steps "
                 f"{self.train.max_steps}"

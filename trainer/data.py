@@ -52,6 +52,9 @@ class ListBatchSource:
         self.batches = list(batches)
         self.epoch, self.index = 0, 0
 
+    def __len__(self) -> int:
+        return len(self.batches)
+
     def __iter__(self) -> Iterator[Batch]:
         while self.index < len(self.batches):
             self.index += 1
@@ -131,4 +134,7 @@ def build_batch_source(
             f"{config.model.max_seq_len}"
         )
     loader_config = from_mapping(LoaderConfig, raw, "data.loader")
-    return build_dataloader(loader_config)
+    try:
+        return build_dataloader(loader_config)
+    except (FileNotFoundError, ValueError) as exc:  # missing shards or columns
+        raise ConfigError(f"data.loader: {exc}") from exc

@@ -22,6 +22,7 @@ from torch import nn
 from trainer.checkpoint import Checkpointer
 from trainer.config import STAGES, ConfigError, OptimConfig, TrainerConfig, resolve_model
 from trainer.data import BatchSource, build_batch_source
+from trainer.evaluate import Evaluator, build_eval_source
 from trainer.export import export_weights, load_exported
 from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats
 from trainer.model import Transformer, flops_per_token
@@ -33,6 +34,7 @@ from trainer.parallel import (
     grad_sync,
     init_distributed,
     parallelize,
+    unwrap,
 )
 
 __all__ = ["TrainingError", "TrainResult", "build_optimizer", "lr_factor", "train", "train_step"]
@@ -191,9 +193,8 @@ def _build_model(config: TrainerConfig, env: DistEnv) -> Transformer:
     return model.to(env.device)
 
 
-def _setup(config: TrainerConfig, stage: str, env: DistEnv) -> Run:
+def _setup(config: TrainerConfig, stage: str, env: DistEnv, objective: Objective) -> Run:
     model = _build_model(config, env)
-    objective = build_objective(stage, config)
     objective.prepare(model, lambda frozen: parallelize(frozen, config, env, frozen=True))
     model = parallelize(model, config, env)
     optimizer = build_optimizer(model, config.optim, env.device)
@@ -213,6 +214,7 @@ def train(
     resume: str = "auto",
     source: BatchSource | None = None,
     stop_after: int | None = None,
+    eval_source: BatchSource | None = None,
 ) -> TrainResult:
     """Train ``config`` for ``stage`` (pretrain, sft or dpo) to ``train.max_steps``.
 
@@ -221,9 +223,10 @@ def train(
             existing checkpoints aside and starts anew.
         source: batches to use instead of ``config.data`` (tests, benchmarks).
         stop_after: return after this many applied steps of this call (simulates a kill).
+        eval_source: held-out batches to use instead of ``config.eval.streams``.
 
     Raises:
-        ConfigError: invalid stage, resume mode, or config/checkpoint mismatch.
+        ConfigError: invalid stage, resume mode, or config/checkpoint/data mismatch.
         TrainingError: ``train.max_bad_steps`` consecutive non-finite steps.
     """
     if stage not in STAGES or resume not in ("auto", "scratch"):
@@ -233,29 +236,65 @@ def train(
     config = resolve_model(config)
     env = init_distributed(config)
     try:
-        return _train(config, stage, env, resume, source, stop_after)
+        objective = build_objective(stage, config)
+        if source is None:
+            source = build_batch_source(config, objective, env.rank, env.world_size)
+        evaluator = None
+        if eval_source is not None or config.eval.enabled:
+            held_out = eval_source or build_eval_source(config, objective, env)
+            evaluator = Evaluator(held_out, objective, env, config.eval.max_batches)
+        config = resolve_steps(config, source, env)
+        run = _setup(config, stage, env, objective)
+        return _train(run, source, evaluator, resume, stop_after)
     finally:
         if env.owns_group:
             torch.distributed.destroy_process_group()
 
 
-def _train(config, stage, env, resume, source, stop_after) -> TrainResult:
-    run = _setup(config, stage, env)
-    if source is None:
-        source = build_batch_source(config, run.objective, env.rank, env.world_size)
+def resolve_steps(config: TrainerConfig, source: BatchSource, env: DistEnv) -> TrainerConfig:
+    """``train.max_steps`` from ``train.epochs`` and the source's batches per epoch (the
+    mean over ranks, so every rank stops at the same step).
+
+    Raises:
+        ConfigError: ``epochs`` with a source of unknown length, or warmup past the end.
+    """
+    train_config = config.train
+    if train_config.epochs is not None:
+        if not hasattr(source, "__len__"):
+            raise ConfigError("train.epochs needs a data source with a known length (the loader)")
+        batches = all_reduce_sum(torch.tensor([float(len(source))], device=env.device), env)
+        per_rank = float(batches) / env.world_size
+        steps = max(1, math.ceil(train_config.epochs * per_rank / train_config.grad_accum_steps))
+        train_config = dataclasses.replace(train_config, max_steps=steps, epochs=None)
+        if env.is_main:
+            print(f"[trainer] train.epochs {config.train.epochs}: {steps} steps", flush=True)
+    if config.optim.warmup_steps > train_config.max_steps:
+        raise ConfigError(
+            f"optim.warmup_steps {config.optim.warmup_steps} > train.max_steps "
+            f"{train_config.max_steps}"
+        )
+    return dataclasses.replace(config, train=train_config)
+
+
+def _train(run: Run, source, evaluator, resume, stop_after) -> TrainResult:
+    config, env, stage = run.config, run.env, run.stage
     ckpt = Checkpointer(config.checkpoint, env)
     objects = {"model": run.model, "optimizer": run.optimizer, "scheduler": run.scheduler}
     objects["scaler"] = run.scaler
-    loop = {"step": 0, "tokens": 0, "skipped": 0, "bad_in_a_row": 0}
+    loop = {"step": 0, "tokens": 0, "skipped": 0, "bad_in_a_row": 0, "best_val_loss": math.inf}
     latest = ckpt.latest() if resume == "auto" else None
     if resume == "scratch":
         ckpt.supersede_existing()
     if latest is not None:
-        loop = ckpt.load(latest, stage, objects, source)
+        loop |= ckpt.load(latest, stage, objects, source)
         if env.is_main:
             print(f"[trainer] resumed from {latest} at step {loop['step']}", flush=True)
+    if env.is_main:
+        print(startup_summary(run), flush=True)
     peak = device_peak_flops(env.device, config.train.precision, config.train.peak_tflops)
-    metrics = MetricsWriter(config.run_dir, env.is_main, config.train.tensorboard)
+    # Records past the resumed step were written by the run that died after it; they are
+    # recomputed now, so they go (a fresh start keeps none).
+    metrics = MetricsWriter(config.run_dir, env.is_main, config.train.tensorboard, loop["step"])
     batches, losses, saved, start_step = _endless(source), [], None, loop["step"]
     try:
         while loop["step"] < config.train.max_steps:
@@ -270,23 +309,69 @@ def _train(config, stage, env, resume, source, stop_after) -> TrainResult:
                 out["flops"] / record["step_time_s"] / (peak * env.world_size) if peak else None
             )
             metrics.write(record | memory_stats(env.device))
-            if out["applied"]:
-                losses.append(out["loss"])
-                if env.is_main and loop["step"] % config.train.log_interval == 0:
-                    _print_record(record)
-                done = loop["step"] >= config.train.max_steps
-                if loop["step"] % config.checkpoint.interval == 0 or done:
-                    objects["loop"], objects["config"] = dict(loop), config.to_json()
-                    saved = ckpt.save(loop["step"], stage, objects, source)
+            if not out["applied"]:
+                continue
+            losses.append(out["loss"])
+            if env.is_main and loop["step"] % config.train.log_interval == 0:
+                _print_record(record)
+            done = loop["step"] >= config.train.max_steps
+            if evaluator is not None and _eval_due(config, loop["step"], done):
+                _evaluate(run, evaluator, loop, metrics)
+            if loop["step"] % config.checkpoint.interval == 0 or done:
+                objects["loop"], objects["config"] = dict(loop), config.to_json()
+                saved = ckpt.save(loop["step"], stage, objects, source)
     finally:
         metrics.close()
-        if hasattr(source, "close"):
-            source.close()
+        for closable in (source, evaluator):
+            if hasattr(closable, "close"):
+                closable.close()
     export_dir = Path(config.checkpoint.export_dir or Path(config.checkpoint.dir) / "export")
-    info = {"stage": stage, "step": loop["step"], "tokens_seen": loop["tokens"]}
-    info["tokenizer"] = config.tokenizer
-    export_weights(run.model, config, env, export_dir, info)
+    export_weights(run.model, config, env, export_dir, _export_info(run, loop))
     return TrainResult(loop["step"], losses, loop["skipped"], saved, export_dir)
+
+
+def _export_info(run: Run, loop: dict) -> dict[str, Any]:
+    info = {"stage": run.stage, "step": loop["step"], "tokens_seen": loop["tokens"]}
+    return info | {"tokenizer": run.config.tokenizer}
+
+
+def _eval_due(config: TrainerConfig, step: int, done: bool) -> bool:
+    return done or (config.eval.interval > 0 and step % config.eval.interval == 0)
+
+
+def _evaluate(run: Run, evaluator: Evaluator, loop: dict, metrics: MetricsWriter) -> None:
+    """One held-out pass: logged like a training step; the best weights kept if asked."""
+    record = {"step": loop["step"], **evaluator(run.model, run.autocast)}
+    metrics.write(record)
+    if run.env.is_main:
+        shown = " ".join(
+            f"{k} {v:.4f}" for k, v in record.items() if k not in ("step", "val_weight")
+        )
+        print(f"eval {loop['step']:>6} {shown}", flush=True)
+    if run.config.eval.keep_best and record["val_loss"] < loop["best_val_loss"]:
+        loop["best_val_loss"] = record["val_loss"]
+        best = Path(run.config.checkpoint.dir) / "best"
+        info = _export_info(run, loop) | {"val_loss": record["val_loss"]}
+        export_weights(run.model, run.config, run.env, best, info)
+
+
+def startup_summary(run: Run) -> str:
+    """One line: parameter count, tokens per optimizer step, steps."""
+    config, model = run.config, unwrap(run.model)
+    total = model.num_params()
+    tables = 1 if config.model.tie_embeddings else 2  # input embedding, output layer
+    body = total - tables * config.model.vocab_size * config.model.hidden_size
+    max_tokens = config.data.loader.get("max_tokens") if config.data.source == "loader" else None
+    if config.data.source == "synthetic":
+        max_tokens = config.data.batch_size * config.data.seq_len
+    per_step = (max_tokens or 0) * config.train.grad_accum_steps * run.env.world_size
+    return (
+        f"[trainer] {run.stage}: {total / 1e6:,.1f}M parameters ({body / 1e6:,.1f}M without "
+        f"embeddings and output layer), {config.model.n_layers} layers x {config.model.hidden_size}; "
+        f"up to {per_step:,} tokens per step ({max_tokens or '?'} per batch x "
+        f"{config.train.grad_accum_steps} accumulation x {run.env.world_size} ranks); "
+        f"{config.train.max_steps} steps"
+    )
 
 
 def _account(loop: dict, out: dict, config: TrainerConfig, elapsed: float, t_data: float) -> dict:

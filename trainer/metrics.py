@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 from pathlib import Path
@@ -58,17 +59,40 @@ def memory_stats(device: torch.device) -> dict[str, float]:
     return {"max_rss_gib": rss / (2**30 if sys.platform == "darwin" else 2**20)}
 
 
+def _truncate(path: Path, keep_until_step: int) -> None:
+    """Keep the records of steps <= ``keep_until_step`` (a resumed run rewrites the rest);
+    replaced atomically, so a crash here leaves the old file."""
+    if not path.is_file():
+        return
+    kept = []
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            try:
+                step = json.loads(line).get("step", 0)
+            except ValueError:  # a line cut short by the kill
+                continue
+            if step <= keep_until_step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 class MetricsWriter:
     """Appends one JSON object per step to ``run_dir/metrics.jsonl`` (and TensorBoard)."""
 
-    def __init__(self, run_dir: str | Path, enabled: bool, tensorboard: bool) -> None:
+    def __init__(
+        self, run_dir: str | Path, enabled: bool, tensorboard: bool, keep_until_step: int = 0
+    ) -> None:
         self.enabled = enabled
         self.tb = None
         if not enabled:
             return
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.file = (run_dir / "metrics.jsonl").open("a", encoding="utf-8")
+        path = run_dir / "metrics.jsonl"
+        _truncate(path, keep_until_step)
+        self.file = path.open("a", encoding="utf-8")
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 

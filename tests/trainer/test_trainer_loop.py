@@ -65,6 +65,8 @@ def test_kill_and_resume_gives_identical_losses(tmp_path, make_config, make_batc
     assert first.steps == 5 and first.checkpoint.name == "step_00000004"
     resumed = train(config, "pretrain", source=ListBatchSource(batches))  # fresh source object
     assert resumed.steps == 8 and len(resumed.losses) == 4  # steps 5..8 redone from step 4
+    records = (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["step"] for r in records] == list(range(1, 9))  # step 5 once
     np.testing.assert_allclose(resumed.losses, full.losses[4:], rtol=0, atol=1e-6)
     ckpts = sorted(p.name for p in (tmp_path / "b" / "ckpt").glob("step_*"))
     assert ckpts == ["step_00000006", "step_00000008"]  # keep_last 2
