@@ -127,6 +127,11 @@ def build_batch_source(
     mode = objective.loader_mode
     if raw.setdefault("mode", mode) != mode:
         raise ConfigError(f"data.loader.mode {raw['mode']!r} does not match the stage's {mode!r}")
+    if raw.get("shift_labels", True) is not True:
+        raise ConfigError(
+            "data.loader.shift_labels must be true for this trainer (its loss "
+            "takes shifted labels; false is for transformers models)"
+        )
     raw.setdefault("max_seq_len", config.model.max_seq_len)
     if raw["max_seq_len"] > config.model.max_seq_len:
         raise ConfigError(
