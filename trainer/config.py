@@ -42,17 +42,28 @@ STAGES = ("pretrain", "sft", "dpo")
 ROPE_SCALINGS = ("default", "linear", "llama3")
 
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
-    # Shapes follow common open models; "3b" is the shape issue 8 names (about 1.7B
-    # non-embedding parameters with SwiGLU at intermediate 8192, plus embeddings).
+    # Named by their parameter count with a 32,000-id vocabulary and untied embeddings (the
+    # start-up line prints the real count for the tokenizer in use). "1.7b" is the seed's
+    # shape (hidden 2048, 24 layers, 32 heads, SwiGLU 8192); "3b" is Llama 3.2 3B's body.
     "tiny": dict(hidden_size=64, n_layers=2, n_heads=4, intermediate_size=176, max_seq_len=256),
-    "125m": dict(
+    "134m": dict(
         hidden_size=768, n_layers=12, n_heads=12, intermediate_size=2048, max_seq_len=2048
     ),
-    "350m": dict(
+    "374m": dict(
         hidden_size=1024, n_layers=24, n_heads=16, intermediate_size=2816, max_seq_len=2048
     ),
     "1b": dict(hidden_size=2048, n_layers=18, n_heads=16, intermediate_size=5504, max_seq_len=2048),
-    "3b": dict(hidden_size=2048, n_layers=24, n_heads=32, intermediate_size=8192, max_seq_len=2048),
+    "1.7b": dict(
+        hidden_size=2048, n_layers=24, n_heads=32, intermediate_size=8192, max_seq_len=2048
+    ),
+    "3b": dict(
+        hidden_size=3072,
+        n_layers=28,
+        n_heads=24,
+        n_kv_heads=8,
+        intermediate_size=8192,
+        max_seq_len=2048,
+    ),
 }
 
 
