@@ -120,8 +120,8 @@ def build_batch_source(
             seed=config.train.seed,
             rank=rank,
         )
-    from dataforge.config import from_mapping
     from dataforge.loader import LoaderConfig, build_dataloader
+    from dataforge.typed_config import from_mapping
 
     raw = dict(config.data.loader)
     mode = objective.loader_mode

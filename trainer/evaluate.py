@@ -32,7 +32,7 @@ def build_eval_source(config: TrainerConfig, objective: Objective, env: DistEnv)
     Raises:
         ConfigError: the streams are missing or do not fit the objective's mode.
     """
-    from dataforge.config import from_mapping
+    from dataforge.typed_config import from_mapping
     from dataforge.loader import LoaderConfig, build_dataloader
 
     raw = {k: v for k, v in config.data.loader.items() if k not in ("epoch_size",)}

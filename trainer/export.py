@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from dataforge.config import from_mapping
+from dataforge.typed_config import from_mapping
 from trainer.config import ConfigError, ModelConfig, TrainerConfig, to_plain
 from trainer.hf_model import (
     hf_config,
