@@ -38,8 +38,6 @@ __all__ = [
     "TrainerConfig",
     "config_from_mapping",
     "load_config",
-    "resolve_model",
-    "tokenizer_vocab_size",
     "to_plain",
 ]
 
@@ -369,59 +367,3 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Trainer
     raw = read_yaml_file(path, "trainer config")
     raw = apply_overrides(raw if isinstance(raw, dict) else {}, overrides or [], str(path))
     return config_from_mapping(raw, str(path))
-
-
-def tokenizer_vocab_size(path: str) -> int:
-    """Ids of a dataforge tokenizer directory or a Hugging Face tokenizer (``tokenizer.json``).
-
-    Raises:
-        ConfigError: neither kind of tokenizer is there.
-    """
-    from dataforge.tokenization.tokenizer import read_tokenizer_json
-
-    hf_file = Path(path) / "tokenizer.json"
-    if hf_file.is_file() and not (Path(path) / "spm.model").is_file():
-        from tokenizers import Tokenizer as HFTokenizer
-
-        try:
-            return HFTokenizer.from_file(str(hf_file)).get_vocab_size(with_added_tokens=True)
-        except Exception as exc:  # tokenizers raises a bare Exception on a bad file
-            raise ConfigError(f"tokenizer {path!r}: unreadable tokenizer.json ({exc})") from exc
-    try:
-        return int(read_tokenizer_json(path)["vocab_size"])
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"tokenizer {path!r}: {exc}") from exc
-
-
-def resolve_model(config: TrainerConfig) -> TrainerConfig:
-    """The model shape the run trains: ``init_from``'s config.json if given (overriding the
-    trainer config's model section, with a notice), else the config's own with
-    ``vocab_size`` from the tokenizer when null.
-
-    Raises:
-        ConfigError: unreadable tokenizer or ``init_from``, or a tokenizer with more ids
-            than the model has embeddings.
-    """
-    from trainer.export import pretrained_model_config
-
-    model = config.model
-    vocab = tokenizer_vocab_size(config.tokenizer) if config.tokenizer else None
-    if config.init_from:
-        imported = pretrained_model_config(config.init_from)
-        ours, theirs = to_plain(model), to_plain(imported)
-        changed = [f"{k} {ours[k]}->{theirs[k]}" for k in ours if ours[k] not in (None, theirs[k])]
-        if changed:
-            print(
-                f"[trainer] init_from {config.init_from}: model shape from its config.json "
-                f"overrides the config's ({', '.join(changed)})",
-                flush=True,
-            )
-        model = imported
-    elif model.vocab_size is None:
-        model = dataclasses.replace(model, vocab_size=vocab)
-    if vocab is not None and vocab > model.vocab_size:
-        raise ConfigError(
-            f"tokenizer {config.tokenizer!r} has {vocab} ids but the model only {model.vocab_size} "
-            "embeddings (model.vocab_size); token ids past the table would fail mid-step"
-        )
-    return dataclasses.replace(config, model=model)

@@ -15,12 +15,14 @@ DPO batches carry the same keys prefixed ``chosen_`` and ``rejected_``, and opti
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
 from trainer.config import ConfigError, TrainerConfig
-from trainer.objectives import Objective
+
+if TYPE_CHECKING:  # an annotation only: data and objectives are independent layers
+    from trainer.objectives import Objective
 
 __all__ = ["BatchSource", "ListBatchSource", "SyntheticBatchSource", "build_batch_source"]
 

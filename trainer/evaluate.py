@@ -32,8 +32,8 @@ def build_eval_source(config: TrainerConfig, objective: Objective, env: DistEnv)
     Raises:
         ConfigError: the streams are missing or do not fit the objective's mode.
     """
-    from dataforge.typed_config import from_mapping
     from dataforge.loader import LoaderConfig, build_dataloader
+    from dataforge.typed_config import from_mapping
 
     raw = {k: v for k, v in config.data.loader.items() if k not in ("epoch_size",)}
     raw |= {"streams": list(config.eval.streams), "mode": objective.loader_mode, "shuffle": False}

@@ -9,7 +9,8 @@ tokenizer is the trainer's tokenizer directory converted to remote code (datafor
 tokenizers, ``trust_remote_code=True``) or copied (Hugging Face tokenizers, or those of
 the model ``init_from`` imported). A model outside those architectures (LayerNorm, GELU,
 biases) is exported in the trainer's own layout (``model`` config + its tensor names),
-which ``init_from`` also reads. Directories are written under ``.tmp-<name>`` and renamed.
+which ``init_from`` also reads
+(:mod:`trainer.pretrained`). Directories are written under ``.tmp-<name>`` and renamed.
 """
 
 from __future__ import annotations
@@ -21,30 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from dataforge.typed_config import from_mapping
-from trainer.config import ConfigError, ModelConfig, TrainerConfig, to_plain
-from trainer.hf_model import (
-    hf_config,
-    hf_weights,
-    is_hf_model_dir,
-    model_config_from_hf,
-    read_hf_weights,
-    trainer_weights,
-    unsupported_reason,
-)
+from trainer.config import ConfigError, TrainerConfig, to_plain
+from trainer.hf_model import hf_config, hf_weights, is_hf_model_dir, unsupported_reason
 from trainer.parallel import DistEnv, barrier
 
-__all__ = [
-    "TOKENIZER_FILES",
-    "export_checkpoint",
-    "export_weights",
-    "load_exported",
-    "write_export",
-]
+__all__ = ["TOKENIZER_FILES", "export_checkpoint", "export_weights", "write_export"]
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -123,52 +109,6 @@ def _write_tokenizer(out: Path, tokenizer: str | None, init_from: str | None) ->
         card = json.loads((Path(init_from) / "config.json").read_text(encoding="utf-8"))
         return {k: card.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
     return {}
-
-
-def load_exported(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """Model config and trainer-named float32 weights of an export or of a Hugging Face
-    model directory (Llama, Mistral, Qwen2; sharded safetensors included).
-
-    Raises:
-        ConfigError: missing files, an unsupported architecture, or missing tensors.
-    """
-    path = Path(path)
-    where = f"init_from {str(path)!r}"
-    if is_hf_model_dir(path):
-        card = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        config = model_config_from_hf(card, where)
-        weights = trainer_weights(read_hf_weights(path), config, where)
-        return config, {k: v.float() for k, v in weights.items()}
-    try:
-        card = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        weights = load_file(str(path / "model.safetensors"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{where}: not a trainer export or Hugging Face model: {exc}") from exc
-    if not isinstance(card, dict) or "model" not in card:
-        raise ConfigError(f"{where}: config.json has neither model_type nor a trainer 'model'")
-    config = from_mapping(ModelConfig, card["model"], f"{path}/config.json: model")
-    if config.tie_embeddings:
-        weights["lm_head.weight"] = weights["embed.weight"]
-    return config, weights
-
-
-def pretrained_model_config(path: str | Path) -> ModelConfig:
-    """The model config of an export or a Hugging Face model directory (weights unread).
-
-    Raises:
-        ConfigError: no readable config.json, or an unsupported architecture.
-    """
-    path = Path(path)
-    where = f"init_from {str(path)!r}"
-    try:
-        card = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{where}: no readable config.json ({exc})") from exc
-    if isinstance(card, dict) and "model_type" in card:
-        return model_config_from_hf(card, where)
-    if not isinstance(card, dict) or "model" not in card:
-        raise ConfigError(f"{where}: config.json has neither model_type nor a trainer 'model'")
-    return from_mapping(ModelConfig, card["model"], f"{path}/config.json: model")
 
 
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:

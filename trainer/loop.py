@@ -20,11 +20,11 @@ import torch
 from torch import nn
 
 from trainer.checkpoint import Checkpointer
-from trainer.config import STAGES, ConfigError, OptimConfig, TrainerConfig, resolve_model
+from trainer.config import STAGES, ConfigError, OptimConfig, TrainerConfig
 from trainer.data import BatchSource, build_batch_source
 from trainer.evaluate import Evaluator, build_eval_source
-from trainer.export import export_weights, load_exported
-from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats
+from trainer.export import export_weights
+from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats, startup_summary
 from trainer.model import Transformer, flops_per_token
 from trainer.objectives import Objective, build_objective
 from trainer.parallel import (
@@ -36,6 +36,7 @@ from trainer.parallel import (
     parallelize,
     unwrap,
 )
+from trainer.pretrained import load_exported, resolve_model
 
 __all__ = ["TrainingError", "TrainResult", "build_optimizer", "lr_factor", "train", "train_step"]
 
@@ -290,7 +291,7 @@ def _train(run: Run, source, evaluator, resume, stop_after) -> TrainResult:
         if env.is_main:
             print(f"[trainer] resumed from {latest} at step {loop['step']}", flush=True)
     if env.is_main:
-        print(startup_summary(run), flush=True)
+        print(startup_summary(config, unwrap(run.model), stage, env.world_size), flush=True)
     peak = device_peak_flops(env.device, config.train.precision, config.train.peak_tflops)
     # Records past the resumed step were written by the run that died after it; they are
     # recomputed now, so they go (a fresh start keeps none).
@@ -353,25 +354,6 @@ def _evaluate(run: Run, evaluator: Evaluator, loop: dict, metrics: MetricsWriter
         best = Path(run.config.checkpoint.dir) / "best"
         info = _export_info(run, loop) | {"val_loss": record["val_loss"]}
         export_weights(run.model, run.config, run.env, best, info)
-
-
-def startup_summary(run: Run) -> str:
-    """One line: parameter count, tokens per optimizer step, steps."""
-    config, model = run.config, unwrap(run.model)
-    total = model.num_params()
-    tables = 1 if config.model.tie_embeddings else 2  # input embedding, output layer
-    body = total - tables * config.model.vocab_size * config.model.hidden_size
-    max_tokens = config.data.loader.get("max_tokens") if config.data.source == "loader" else None
-    if config.data.source == "synthetic":
-        max_tokens = config.data.batch_size * config.data.seq_len
-    per_step = (max_tokens or 0) * config.train.grad_accum_steps * run.env.world_size
-    return (
-        f"[trainer] {run.stage}: {total / 1e6:,.1f}M parameters ({body / 1e6:,.1f}M without "
-        f"embeddings and output layer), {config.model.n_layers} layers x {config.model.hidden_size}; "
-        f"up to {per_step:,} tokens per step ({max_tokens or '?'} per batch x "
-        f"{config.train.grad_accum_steps} accumulation x {run.env.world_size} ranks); "
-        f"{config.train.max_steps} steps"
-    )
 
 
 def _account(loop: dict, out: dict, config: TrainerConfig, elapsed: float, t_data: float) -> dict:

@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-__all__ = ["MetricsWriter", "device_peak_flops", "memory_stats"]
+from trainer.config import TrainerConfig
+
+__all__ = ["MetricsWriter", "device_peak_flops", "memory_stats", "startup_summary"]
 
 # Dense (no sparsity) bf16/fp16 tensor-core peak per device, FLOP/s, from vendor sheets.
 # Matched by substring of torch.cuda.get_device_name(), first match wins.
@@ -113,3 +116,21 @@ class MetricsWriter:
             self.file.close()
             if self.tb is not None:
                 self.tb.close()
+
+
+def startup_summary(config: TrainerConfig, model: nn.Module, stage: str, world_size: int) -> str:
+    """One line: parameter count, tokens per optimizer step, steps."""
+    total = model.num_params()
+    tables = 1 if config.model.tie_embeddings else 2  # input embedding, output layer
+    body = total - tables * config.model.vocab_size * config.model.hidden_size
+    max_tokens = config.data.loader.get("max_tokens") if config.data.source == "loader" else None
+    if config.data.source == "synthetic":
+        max_tokens = config.data.batch_size * config.data.seq_len
+    per_step = (max_tokens or 0) * config.train.grad_accum_steps * world_size
+    return (
+        f"[trainer] {stage}: {total / 1e6:,.1f}M parameters ({body / 1e6:,.1f}M without "
+        f"embeddings and output layer), {config.model.n_layers} layers x {config.model.hidden_size}; "
+        f"up to {per_step:,} tokens per step ({max_tokens or '?'} per batch x "
+        f"{config.train.grad_accum_steps} accumulation x {world_size} ranks); "
+        f"{config.train.max_steps} steps"
+    )

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from trainer.config import ConfigError, config_from_mapping
-from trainer.export import load_exported, write_export
+from trainer.export import write_export
 from trainer.model import Transformer
+from trainer.pretrained import load_exported
 
 transformers = pytest.importorskip("transformers")
 
