@@ -159,19 +159,19 @@ def _reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, window_size=(-1, -1)):
         if left >= 0:
             allowed &= idx[:, None] - idx[None, :] <= left
         qs, ks, vs = (z[start:end].transpose(0, 1) for z in (q, k, v))
-        out[start:end] = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=allowed).transpose(
-            0, 1
-        )
+        gqa = qs.shape[0] != ks.shape[0]  # flash varlen takes fewer k/v heads (GQA)
+        attended = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=allowed, enable_gqa=gqa)
+        out[start:end] = attended.transpose(0, 1)
     return out
 
 
-@pytest.mark.parametrize("window", [None, 3])
-def test_varlen_path_plumbing_matches_masked_path(monkeypatch, window):
-    """The CUDA varlen branch (flattening, cu_seqlens, window convention) checked on CPU
-    with a reference kernel standing in for flash varlen."""
+@pytest.mark.parametrize("window,kv_heads", [(None, None), (3, None), (None, 2)])
+def test_varlen_path_plumbing_matches_masked_path(monkeypatch, window, kv_heads):
+    """The CUDA varlen branch (flattening, cu_seqlens, window convention, GQA heads) checked
+    on CPU with a reference kernel standing in for flash varlen."""
     import trainer.model as model_module
 
-    net = model(sliding_window=window)
+    net = model(sliding_window=window, n_kv_heads=kv_heads)
     ids = torch.randint(50, (2, 12))
     positions = torch.tensor(
         [[0, 1, 2, 3, 4, 0, 1, 2, 3, 0, 0, 0], [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 0]]
