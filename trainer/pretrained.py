@@ -76,18 +76,10 @@ def tokenizer_vocab_size(path: str) -> int:
     Raises:
         ConfigError: neither kind of tokenizer is there.
     """
-    from dataforge.tokenization.tokenizer import read_tokenizer_json
+    from dataforge.tokenization.hf_tokenizer import tokenizer_vocab_size as vocab_size
 
-    hf_file = Path(path) / "tokenizer.json"
-    if hf_file.is_file() and not (Path(path) / "spm.model").is_file():
-        from tokenizers import Tokenizer as HFTokenizer
-
-        try:
-            return HFTokenizer.from_file(str(hf_file)).get_vocab_size(with_added_tokens=True)
-        except Exception as exc:  # tokenizers raises a bare Exception on a bad file
-            raise ConfigError(f"tokenizer {path!r}: unreadable tokenizer.json ({exc})") from exc
     try:
-        return int(read_tokenizer_json(path)["vocab_size"])
+        return vocab_size(path)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"tokenizer {path!r}: {exc}") from exc
 
