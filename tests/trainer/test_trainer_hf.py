@@ -5,6 +5,7 @@ Small random models built and saved by the tests themselves (CPU, fp32, no downl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -146,3 +147,26 @@ def test_unsupported_architecture_is_refused_with_the_supported_list(tmp_path):
         match=r"model_type 'gpt2' is not supported; supported architectures: llama \(LlamaForCausalLM\), mistral",
     ):
         load_exported(tmp_path)
+
+
+def test_export_of_an_imported_model_carries_its_tokenizer(tmp_path):
+    from tokenizers import Tokenizer, models
+
+    config = transformers.LlamaConfig(**SHAPE, bos_token_id=1, eos_token_id=2)
+    _save(transformers.LlamaForCausalLM, config, tmp_path / "llama")
+    vocab = {f"t{i}": i for i in range(SHAPE["vocab_size"])}
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")), unk_token="t0"
+    )
+    fast.save_pretrained(tmp_path / "llama")
+    raw = {"model": {"vocab_size": 8}, "init_from": str(tmp_path / "llama")}
+    trainer_config = config_from_mapping(raw | {"optim": {"warmup_steps": 0}})
+    model_config, weights = load_exported(tmp_path / "llama")
+    imported = dataclasses.replace(trainer_config, model=model_config)
+    write_export(weights, imported, tmp_path / "out", {"stage": "sft", "step": 1})
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "llama" / name).read_bytes()
+    card = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (card["bos_token_id"], card["eos_token_id"]) == (1, 2)
+    reloaded = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert reloaded("t5 t7")["input_ids"] == fast("t5 t7")["input_ids"]

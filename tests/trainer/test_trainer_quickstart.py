@@ -199,6 +199,12 @@ def test_sft_then_dpo_from_an_imported_llama(demo, tmp_path, monkeypatch):
     # The export is a Llama again, with the imported model's shape.
     card = json.loads((sft.export_dir / "config.json").read_text())
     assert card["architectures"] == ["LlamaForCausalLM"] and card["num_key_value_heads"] == 2
+    # ... with the run's Jieba+BPE tokenizer as remote code.
+    from dataforge.tokenization import Tokenizer
+
+    hf_tok = transformers.AutoTokenizer.from_pretrained(sft.export_dir, trust_remote_code=True)
+    text = "这个商品质量很好，推荐购买。Quality is fine."
+    assert hf_tok(text)["input_ids"] == Tokenizer.load(demo["tokenizer"]).encode(text)
 
     dpo_overrides = _overrides("dpo_tiny", demo, tmp_path / "dpo") + [
         f"init_from={sft.export_dir}",
