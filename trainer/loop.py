@@ -4,6 +4,8 @@
 the number of targets (LM) or pairs (DPO) in the *global* step, all micro-batches on all
 ranks, so the update is the same however the batch is split across ranks and
 micro-batches (DDP averages gradients over ranks, hence the ``world_size`` factor).
+What is computed per batch belongs to the stage's objective (:mod:`trainer.objectives`);
+held-out evaluation to :mod:`trainer.evaluate`.
 """
 
 from __future__ import annotations
@@ -277,7 +279,13 @@ def resolve_steps(config: TrainerConfig, source: BatchSource, env: DistEnv) -> T
     return dataclasses.replace(config, train=train_config)
 
 
-def _train(run: Run, source, evaluator, resume, stop_after) -> TrainResult:
+def _train(
+    run: Run,
+    source: BatchSource,
+    evaluator: Evaluator | None,
+    resume: str,
+    stop_after: int | None,
+) -> TrainResult:
     config, env, stage = run.config, run.env, run.stage
     ckpt = Checkpointer(config.checkpoint, env)
     objects = {"model": run.model, "optimizer": run.optimizer, "scheduler": run.scheduler}
