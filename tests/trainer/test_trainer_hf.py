@@ -170,3 +170,31 @@ def test_export_of_an_imported_model_carries_its_tokenizer(tmp_path):
     assert (card["bos_token_id"], card["eos_token_id"]) == (1, 2)
     reloaded = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
     assert reloaded("t5 t7")["input_ids"] == fast("t5 t7")["input_ids"]
+
+
+def test_train_export_cli_writes_the_checkpoint_as_a_transformers_model(tmp_path, capsys):
+    from trainer.__main__ import main
+    from trainer.data import ListBatchSource
+    from trainer.loop import train
+
+    raw = {
+        "model": {"preset": "tiny", "vocab_size": 64, "n_kv_heads": 2},
+        "train": {"max_steps": 2, "precision": "fp32", "device": "cpu", "tensorboard": False},
+        "optim": {"warmup_steps": 0},
+        "checkpoint": {"dir": str(tmp_path / "ck"), "interval": 1},
+        "run_dir": str(tmp_path / "run"),
+    }
+    batch = {"input_ids": torch.randint(64, (2, 16), generator=torch.Generator().manual_seed(0))}
+    batch["labels"] = torch.roll(batch["input_ids"], -1, 1)
+    train(config_from_mapping(raw), "pretrain", source=ListBatchSource([batch]))
+    assert main(["export", str(tmp_path / "ck" / "step_00000002")]) == 0
+    out = tmp_path / "ck" / "export-step_00000002"
+    assert f"-> {out}" in capsys.readouterr().out
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    final = _ours(tmp_path / "ck" / "export")  # the run's own final export: same weights
+    ids = _ids(seed=3, width=12) % 64
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, final(ids), atol=1e-4, rtol=0)
+    assert json.loads((out / "config.json").read_text())["dataforge"]["step"] == 2
+    assert main(["export", str(tmp_path / "ck")]) == 2  # not a step directory
+    assert "not a complete checkpoint" in capsys.readouterr().err
