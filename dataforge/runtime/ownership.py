@@ -170,7 +170,8 @@ def claim_run_dir(out: Path) -> None:
         raise RunDirError(f"{out} is a file, not a run directory; choose another -o")
     if (out / RUN_MARKER).is_file():
         return
-    if out.exists() and any(p.name != LOCK_FILE for p in out.iterdir()):
+    # The marker may appear between the check above and this listing: a concurrent claim.
+    if out.exists() and any(p.name not in (LOCK_FILE, RUN_MARKER) for p in out.iterdir()):
         raise RunDirError(
             f"{out} is not empty and is not a dataforge run directory (no {RUN_MARKER}); "
             "dataforge never writes into or removes such a folder: choose another -o"

@@ -122,3 +122,15 @@ def test_lock_of_a_killed_run_is_taken_over(tmp_path: Path, write_pipeline) -> N
     manifest = run_pipeline(load_pipeline(path), out, LocalExecutor(), log=logs.append)
     assert any("no longer running (host" in m and f"pid {holder.pid}" in m for m in logs)
     assert manifest["status"] == "complete" and (out / LOCK_FILE).read_text() == ""
+
+
+def test_concurrent_claims_of_one_empty_folder_all_succeed(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dataforge.runtime.ownership import claim_run_dir
+
+    for attempt in range(30):
+        out = tmp_path / f"out{attempt}"
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda _: claim_run_dir(out), range(8)))
+        assert results == [None] * 8 and os.listdir(out) == [RUN_MARKER]
