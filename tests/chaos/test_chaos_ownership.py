@@ -132,5 +132,5 @@ def test_concurrent_claims_of_one_empty_folder_all_succeed(tmp_path: Path) -> No
     for attempt in range(30):
         out = tmp_path / f"out{attempt}"
         with ThreadPoolExecutor(8) as pool:
-            results = list(pool.map(lambda _: claim_run_dir(out), range(8)))
+            results = list(pool.map(claim_run_dir, [out] * 8))
         assert results == [None] * 8 and os.listdir(out) == [RUN_MARKER]
