@@ -125,12 +125,24 @@ def test_lock_of_a_killed_run_is_taken_over(tmp_path: Path, write_pipeline) -> N
 
 
 def test_concurrent_claims_of_one_empty_folder_all_succeed(tmp_path: Path) -> None:
-    from concurrent.futures import ThreadPoolExecutor
+    import threading
 
     from dataforge.runtime.ownership import claim_run_dir
 
-    for attempt in range(30):
+    for attempt in range(200):
         out = tmp_path / f"out{attempt}"
-        with ThreadPoolExecutor(8) as pool:
-            results = list(pool.map(claim_run_dir, [out] * 8))
-        assert results == [None] * 8 and os.listdir(out) == [RUN_MARKER]
+        start, errors = threading.Barrier(4), []
+
+        def claim(out: Path = out, start: threading.Barrier = start, errors: list = errors) -> None:
+            start.wait()
+            try:
+                claim_run_dir(out)
+            except RunDirError as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=claim) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and os.listdir(out) == [RUN_MARKER]
