@@ -103,10 +103,13 @@ def _check_counts(root: Path, decoded: int, indexed: int) -> dict[str, Any] | No
         recorded = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise MDSCorruptError(f"{manifest}: unreadable ({exc})") from None
-    records = (recorded.get("output") or {}).get("records")
+    if not isinstance(recorded, dict):
+        raise MDSCorruptError(f"{manifest}: not a run manifest (a mapping)")
+    output, counts = recorded.get("output"), recorded.get("counts")
+    records = output.get("records") if isinstance(output, dict) else None
     if isinstance(records, int) and records != decoded:
         raise MDSCorruptError(f"{root}: holds {decoded} samples, the run's manifest says {records}")
-    return recorded.get("counts", {}).get("by_source")
+    return counts.get("by_source") if isinstance(counts, dict) else None
 
 
 def summarize(path: Path) -> dict[str, Any]:
@@ -195,12 +198,13 @@ def _decode_tokens(root: Path, tokens: np.ndarray) -> str | None:
     manifest = root.parent / "manifest.json"
     if not manifest.exists():
         return None
-    config = json.loads(manifest.read_text()).get("config", {})
-    for stage in config.get("stages", []):
-        if stage.get("op") == "tokenize" and stage.get("tokenizer"):
-            path = Path(stage["tokenizer"])
+    config = json.loads(manifest.read_text()).get("config")
+    stages = config.get("stages") if isinstance(config, dict) else None
+    for stage in stages if isinstance(stages, list) else []:
+        if isinstance(stage, dict) and stage.get("op") == "tokenize" and stage.get("tokenizer"):
+            path = Path(str(stage["tokenizer"]))
             if not path.is_absolute():
-                path = Path(config.get("base_dir", ".")) / path
+                path = Path(str(config.get("base_dir", "."))) / path
             try:
                 from dataforge.tokenization import Tokenizer
 
