@@ -25,7 +25,12 @@ from dataforge.config import PipelineConfig, config_sha256, to_plain
 from dataforge.io.readers import InputTask, plan_input_tasks
 from dataforge.io.sinks import merge_mds_indexes, write_json_atomic
 from dataforge.runtime.barriers import BarrierContext, run_planner
-from dataforge.runtime.failures import RunFailed, collect_task_failures, driver_failure_message
+from dataforge.runtime.failures import (
+    RunFailed,
+    clear_task_failure,
+    collect_task_failures,
+    driver_failure_message,
+)
 from dataforge.runtime.manifest import (
     AccountingError,
     check_accounting,
@@ -148,6 +153,8 @@ def _execute(run: _Run, executor: Executor) -> dict[str, Any]:
         )
         t0 = time.time()
         if pending:
+            for t in pending:  # a failure record of an earlier attempt says nothing now
+                clear_task_failure(seg_dir, t["task_id"])
             try:
                 executor.run_segment(config, segment, work, pending, run.log)
             except Exception as exc:
