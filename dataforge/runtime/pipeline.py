@@ -36,6 +36,7 @@ from dataforge.runtime.manifest import (
     check_accounting,
     check_inputs_unchanged,
     prepare_run_dir,
+    stage_report,
     sum_counts,
     versions,
 )
@@ -333,7 +334,7 @@ def _commit(run: _Run) -> dict[str, Any]:
             for t in input_tasks
         ],
         "counts": counts,
-        "stages": _stage_report(config, seg_stats, barrier_summaries),
+        "stages": stage_report(config, seg_stats, barrier_summaries),
         "timings": timings,
     }
     sources = [s.name for s in config.inputs]
@@ -401,18 +402,3 @@ def _collect_rejects(out: Path, work: Path, n_segments: int, task_ids: list[str]
             src = work / f"seg{k}" / task_id / "dropped.parquet"
             if src.exists():
                 shutil.copyfile(src, dest / f"seg{k}-{task_id}.parquet")
-
-
-def _stage_report(config, seg_stats, barrier_summaries) -> list[dict[str, Any]]:
-    seconds: dict[str, float] = {}
-    for stats_list in seg_stats:
-        for stats in stats_list:
-            for key, value in stats.get("op_seconds", {}).items():
-                seconds[key] = seconds.get(key, 0.0) + value
-    report = []
-    for i, stage in enumerate(config.stages):
-        entry: dict[str, Any] = {"op": stage.op, "cpu_seconds": round(seconds.get(str(i), 0.0), 3)}
-        if i in barrier_summaries:
-            entry["summary"] = barrier_summaries[i]
-        report.append(entry)
-    return report
