@@ -146,3 +146,22 @@ def test_concurrent_claims_of_one_empty_folder_all_succeed(tmp_path: Path) -> No
         for t in threads:
             t.join()
         assert errors == [] and os.listdir(out) == [RUN_MARKER]
+
+
+def test_a_run_from_before_markers_is_adopted_only_when_it_is_one(tmp_path: Path) -> None:
+    from dataforge.runtime.ownership import claim_run_dir
+
+    legacy = {"config_sha256": "a" * 64, "versions": {"dataforge": "0.1.0"}, "status": "complete"}
+    for extra, adopted in ((None, True), ("notes.txt", False)):
+        out = tmp_path / f"old-{adopted}"
+        (out / "mds").mkdir(parents=True)
+        (out / "manifest.json").write_text(json.dumps(legacy))
+        if extra:
+            (out / extra).write_text("mine")
+        if adopted:
+            claim_run_dir(out)
+            assert (out / RUN_MARKER).is_file()
+        else:
+            with pytest.raises(RunDirError, match="not a dataforge run directory"):
+                claim_run_dir(out)
+            assert not (out / RUN_MARKER).exists()
