@@ -120,11 +120,11 @@ def run_pipeline(
             log(f"{out} already holds the complete output of this config; nothing to do")
             return json.loads((out / "manifest.json").read_text())
         log(f"{'resuming' if state == 'resume' else 'starting'} run {config.name!r} into {out}")
-        if not hasattr(executor, "run_segment"):
-            executor = executor()
         run = _Run(config, out, out / "_work", sha, time.time(), log, input_tasks,
                    build_segments(config))  # fmt: skip
         try:
+            if not hasattr(executor, "run_segment"):
+                executor = executor()  # starts or joins Ray: its failure is reported alike
             return _execute(run, executor)
         except (AccountingError, RunFailed):
             raise

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from chaos_kit import assert_accounted, output_ids, run_local, snapshot, write_lines
+from chaos_kit import assert_accounted, mount_tmpfs, output_ids, run_local, snapshot, write_lines
 
 from dataforge.cli import main
 from dataforge.io.mds import iter_samples
@@ -114,19 +114,12 @@ def test_glob_matching_nothing_is_a_usage_error(tmp_path: Path, write_pipeline, 
     assert len(err) == 1 and "inputs[0] (s): path 'in/*.jsonl' matches no file" in err[0]
 
 
-def _mount_tmpfs(where: Path, size: str) -> bool:
-    where.mkdir(parents=True)
-    opts = ["-o", f"size={size}"]
-    return subprocess.run(["mount", "-t", "tmpfs", *opts, "tmpfs", str(where)],
-                          capture_output=True).returncode == 0  # fmt: skip
-
-
 @pytest.mark.slow
 def test_full_disk_fails_in_one_line_and_resumes_identically(
     tmp_path: Path, write_pipeline
 ) -> None:
     disk = tmp_path / "disk"
-    if os.geteuid() != 0 or not _mount_tmpfs(disk, "400k"):
+    if os.geteuid() != 0 or not mount_tmpfs(disk, "400k"):
         pytest.skip("needs root and `mount -t tmpfs` to make a small full disk")
     try:
         for f in range(8):
