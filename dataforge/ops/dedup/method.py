@@ -81,6 +81,11 @@ class DedupMethod:
         """Fingerprints in one bucket further apart than this are no candidates."""
         return None
 
+    def screen_floor(self) -> float | None:
+        """Candidates whose ``signature_similarity`` is below this are dropped before the
+        texts are read (None: no screening)."""
+        return None
+
     def signature_similarity(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
         """Similarity estimated from row-aligned signature values (for records whose
         text is not available); a pair is kept when it reaches ``threshold``."""
