@@ -216,11 +216,7 @@ class Dedup(BarrierOp):
             base = Path(self.context.base_dir) / path
             if not (base / "dedup" / "signatures.parquet").is_file():
                 problems.append(f"dedup.against: {base}/dedup/signatures.parquet not found")
-        if self.config.engine == "rensa" and self.config.method == "minhash":
-            try:
-                import rensa  # noqa: F401
-            except ImportError:
-                problems.append("dedup.engine: rensa is not installed (or use engine: numpy)")
+        problems += self.method.problems()
         if self.config.normalize.t2s:
             try:
                 import opencc  # noqa: F401

@@ -51,6 +51,10 @@ class DedupMethod:
     def __init__(self, config: Any) -> None:
         self.config = config
 
+    def problems(self) -> list[str]:
+        """What ``dataforge validate`` should report before any work (missing packages)."""
+        return []
+
     def signature_type(self) -> pa.DataType:
         return pa.uint64()
 

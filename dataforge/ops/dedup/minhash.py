@@ -144,6 +144,14 @@ class MinHashMethod(DedupMethod):
     name = "minhash"
     key_bits = 32
 
+    def problems(self) -> list[str]:
+        if self.config.engine == "rensa":
+            try:
+                import rensa  # noqa: F401
+            except ImportError:
+                return ["dedup.engine: rensa is not installed (or use engine: numpy)"]
+        return []
+
     def signature_type(self) -> pa.DataType:
         return pa.binary(4 * self.config.num_perm)
 
