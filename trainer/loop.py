@@ -15,13 +15,13 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
 from trainer.checkpoint import Checkpointer, export_weights, load_exported
 from trainer.config import STAGES, ConfigError, OptimConfig, TrainerConfig, resolve_vocab, to_plain
+from trainer.console import Console
 from trainer.data import BatchSource, build_batch_source
 from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats
 from trainer.model import Transformer, flops_per_token
@@ -34,6 +34,7 @@ from trainer.parallel import (
     init_distributed,
     parallelize,
 )
+from trainer.prometheus import live_exporter
 
 __all__ = ["TrainingError", "TrainResult", "build_optimizer", "lr_factor", "train", "train_step"]
 
@@ -284,10 +285,11 @@ def _train(config, stage, env, resume, source, stop_after) -> TrainResult:
         ckpt.supersede_existing()
     if latest is not None:
         loop = ckpt.load(latest, stage, objects, source)
-        if env.is_main:
-            print(f"[trainer] resumed from {latest} at step {loop['step']}", flush=True)
+    console = Console(config, stage, env.is_main)
+    console.start(run.model, env.world_size, str(env.device), latest, loop["step"])
     peak = device_peak_flops(env.device, config.train.precision, config.train.peak_tflops)
     metrics = MetricsWriter(config.run_dir, env.is_main, config.train.tensorboard)
+    exporter = live_exporter(config.metrics, env)
     batches, losses, saved, start_step = _endless(source), [], None, loop["step"]
     try:
         while loop["step"] < config.train.max_steps:
@@ -301,23 +303,30 @@ def _train(config, stage, env, resume, source, stop_after) -> TrainResult:
             record["mfu"] = (
                 out["flops"] / record["step_time_s"] / (peak * env.world_size) if peak else None
             )
-            metrics.write(record | memory_stats(env.device))
+            record |= memory_stats(env.device)
+            metrics.write(record)
+            console.step(record)
+            if exporter is not None:
+                exporter.update(record, int(out["tokens"]) if out["applied"] else 0)
             if out["applied"]:
                 losses.append(out["loss"])
-                if env.is_main and loop["step"] % config.train.log_interval == 0:
-                    _print_record(record)
                 done = loop["step"] >= config.train.max_steps
                 if loop["step"] % config.checkpoint.interval == 0 or done:
                     objects["loop"], objects["config"] = dict(loop), config.to_json()
                     saved = ckpt.save(loop["step"], stage, objects, source)
+                    console.checkpoint(saved, loop["step"])
     finally:
         metrics.close()
+        if exporter is not None:
+            exporter.close()
         if hasattr(source, "close"):
             source.close()
     export_dir = Path(config.checkpoint.export_dir or Path(config.checkpoint.dir) / "export")
     info = {"stage": stage, "step": loop["step"], "tokens_seen": loop["tokens"]}
     info["tokenizer"] = config.tokenizer
     export_weights(run.model, config.model, env, export_dir, info)
+    console.export(export_dir)
+    console.finish(loop["step"], loop["tokens"], loop["skipped"])
     return TrainResult(loop["step"], losses, loop["skipped"], saved, export_dir)
 
 
@@ -346,13 +355,3 @@ def _account(loop: dict, out: dict, config: TrainerConfig, elapsed: float, t_dat
         "data_wait_frac": t_data / elapsed,
         "skipped_steps": loop["skipped"],
     }
-
-
-def _print_record(record: dict[str, Any]) -> None:
-    mfu = f" mfu {record['mfu']:.1%}" if record["mfu"] is not None else ""
-    print(
-        f"step {record['step']:>6} loss {record['loss']:.4f} lr {record['lr']:.2e} "
-        f"gnorm {record['grad_norm']:.3f} tok/s {record['tokens_per_s']:,.0f}{mfu} "
-        f"data {record['data_wait_frac']:.1%}",
-        flush=True,
-    )

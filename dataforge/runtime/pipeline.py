@@ -25,6 +25,7 @@ from dataforge.config import PipelineConfig, config_sha256, to_plain
 from dataforge.io.readers import InputTask, plan_input_tasks
 from dataforge.io.sinks import merge_mds_indexes, write_json_atomic
 from dataforge.runtime.barriers import BarrierContext, run_planner
+from dataforge.runtime.histograms import merge_distributions
 from dataforge.runtime.manifest import (
     AccountingError,
     check_accounting,
@@ -32,13 +33,15 @@ from dataforge.runtime.manifest import (
     sum_counts,
     versions,
 )
+from dataforge.runtime.progress import RunProgress
 from dataforge.runtime.segments import Segment, SegmentRunner, build_segments, make_op
 
 __all__ = ["Executor", "LocalExecutor", "run_pipeline"]
 
 
 class Executor(Protocol):
-    """Runs ``SegmentRunner(config, segment, work_dir).run_task(task)`` for many tasks."""
+    """Runs ``SegmentRunner(config, segment, work_dir).run_task(task)`` for many tasks and
+    calls ``on_task(stats)`` as each one commits."""
 
     num_cpus: int
 
@@ -48,7 +51,7 @@ class Executor(Protocol):
         segment: Segment,
         work_dir: Path,
         tasks: list[dict[str, Any]],
-        log: Callable[[str], None],
+        on_task: Callable[[dict[str, Any]], None],
     ) -> None: ...
 
 
@@ -58,10 +61,10 @@ class LocalExecutor:
     num_cpus = 1
     ray_available = False
 
-    def run_segment(self, config, segment, work_dir, tasks, log) -> None:
+    def run_segment(self, config, segment, work_dir, tasks, on_task) -> None:
         runner = SegmentRunner(config, segment, str(work_dir))
         for task in tasks:
-            runner.run_task(task)
+            on_task(runner.run_task(task))
 
 
 def _log(msg: str) -> None:
@@ -75,6 +78,7 @@ def run_pipeline(
     *,
     overwrite: bool = False,
     log: Callable[[str], None] = _log,
+    progress: RunProgress | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) ``config`` into ``out``. Returns the manifest.
 
@@ -83,6 +87,7 @@ def run_pipeline(
         AccountingError: counts do not add up or too many records failed (the manifest is
             written with ``status: failed`` and no dataset index).
     """
+    progress = progress or RunProgress.silent()
     sha = config_sha256(config)
     out = Path(out)
     state = prepare_run_dir(out, sha, overwrite)
@@ -95,29 +100,44 @@ def run_pipeline(
     input_tasks = plan_input_tasks(config)
     segments = build_segments(config)
     run = _Run(config, out, work, sha, started, log, input_tasks, segments)
-    timings, barrier_summaries, seg_stats = run.timings, run.barrier_summaries, run.seg_stats
-    for segment in segments:
-        if segment.barrier_in is not None:
-            stage_index, stage = segment.barrier_in
-            t0 = time.time()
-            barrier_summaries[stage_index] = _run_barrier(
-                config, out, work, segment.index - 1, stage_index, stage, seg_stats[-1], executor
-            )
-            timings[f"barrier{stage_index}:{stage.op}"] = round(time.time() - t0, 3)
-        tasks = _segment_tasks(segment, input_tasks, work)
-        pending = [
-            t for t in tasks if not (work / f"seg{segment.index}" / f"{t['task_id']}.done").exists()
-        ]
-        log(
-            f"segment {segment.index}: {len(pending)} of {len(tasks)} tasks to run "
-            f"(ops: {[s.op for _, s in segment.stages] or '-'})"
-        )
+    progress.start({t.task_id: t.bytes for t in input_tasks})
+    try:
+        for segment in segments:
+            _run_segment(run, segment, executor, progress)
+        manifest = _commit(run)
+        progress.finish(manifest)
+        return manifest
+    finally:
+        progress.close()
+
+
+def _run_segment(run: _Run, segment: Segment, executor: Executor, progress: RunProgress) -> None:
+    """The barrier this segment applies (if any), then the segment's pending tasks."""
+    config, work = run.config, run.work
+    if segment.barrier_in is not None:
+        stage_index, stage = segment.barrier_in
         t0 = time.time()
-        if pending:
-            executor.run_segment(config, segment, work, pending, log)
-        timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
-        seg_stats.append([_read_marker(work, segment.index, t["task_id"]) for t in tasks])
-    return _commit(run)
+        progress.barrier_started(stage_index, stage.op)
+        run.barrier_summaries[stage_index] = _run_barrier(
+            config, run.out, work, segment.index - 1, stage_index, stage, run.seg_stats[-1],
+            executor,
+        )  # fmt: skip
+        progress.barrier_finished()
+        run.timings[f"barrier{stage_index}:{stage.op}"] = round(time.time() - t0, 3)
+    tasks = _segment_tasks(segment, run.input_tasks, work)
+    pending = [
+        t for t in tasks if not (work / f"seg{segment.index}" / f"{t['task_id']}.done").exists()
+    ]
+    ops = [s.op for _, s in segment.stages]
+    if len(pending) < len(tasks):
+        run.log(f"segment {segment.index}: {len(tasks) - len(pending)} tasks already committed")
+    t0 = time.time()
+    progress.segment_started(segment.index, ops, [t["task_id"] for t in pending])
+    if pending:
+        executor.run_segment(config, segment, work, pending, progress.task_committed)
+    progress.segment_finished()
+    run.timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
+    run.seg_stats.append([_read_marker(work, segment.index, t["task_id"]) for t in tasks])
 
 
 @dataclasses.dataclass
@@ -283,6 +303,9 @@ def _commit(run: _Run) -> dict[str, Any]:
         "counts": counts,
         "stages": _stage_report(config, seg_stats, barrier_summaries),
         "timings": timings,
+        "distributions": merge_distributions(
+            [s.get("distributions", {}) for stats in seg_stats for s in stats]
+        ),
     }
     sources = [s.name for s in config.inputs]
     try:
@@ -352,14 +375,21 @@ def _collect_rejects(out: Path, work: Path, n_segments: int, task_ids: list[str]
 
 
 def _stage_report(config, seg_stats, barrier_summaries) -> list[dict[str, Any]]:
-    seconds: dict[str, float] = {}
+    """Per stage: ``seconds`` spent in it inside the tasks (summed over tasks, so actor-
+    seconds) and ``cpu_seconds`` of CPU those calls used."""
+    sums: dict[str, dict[str, float]] = {"op_seconds": {}, "op_cpu_seconds": {}}
     for stats_list in seg_stats:
         for stats in stats_list:
-            for key, value in stats.get("op_seconds", {}).items():
-                seconds[key] = seconds.get(key, 0.0) + value
+            for field, into in sums.items():
+                for key, value in stats.get(field, {}).items():
+                    into[key] = into.get(key, 0.0) + value
     report = []
     for i, stage in enumerate(config.stages):
-        entry: dict[str, Any] = {"op": stage.op, "cpu_seconds": round(seconds.get(str(i), 0.0), 3)}
+        entry: dict[str, Any] = {
+            "op": stage.op,
+            "seconds": round(sums["op_seconds"].get(str(i), 0.0), 3),
+            "cpu_seconds": round(sums["op_cpu_seconds"].get(str(i), 0.0), 3),
+        }
         if i in barrier_summaries:
             entry["summary"] = barrier_summaries[i]
         report.append(entry)
