@@ -30,7 +30,10 @@ def write_report(path: Path, output: Path | None = None) -> Path:
     elif (path / "metrics.jsonl").is_file():
         from dataforge.report.training import training_sections
 
-        title, subtitle, sections = training_sections(path)
+        try:
+            title, subtitle, sections = training_sections(path)
+        except ValueError as exc:
+            raise ReportError(str(exc)) from exc
     else:
         raise ReportError(
             f"{path}: neither a pipeline run directory (manifest.json) nor a training run "

@@ -24,7 +24,7 @@ figure.plot { margin: 1em 0; } figure.plot svg { max-width: 100%; height: auto; 
 figcaption { color: #555; font-size: 0.9em; }
 table { border-collapse: collapse; font-size: 0.9em; margin: 0.5em 0; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
-th:first-child, td:first-child, td.text { text-align: left; }
+th:first-child, td:first-child, td.text, th:last-child { text-align: left; }
 td.text { max-width: 700px; white-space: pre-wrap; word-break: break-all; }
 .note { color: #777; font-style: italic; }
 """
@@ -51,6 +51,16 @@ def new_figure(width: float = 9.0, height: float = 3.6, **kwargs) -> Figure:
     return Figure(figsize=(width, height), layout="constrained", **kwargs)
 
 
+def _mark_data(figure: Figure, name: str) -> None:
+    """Give every data artist (bars, histogram steps, lines) an id ``data-<plot>-<n>`` so a
+    browser test can check the plot drew something."""
+    n = 0
+    for ax in figure.axes:
+        for artist in [*ax.patches, *ax.lines, *ax.collections]:
+            artist.set_gid(f"data-{name}-{n}")
+            n += 1
+
+
 def _svg(figure: Figure) -> str:
     buf = io.StringIO()
     with rc_context({"svg.fonttype": "none", "svg.hashsalt": "dataforge"}):
@@ -75,6 +85,12 @@ def table_html(header: list[str], rows: list[list[str]], text_columns: tuple[int
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _drawn(plot: Plot) -> Figure:
+    figure = plot.draw()
+    _mark_data(figure, plot.name)
+    return figure
+
+
 def render_page(title: str, subtitle: str, sections: list[Section]) -> str:
     """The whole page; every plot is a ``<figure class="plot" data-plot=NAME>``."""
     parts = [
@@ -88,7 +104,7 @@ def render_page(title: str, subtitle: str, sections: list[Section]) -> str:
         for plot in section.plots:
             parts.append(
                 f'<figure class="plot" data-plot="{html.escape(plot.name)}">'
-                f"{_svg(plot.draw())}<figcaption>{html.escape(plot.caption)}</figcaption></figure>"
+                f"{_svg(_drawn(plot))}<figcaption>{html.escape(plot.caption)}</figcaption></figure>"
             )
         parts.append(section.html)
     parts.append("</body></html>")

@@ -77,6 +77,7 @@ def _drops(manifest: dict[str, Any]):
     fig = new_figure(9, 0.5 * len(sources) + 2.2)
     ax = fig.add_subplot()
     left = np.zeros(len(sources))
+    inputs = np.array([max(1, by_source[s]["input"]) for s in sources], dtype=float)
     for reason in [*top, "other"]:
         values = np.array(
             [
@@ -88,11 +89,13 @@ def _drops(manifest: dict[str, Any]):
             dtype=float,
         )
         if values.any():
-            ax.barh(sources, values, left=left, label=reason)
-            left += values
-    ax.set_xlabel("dropped records")
+            share = values / inputs
+            ax.barh(sources, share, left=left, label=reason)
+            left += share
+    ax.set_xlabel("share of the source's input records dropped")
+    ax.set_xlim(0, 1)
     ax.invert_yaxis()
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 

@@ -249,11 +249,12 @@ class RunProgress:
     def _table(self):
         started = time.perf_counter()
         from rich.table import Table
+        from rich.text import Text
 
         now = time.monotonic()
         table = Table(box=None, pad_edge=False, header_style="bold")
         for col in ("phase", "tasks", "records", "MB", "rec/s", "MB/s", "kept", "dropped"):
-            table.add_column(col, justify="left" if col == "phase" else "right")
+            table.add_column(col, justify="left" if col == "phase" else "right", no_wrap=True)
         table.add_column("elapsed", justify="right")
         table.add_column("ETA", justify="right")
         for phase in self.phases:
@@ -262,7 +263,7 @@ class RunProgress:
             rate = phase.records / elapsed if elapsed > 0 else 0.0
             mb_rate = phase.bytes_done / 1e6 / elapsed if elapsed > 0 else 0.0
             table.add_row(
-                ("✓ " if phase.finished else "▶ ") + phase.name,
+                Text(("✓ " if phase.finished else "▶ ") + phase.name),  # names hold [ ]: no markup
                 f"{phase.tasks_done}/{phase.tasks_total}" if phase.tasks_total else "",
                 f"{phase.records:,}",
                 f"{phase.bytes_done / 1e6:.1f}/{phase.bytes_total / 1e6:.1f}",

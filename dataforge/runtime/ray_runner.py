@@ -40,7 +40,10 @@ def init_ray(config: PipelineConfig, address: str | None, verbose: bool = False)
     if address:
         ray.init(address=address, runtime_env=env, log_to_driver=True, logging_level=level)
         return f"Ray cluster at {address}"
+    # address="local": always a new instance; a bare ray.init() would join whatever cluster
+    # another `ray start` left on this machine.
     ray.init(
+        address="local",
         logging_level=level,
         num_cpus=config.ray.num_cpus or os.cpu_count() or 1,
         object_store_memory=config.ray.object_store_memory,

@@ -57,6 +57,7 @@ def render_summary(manifest: dict[str, Any], stream: TextIO, rich_output: bool) 
     if rich_output:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
         console = Console(file=stream)
         for title, header, rows in tables:
@@ -64,7 +65,7 @@ def render_summary(manifest: dict[str, Any], stream: TextIO, rich_output: bool) 
             for i, col in enumerate(header):
                 table.add_column(col, justify="left" if i in (0, len(header) - 1) else "right")
             for row in rows:
-                table.add_row(*row)
+                table.add_row(*(Text(cell) for cell in row))
             console.print(table)
         return
     for title, header, rows in tables:
