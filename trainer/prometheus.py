@@ -69,13 +69,13 @@ class PrometheusExporter:
 
     def __init__(self, host: str, port: int, cuda: bool) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        gauges = {**_GAUGES, **(_GPU_GAUGES if cuda else {})}
-        self.gauges = {
-            key: Gauge(name, doc, registry=self.registry) for key, (name, doc) in gauges.items()
-        }
+        self.specs = {**_GAUGES, **(_GPU_GAUGES if cuda else {})}
+        self.gauges: dict[str, Gauge] = {}
+        """Created at their first value, so that a metric with none (MFU without a known
+        peak) is absent rather than a misleading 0."""
         self.tokens = Counter("dataforge_train_tokens", "Tokens seen", registry=self.registry)
         if cuda and not _nvml_available():
-            del self.gauges["gpu_utilization"]
+            del self.specs["gpu_utilization"]
         self.server, self.thread = start_http_server(port, host, registry=self.registry)
         self.port = self.server.server_port
 
@@ -85,12 +85,15 @@ class PrometheusExporter:
         values["data_wait_s"] = record["data_wait_frac"] * record["step_time_s"]
         if "mem_allocated_gib" in record:
             values["memory_allocated"] = record["mem_allocated_gib"] * 2**30
-        if "gpu_utilization" in self.gauges:
+        if "gpu_utilization" in self.specs:
             values["gpu_utilization"] = torch.cuda.utilization()
-        for key, gauge in self.gauges.items():
+        for key, (name, doc) in self.specs.items():
             value = values.get(key)
-            if value is not None:
-                gauge.set(float(value))
+            if value is None:
+                continue
+            if key not in self.gauges:
+                self.gauges[key] = Gauge(name, doc, registry=self.registry)
+            self.gauges[key].set(float(value))
         if tokens:
             self.tokens.inc(tokens)
 

@@ -262,17 +262,20 @@ class RunProgress:
             eta = phase.eta(now)
             rate = phase.records / elapsed if elapsed > 0 else 0.0
             mb_rate = phase.bytes_done / 1e6 / elapsed if elapsed > 0 else 0.0
-            table.add_row(
-                Text(("✓ " if phase.finished else "▶ ") + phase.name),  # names hold [ ]: no markup
-                f"{phase.tasks_done}/{phase.tasks_total}" if phase.tasks_total else "",
+            cells = [
+                f"{phase.tasks_done}/{phase.tasks_total}",
                 f"{phase.records:,}",
                 f"{phase.bytes_done / 1e6:.1f}/{phase.bytes_total / 1e6:.1f}",
                 f"{rate:,.0f}",
                 f"{mb_rate:.2f}",
                 f"{phase.kept:,}",
                 f"{phase.dropped:,}",
-                _duration(elapsed),
-                "-" if eta is None else _duration(eta),
-            )
+            ]
+            if not phase.tasks_total:  # a barrier: only its time
+                cells = [""] * len(cells)
+            mark = "✓ " if phase.finished else "▶ "
+            eta_text = "-" if eta is None else _duration(eta)
+            # Text(): phase names hold [ ], which rich would read as markup
+            table.add_row(Text(mark + phase.name), *cells, _duration(elapsed), eta_text)
         self.cost_seconds += time.perf_counter() - started
         return table

@@ -46,6 +46,7 @@ def stage_rows(manifest: dict[str, Any]) -> list[list[str]]:
 
 SOURCE_HEADER = ["source", "in", "kept", "repeated", "dropped", "top drop reasons"]
 STAGE_HEADER = ["stage", "seconds", "CPU seconds"]
+_TEXT = {"top drop reasons"}
 
 
 def render_summary(manifest: dict[str, Any], stream: TextIO, rich_output: bool) -> None:
@@ -63,7 +64,7 @@ def render_summary(manifest: dict[str, Any], stream: TextIO, rich_output: bool) 
         for title, header, rows in tables:
             table = Table(title=title, title_justify="left")
             for i, col in enumerate(header):
-                table.add_column(col, justify="left" if i in (0, len(header) - 1) else "right")
+                table.add_column(col, justify="left" if i == 0 or col in _TEXT else "right")
             for row in rows:
                 table.add_row(*(Text(cell) for cell in row))
             console.print(table)
@@ -73,7 +74,7 @@ def render_summary(manifest: dict[str, Any], stream: TextIO, rich_output: bool) 
         print(f"[dataforge] {title}:", file=stream)
         for row in [header, *rows]:
             cells = [
-                c.ljust(w) if i in (0, len(row) - 1) else c.rjust(w)
+                c.ljust(w) if i == 0 or header[i] in _TEXT else c.rjust(w)
                 for i, (c, w) in enumerate(zip(row, widths, strict=True))
             ]
             print("  " + "  ".join(cells).rstrip(), file=stream)
