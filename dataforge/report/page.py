@@ -15,7 +15,7 @@ from collections.abc import Callable
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 
-__all__ = ["Plot", "Section", "new_figure", "render_page"]
+__all__ = ["Plot", "Section", "legend", "new_figure", "render_page", "table_html"]
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
@@ -51,6 +51,12 @@ def new_figure(width: float = 9.0, height: float = 3.6, **kwargs) -> Figure:
     return Figure(figsize=(width, height), layout="constrained", **kwargs)
 
 
+def legend(ax, **kwargs) -> None:
+    """A legend when the axes have labelled artists (matplotlib warns otherwise)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kwargs)
+
+
 def _mark_data(figure: Figure, name: str) -> None:
     """Give every data artist (bars, histogram steps, lines) an id ``data-<plot>-<n>`` so a
     browser test can check the plot drew something."""
@@ -64,7 +70,11 @@ def _mark_data(figure: Figure, name: str) -> None:
 def _svg(figure: Figure) -> str:
     buf = io.StringIO()
     with rc_context({"svg.fonttype": "none", "svg.hashsalt": "dataforge"}):
-        figure.savefig(buf, format="svg", metadata={"Date": None})
+        figure.savefig(
+            buf,
+            format="svg",
+            metadata={"Date": None, "Creator": None, "Format": None, "Type": None},
+        )
     text = buf.getvalue()
     return text[text.index("<svg") :]
 

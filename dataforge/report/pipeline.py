@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dataforge.report.page import Plot, Section, new_figure, table_html
+from dataforge.report.page import Plot, Section, legend, new_figure, table_html
 from dataforge.runtime.summary import SOURCE_HEADER, STAGE_HEADER, source_rows, stage_rows
 
 __all__ = ["pipeline_sections"]
@@ -95,7 +95,7 @@ def _drops(manifest: dict[str, Any]):
     ax.set_xlabel("share of the source's input records dropped")
     ax.set_xlim(0, 1)
     ax.invert_yaxis()
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    legend(ax, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 
@@ -105,7 +105,7 @@ def _hist_axes(ax, edges: np.ndarray, series: list[tuple[str, list[int]]], xlabe
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("records")
-    ax.legend(fontsize=7)
+    legend(ax, fontsize=7)
 
 
 def _grid(n: int, width: float = 9.0, row_height: float = 2.6):
@@ -184,7 +184,7 @@ def _perplexity_section(manifest, dists, sources) -> Section:
             _hist_axes(ax, edges, [("scored", ppl[src])], "perplexity")
             for (name, value), color in zip(cutoffs.get(langs.get(src), []), "rgbm", strict=False):
                 ax.axvline(value, color=color, linestyle="--", label=f"{name} {value:g}")
-            ax.legend(fontsize=7)
+            legend(ax, fontsize=7)
             ax.set_title(f"{src} ({langs.get(src)})", fontsize=9)
         return fig
 
@@ -269,7 +269,7 @@ def _sample_section(manifest: dict[str, Any]) -> Section:
             ax.bar(x + (k - 1) * 0.27, [per_source[n][key] for n in names], 0.27, label=label)
         ax.set_xticks(x, names)
         ax.set_ylabel(f"share of {summary.get('unit', 'units')}")
-        ax.legend(fontsize=8)
+        legend(ax, fontsize=8)
         return fig
 
     section.plots.append(Plot("sampling_mixture", f"Share of each source: natural, target "
@@ -287,7 +287,7 @@ def _times(manifest: dict[str, Any]):
     ax1.barh(y + 0.2, [s.get("cpu_seconds", 0.0) for s in stages], 0.4, label="CPU seconds")
     ax1.set_yticks(y, names)
     ax1.invert_yaxis()
-    ax1.legend(fontsize=7)
+    legend(ax1, fontsize=7)
     ax1.set_title("per stage (inside tasks)", fontsize=9)
     phases = {k: v for k, v in manifest.get("timings", {}).items() if k != "total"}
     ax2.barh(list(phases), list(phases.values()))

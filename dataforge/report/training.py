@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dataforge.report.page import Plot, Section, new_figure, table_html
+from dataforge.report.page import Plot, Section, legend, new_figure, table_html
 
 __all__ = ["training_sections"]
 
@@ -68,7 +68,7 @@ def _line_plot(
         ax.set_ylabel(ylabel)
         if log:
             ax.set_yscale("log")
-        ax.legend(fontsize=7)
+        legend(ax, fontsize=7)
         return fig
 
     return draw

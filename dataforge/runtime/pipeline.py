@@ -130,7 +130,10 @@ def _run_segment(run: _Run, segment: Segment, executor: Executor, progress: RunP
     ]
     ops = [s.op for _, s in segment.stages]
     if len(pending) < len(tasks):
-        run.log(f"segment {segment.index}: {len(tasks) - len(pending)} tasks already committed")
+        run.log(
+            f"segment {segment.index}: {len(pending)} of {len(tasks)} tasks to run "
+            f"({len(tasks) - len(pending)} already committed)"
+        )
     t0 = time.time()
     progress.segment_started(segment.index, ops, [t["task_id"] for t in pending])
     if pending:

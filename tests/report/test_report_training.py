@@ -4,6 +4,7 @@ runs, and ``dataforge report RUN_DIR`` rendered in Chromium."""
 from __future__ import annotations
 
 import math
+import re
 import socket
 import subprocess
 import sys
@@ -95,6 +96,10 @@ def test_tiny_training_run_console_metrics_endpoint_and_report(tmp_path, capsys)
     # on a CPU the GPU metrics are absent, and so is MFU (no known peak)
     assert not {"gpu_utilization", "memory_allocated", "dataforge_train_mfu"} & set(mid)
     assert _scrape(port) is None  # closed with the run
+    # every trainer metric the Grafana dashboard queries is served (MFU needs a known peak)
+    dashboard = (ROOT / "docs" / "grafana" / "dataforge.json").read_text()
+    queried = set(re.findall(r"\bdataforge_train_\w+", dashboard)) - {"dataforge_train_mfu"}
+    assert queried and queried <= set(mid)
 
     out = capsys.readouterr().out
     assert "pretrain: 0.11M parameters" in out and "tokens/step 128" in out

@@ -108,6 +108,10 @@ def test_pipeline_metrics_read_back_from_ray(pipeline_file: Path, tmp_path: Path
     assert total("ray_dataforge_stage_seconds_total", stage="1:quality_filter") > 0
     assert total("ray_dataforge_stage_cpu_seconds_total", stage="1:quality_filter") > 0
     assert total("ray_dataforge_phase_seconds", phase="barrier 2 [dedup]") > 0
+    # every pipeline metric the Grafana dashboard queries is one Ray serves
+    dashboard = (Path(__file__).parents[2] / "docs" / "grafana" / "dataforge.json").read_text()
+    queried = set(re.findall(r"\bray_dataforge_\w+", dashboard))
+    assert queried and queried <= {name for name, _ in samples}
 
 
 _TAGS = {"run", "segment", "source", "outcome", "reason", "stage", "phase"}
