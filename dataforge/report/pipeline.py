@@ -100,9 +100,14 @@ def _drops(manifest: dict[str, Any]):
 
 
 def _hist_axes(ax, edges: np.ndarray, series: list[tuple[str, list[int]]], xlabel: str) -> None:
+    used = np.zeros(len(edges) - 1, dtype=bool)
     for label, counts in series:
         ax.stairs(np.asarray(counts), edges, label=label)
+        used |= np.asarray(counts) > 0
     ax.set_xscale("log")
+    if used.any():  # the populated bins, one bin of margin each side
+        bins = np.flatnonzero(used)
+        ax.set_xlim(edges[max(0, bins[0] - 1)], edges[min(len(edges) - 1, bins[-1] + 2)])
     ax.set_xlabel(xlabel)
     ax.set_ylabel("records")
     legend(ax, fontsize=7)
@@ -182,8 +187,11 @@ def _perplexity_section(manifest, dists, sources) -> Section:
         fig, axes = _grid(len(scored))
         for ax, src in zip(axes, scored, strict=True):
             _hist_axes(ax, edges, [("scored", ppl[src])], "perplexity")
+            lo, hi = ax.get_xlim()
             for (name, value), color in zip(cutoffs.get(langs.get(src), []), "rgbm", strict=False):
                 ax.axvline(value, color=color, linestyle="--", label=f"{name} {value:g}")
+                lo, hi = min(lo, value / 1.5), max(hi, value * 1.5)
+            ax.set_xlim(lo, hi)  # the cutoffs stay in view
             legend(ax, fontsize=7)
             ax.set_title(f"{src} ({langs.get(src)})", fontsize=9)
         return fig
@@ -232,7 +240,7 @@ def _cluster_examples(clusters: pa.Table, sizes: Counter, out: Path) -> str:
     ):
         text = texts.get(row["id"], "(kept: in the output)" if row["kept"] else "")
         rows.append([row["cluster"], row["id"], "kept" if row["kept"] else "dropped", text[:300]])
-    return table_html(["cluster", "record", "", "text"], rows, text_columns=(3,))
+    return table_html(["cluster", "record", "", "text"], rows, text_columns=(1, 2, 3))
 
 
 def _reject_texts(out: Path, ids: set[str]) -> dict[str, str]:

@@ -52,7 +52,7 @@ def chromium_binary() -> str:
     return path
 
 
-async def _session(ws_url: str, page_url: str, screenshot: Path) -> dict[str, Any]:
+async def _session(ws_url: str, page_url: str, screenshot: Path, height: int) -> dict[str, Any]:
     events: list[dict[str, Any]] = []
     ids = itertools.count(1)
     async with aiohttp.ClientSession() as http:
@@ -75,7 +75,7 @@ async def _session(ws_url: str, page_url: str, screenshot: Path) -> dict[str, An
 
             for domain in ("Runtime", "Log", "Page", "Network"):
                 await call(f"{domain}.enable")
-            await call("Emulation.setDeviceMetricsOverride", width=1150, height=900,
+            await call("Emulation.setDeviceMetricsOverride", width=1150, height=height,
                        deviceScaleFactor=1, mobile=False)  # fmt: skip
             await call("Page.navigate", url=page_url)
             while not any(e.get("method") == "Page.loadEventFired" for e in events):
@@ -86,7 +86,7 @@ async def _session(ws_url: str, page_url: str, screenshot: Path) -> dict[str, An
     return {"events": events, "plots": result["result"]["value"]}
 
 
-def render(html: Path, screenshot: Path, profile: Path) -> dict[str, Any]:
+def render(html: Path, screenshot: Path, profile: Path, height: int = 900) -> dict[str, Any]:
     """Load ``html`` in a fresh headless Chromium. Returns ``errors`` (console errors and
     warnings, exceptions, log entries of level error), ``requests`` (URLs other than the page
     itself) and ``plots`` (see ``PLOTS_JS``); writes the first screen to ``screenshot``."""
@@ -107,7 +107,7 @@ def render(html: Path, screenshot: Path, profile: Path) -> dict[str, Any]:
         # keep reading its log so that a full pipe never blocks it
         threading.Thread(target=proc.stderr.read, daemon=True).start()
         page_url = html.resolve().as_uri()
-        out = asyncio.run(_session(ws_url, page_url, screenshot))
+        out = asyncio.run(_session(ws_url, page_url, screenshot, height))
     finally:
         proc.terminate()
         try:

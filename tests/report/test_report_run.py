@@ -38,7 +38,7 @@ def test_run_in_a_terminal_shows_live_progress_and_a_clean_log(demo_like_run: di
     assert demo_like_run["code"] == 0, demo_like_run["terminal"][-3000:]
     raw = demo_like_run["terminal"]
     text = ANSI.sub("", raw).replace("\r", "\n")
-    # the live table was redrawn many times while the run went (rich refreshes 4 times/s)
+    # the live table was redrawn many times while the run went (rich redraws it twice a second)
     assert raw.count("rec/s") >= 4, raw[-2000:]
     assert "\x1b[" in raw  # drawn in place, with cursor movements
     for phase in ("segment 0 [clean, quality_filter, perplexity_filter]", "barrier 3 [dedup]",
