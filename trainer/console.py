@@ -12,8 +12,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from torch import nn
-
 from trainer.config import TrainerConfig
 
 __all__ = ["Console", "Smoothed", "format_duration"]
@@ -67,26 +65,15 @@ class Console:
         if self.enabled:
             print(f"[trainer] {text}", flush=True)
 
-    def start(
-        self, model: nn.Module, world_size: int, device: str, resumed: str | None, step: int
-    ) -> None:
-        """The start-up summary."""
+    def start(self, summary: str, world_size: int, device: str, resumed: Any, step: int) -> None:
+        """The start-up summary: ``summary`` (parameters, tokens per step, steps), then
+        precision, parallelism, checkpoints and the resume point."""
         self.start_step = step
         self.started = time.monotonic()
         c = self.config
-        params = sum(p.numel() for p in model.parameters())
-        accum = c.train.grad_accum_steps
-        if c.data.source == "synthetic":
-            per_step = f"{c.data.batch_size * c.data.seq_len * accum * world_size:,}"
-        else:
-            budget = c.data.loader.get("max_tokens")
-            per_step = f"<= {budget * accum * world_size:,}" if budget else "per loader budget"
+        if self.enabled:
+            print(summary, flush=True)
         strategy = c.distributed.strategy if world_size > 1 else "single process"
-        self._print(
-            f"{self.stage}: {params / 1e6:.2f}M parameters ({c.model.n_layers} layers, hidden "
-            f"{c.model.hidden_size}), {c.train.max_steps:,} steps, tokens/step {per_step} "
-            f"({accum} micro-batches x {world_size} ranks)"
-        )
         self._print(
             f"precision {c.train.precision}, parallelism {strategy} on {world_size} x {device}, "
             f"checkpoints every {c.checkpoint.interval} steps to {c.checkpoint.dir}"

@@ -1,8 +1,9 @@
 """Sections of a training run's report, from the trainer's ``metrics.jsonl``.
 
 One record per step (see ``trainer.loop``): loss, learning rate, gradient norm, tokens/s,
-MFU, memory, DPO preference accuracy and reward margin, and any ``eval_*`` keys. A resumed
-run appends to the same file; the last record of each step wins.
+MFU, memory, DPO preference accuracy and reward margin; evaluation passes add records of
+their own (``step`` and ``val_*`` keys, no ``loss``). A resumed run appends to the same
+file; the last record of each step wins.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ __all__ = ["training_sections"]
 SMOOTHING = 0.9
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
+def _read(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Training records and evaluation records, each one per step in step order."""
     by_step: dict[int, dict[str, Any]] = {}
+    evals: dict[int, dict[str, Any]] = {}
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -30,9 +33,11 @@ def _read(path: Path) -> list[dict[str, Any]]:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from exc
-            if record.get("applied", 1.0):
+            if "loss" not in record:
+                evals[int(record["step"])] = record
+            elif record.get("applied", 1.0):
                 by_step[int(record["step"])] = record
-    return [by_step[s] for s in sorted(by_step)]
+    return [by_step[s] for s in sorted(by_step)], [evals[s] for s in sorted(evals)]
 
 
 def _series(records: list[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -75,7 +80,7 @@ def _line_plot(
 
 
 def training_sections(run_dir: Path) -> tuple[str, str, list[Section]]:
-    records = _read(run_dir / "metrics.jsonl")
+    records, evals = _read(run_dir / "metrics.jsonl")
     if not records:
         raise ValueError(f"{run_dir / 'metrics.jsonl'}: no applied step recorded")
     has = {k for r in records for k, v in r.items() if v is not None}
@@ -102,12 +107,15 @@ def training_sections(run_dir: Path) -> tuple[str, str, list[Section]]:
     if "preference_accuracy" in has:
         plots.append(Plot("dpo", "DPO: preference accuracy and reward margin", _line_plot(
             records, [("preference_accuracy", "accuracy"), ("reward_margin", "margin")], "value", smooth=True)))  # fmt: skip
-    eval_keys = sorted(k for k in has if k.startswith("eval_"))
     sections = [Section("Training", plots)]
+    eval_keys = sorted(
+        {k for r in evals for k, v in r.items() if k.startswith("val_") and k != "val_weight"}
+    )
     if eval_keys:
-        sections.append(Section("Evaluation", [Plot("eval", "Evaluation metrics", _line_plot(records, [(k, k) for k in eval_keys], "value"))]))  # fmt: skip
+        draw = _line_plot(evals, [(k, k) for k in eval_keys], "value")
+        sections.append(Section("Evaluation", [Plot("eval", "Held-out evaluation", draw)]))
     else:
-        sections[0].html = '<p class="note">No eval_* metrics in metrics.jsonl.</p>'
+        sections[0].html = '<p class="note">No evaluation records (val_*) in metrics.jsonl.</p>'
     summary = [
         ["steps", f"{last['step']:,}"],
         ["tokens seen", f"{last.get('tokens_seen', 0):,}"],

@@ -120,14 +120,17 @@ def run_on_ray(
     log: Callable[[str], None] | None = None,
     progress: RunProgress | None = None,
 ) -> dict[str, Any]:
-    """``dataforge run``: start or join Ray, then run the pipeline on it. The pipeline's
+    """``dataforge run``: claim and lock ``out``, then start or join Ray and run the
+    pipeline on it (a refused or already complete run never starts Ray). The pipeline's
     counters also go to Ray's metrics (:mod:`dataforge.runtime.ray_metrics`)."""
-    where = init_ray(config, address, verbose=progress is not None and progress.verbose)
     kwargs = {"log": log} if log else {}
-    if log:
-        log(f"running on {where}")
     progress = progress or RunProgress.silent()
-    progress.listeners = (*progress.listeners, RayMetrics(config))
-    return run_pipeline(
-        config, out, RayExecutor(config), overwrite=overwrite, progress=progress, **kwargs
-    )
+
+    def start_ray() -> RayExecutor:
+        where = init_ray(config, address, verbose=progress.verbose)
+        if log:
+            log(f"running on {where}")
+        progress.listeners = (*progress.listeners, RayMetrics(config))
+        return RayExecutor(config)
+
+    return run_pipeline(config, out, start_ray, overwrite=overwrite, progress=progress, **kwargs)

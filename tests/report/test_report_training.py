@@ -102,7 +102,7 @@ def test_tiny_training_run_console_metrics_endpoint_and_report(tmp_path, capsys)
     assert queried and queried <= set(mid)
 
     out = capsys.readouterr().out
-    assert "pretrain: 0.11M parameters" in out and "tokens/step 128" in out
+    assert "pretrain: 0.1M parameters" in out and "up to 128 tokens per step" in out
     assert "precision fp32, parallelism single process" in out and "starting from step 0" in out
     assert f"step     10/{STEPS}" in out and "ETA" in out and "rss" in out
     assert "checkpoint step 20 ->" in out and f"checkpoint step {STEPS} ->" in out
