@@ -37,6 +37,7 @@ from dataforge.io.sinks import PartWriter, write_json_atomic
 from dataforge.ops.base import BarrierOp, Op, OpContext, op_class
 from dataforge.records import DROP
 from dataforge.runtime.failures import RunFailed, clear_task_failure, record_task_failure
+from dataforge.runtime.histograms import Distributions
 
 __all__ = ["Segment", "SegmentRunner", "build_segments", "make_op", "op_context"]
 
@@ -161,19 +162,22 @@ class SegmentRunner:
                 if decision_path and Path(decision_path).exists()
                 else None
             )
-            started = time.perf_counter()
+            started = _clock()
             live = self.barrier_in.apply(live, decision)
             self._time(stats, self.segment.barrier_in[0], started)
         size = self.config.read.batch_rows
         for offset in range(0, live.num_rows, size):
             yield live.slice(offset, size)
 
-    def _time(self, stats: dict[str, Any], stage_index: int, started: float) -> None:
+    def _time(self, stats: dict[str, Any], stage_index: int, started: tuple[float, float]) -> None:
         key = str(stage_index)
-        stats["op_seconds"][key] = stats["op_seconds"].get(key, 0.0) + time.perf_counter() - started
+        wall, cpu = _clock()
+        stats["op_seconds"][key] = stats["op_seconds"].get(key, 0.0) + wall - started[0]
+        stats["op_cpu_seconds"][key] = stats["op_cpu_seconds"].get(key, 0.0) + cpu - started[1]
 
     def _process(self, task: dict[str, Any], tmp: Path) -> dict[str, Any]:
-        stats: dict[str, Any] = {"task_id": task["task_id"], "op_seconds": {}, "events": {}}
+        stats: dict[str, Any] = {"task_id": task["task_id"], "events": {}}
+        stats |= {"op_seconds": {}, "op_cpu_seconds": {}}
         counts: dict[str, dict[str, Any]] = defaultdict(
             lambda: {
                 "input": 0,
@@ -186,31 +190,43 @@ class SegmentRunner:
             }
         )
         sinks = _PartSinks(tmp, self.config, self.segment.final, self.declared)
+        dists = Distributions()
         started_all = time.perf_counter()
         for batch in self._input_batches(task, stats):
             self._records_read += batch.num_rows
             if self.segment.index == 0:
                 for src, n in Counter(batch.column("source").to_pylist()).items():
                     counts[src]["input"] += n
+                dists.observe_input(batch)
             for stage_index, stage, op in self.ops:
-                started = time.perf_counter()
+                started = _clock()
                 batch = _run_op_isolating_errors(op, batch, stage.batch_size)
                 self._time(stats, stage_index, started)
+                if stage.op == "perplexity_filter":
+                    dists.observe_perplexity(batch)
             mask = pc.is_null(batch.column(DROP))
             dropped = batch.filter(pc.invert(mask))
             live = batch.filter(mask)
             if self.barrier_out is not None and live.num_rows:
-                started = time.perf_counter()
+                started = _clock()
                 live = self.barrier_out.prepare(live)
                 self._time(stats, self.segment.barrier_out[0], started)
             _count(counts, live, dropped)
+            if self.segment.final:
+                dists.observe_output(live)
             sinks.write(live, dropped)
         stats["rows_written"] = sinks.close()
         stats["seconds"] = time.perf_counter() - started_all
+        stats["distributions"] = dists.to_json()
         stats["by_source"] = {
             src: {**c, "dropped": dict(c["dropped"])} for src, c in sorted(counts.items())
         }
         return stats
+
+
+def _clock() -> tuple[float, float]:
+    """Wall and CPU (this process) seconds, for per-stage timings."""
+    return time.perf_counter(), time.process_time()
 
 
 def _run_op_isolating_errors(op: Op, batch: pa.Table, batch_size: int | None) -> pa.Table:
