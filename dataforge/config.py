@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import yaml
 
+from dataforge.io.decoding import check_encoding
+
 __all__ = [
     "ConfigError",
     "InputConfig",
@@ -59,12 +61,21 @@ class InputConfig:
     """Input keys copied into the record's ``meta``."""
     txt_unit: Literal["line", "file", "paragraph"] = "line"
     """For ``txt``: one document per line, per file, or per blank-line-separated paragraph."""
+    encoding: str = "utf-8"
+    """jsonl/txt bytes: ``utf-8``, ``auto`` (decided per file: BOM, strict UTF-8, then a
+    detector preferring GB18030), or a codec name (``gb18030``, ``big5``, ``utf-16``...).
+    A byte-order mark always wins. See :mod:`dataforge.io.decoding`."""
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
             raise ValueError(f"input name must be non-empty without '/': {self.name!r}")
         if self.format not in INPUT_FORMATS:
             raise ValueError(f"format {self.format!r}; valid: {', '.join(INPUT_FORMATS)}")
+        check_encoding(self.encoding)
+        if self.format == "parquet" and self.encoding != "utf-8":
+            raise ValueError(
+                f"encoding {self.encoding!r} applies to jsonl and txt; parquet strings are UTF-8"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

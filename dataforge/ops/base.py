@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -66,6 +67,9 @@ class Op:
     def __init__(self, config: Any, context: OpContext | None = None) -> None:
         self.config = config
         self.context = context or OpContext()
+        self.events: Counter[str] = Counter()
+        """Counts of changes that kept the record (``convert:t2s``...); the runtime sums
+        them per task into the manifest's ``counts.by_source.<name>.events``."""
 
     def setup(self) -> None:
         """Load heavy state once per actor. Default: nothing to load."""

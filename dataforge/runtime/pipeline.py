@@ -28,6 +28,7 @@ from dataforge.runtime.barriers import BarrierContext, run_planner
 from dataforge.runtime.manifest import (
     AccountingError,
     check_accounting,
+    decoding_warnings,
     prepare_run_dir,
     sum_counts,
     versions,
@@ -270,6 +271,8 @@ def _commit(run: _Run) -> dict[str, Any]:
     final_seg = segments[-1].index
     task_ids = [t.task_id for t in input_tasks]
     counts = sum_counts(seg_stats)
+    decoding = {stats["task_id"]: stats.get("decoding") for stats in seg_stats[0]}
+    warnings = decoding_warnings(config, input_tasks, decoding)
     manifest: dict[str, Any] = {
         "name": config.name,
         "status": "failed",
@@ -278,9 +281,11 @@ def _commit(run: _Run) -> dict[str, Any]:
         "versions": versions(),
         "inputs": [
             {"source": t.source, "path": t.path, "bytes": t.bytes, "task_id": t.task_id}
+            | ({"decoding": decoding[t.task_id]} if decoding.get(t.task_id) else {})
             for t in input_tasks
         ],
         "counts": counts,
+        "warnings": warnings,
         "stages": _stage_report(config, seg_stats, barrier_summaries),
         "timings": timings,
     }
@@ -330,6 +335,8 @@ def _commit(run: _Run) -> dict[str, Any]:
         _collect_rejects(out, work, len(segments), task_ids)
     manifest["output"] = output_info
     manifest["status"] = "complete"
+    for warning in warnings:
+        log(f"warning: {warning}")
     manifest["timings"]["total"] = round(time.time() - started, 3)
     write_json_atomic(out / "manifest.json", manifest)
     if not config.output.keep_work:

@@ -141,6 +141,7 @@ class SegmentRunner:
             reader = TaskReader(InputTask(**task["input"]), source, self.config.read)
             yield from reader.batches()
             stats["events"] = dict(reader.events)
+            stats["decoding"] = reader.decoding_report()
             return
         previous = Path(task["previous"])
         live = pq.read_table(previous) if previous.exists() else None
@@ -178,6 +179,8 @@ class SegmentRunner:
             }
         )
         sinks = _PartSinks(tmp, self.config, self.segment.final, self.declared)
+        for _, _, op in self.ops:
+            op.events.clear()
         started_all = time.perf_counter()
         for batch in self._input_batches(task, stats):
             if self.segment.index == 0:
@@ -196,12 +199,20 @@ class SegmentRunner:
                 self._time(stats, self.segment.barrier_out[0], started)
             _count(counts, live, dropped)
             sinks.write(live, dropped)
+        for _, _, op in self.ops:
+            _merge_events(stats, op)
         stats["rows_written"] = sinks.close()
         stats["seconds"] = time.perf_counter() - started_all
         stats["by_source"] = {
             src: {**c, "dropped": dict(c["dropped"])} for src, c in sorted(counts.items())
         }
         return stats
+
+
+def _merge_events(stats: dict[str, Any], op: Op) -> None:
+    events = stats.setdefault("events", {})
+    for key, n in op.events.items():
+        events[key] = events.get(key, 0) + n
 
 
 def _run_op_isolating_errors(op: Op, batch: pa.Table, batch_size: int | None) -> pa.Table:
@@ -215,9 +226,13 @@ def _run_op_isolating_errors(op: Op, batch: pa.Table, batch_size: int | None) ->
             ],
             promote_options="default",
         )
+    events_before = Counter(op.events)
     try:
         return op(batch)
     except Exception:  # noqa: BLE001 - isolated and counted per record below
+        # The rows are redone one by one below: forget what the failed call counted.
+        op.events.clear()
+        op.events.update(events_before)
         if batch.num_rows == 1:
             reason = f"error:{op.name}"
             return batch.set_column(

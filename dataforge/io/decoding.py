@@ -1,0 +1,217 @@
+"""Bytes in, text out: the encoding of one input file, decided before any line is split.
+
+A reader hands :func:`open_decoded` the file's (decompressed) byte stream and the source's
+``encoding`` setting; it gets back a text stream and a :class:`Decision` saying which codec
+decodes the file and how that was decided. Decoding happens on the whole stream, before
+lines are split and JSON is parsed, so a multi-byte character never breaks a line: a Big5
+or GBK trail byte of 0x5C is half of a character, never a JSON backslash, and UTF-16's
+``\\n`` is two bytes.
+
+How the codec is decided (``Decision.decided_by``):
+
+``bom``         The file starts with a byte-order mark (UTF-8, UTF-16 LE/BE, UTF-32 LE/BE).
+                A BOM is unambiguous, so it wins over the configured encoding; it is
+                stripped, never part of the first record.
+``config``      No BOM, and the source names a codec (``utf-8``, the default, or e.g.
+                ``gb18030``, ``big5``).
+``utf-8``       ``encoding: auto`` and the sample is strict UTF-8 (pure ASCII included).
+``detector``    ``encoding: auto``: the sample is not UTF-8; charset-normalizer's candidates,
+                best first, are tried on the sample and the first that decodes it strictly
+                wins. GBK and GB2312 become GB18030 (their superset: every GBK file decodes
+                the same under it, and 4-byte GB18030 characters decode too); Big5 tries
+                ``big5``, then ``cp950`` and ``big5hkscs`` (its extensions).
+``undecodable`` ``encoding: auto`` and no candidate decodes the sample: the reader drops
+                every record of the file with reason ``invalid_encoding``.
+
+The sample is the first :data:`SAMPLE_BYTES` bytes, cut at the last line break so that
+no character is cut in two. Bytes later in the file that the chosen codec cannot decode
+become U+DC80..U+DCFF (``surrogateescape``) and the reader repairs or drops those records
+(``read.invalid_utf8``).
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import io
+from typing import BinaryIO, TextIO
+
+__all__ = [
+    "COMMON_ENCODINGS",
+    "SAMPLE_BYTES",
+    "Decision",
+    "check_encoding",
+    "decide_encoding",
+    "open_decoded",
+]
+
+SAMPLE_BYTES = 1 << 16
+"""Bytes of a file's start that ``encoding: auto`` looks at."""
+
+COMMON_ENCODINGS = (
+    "utf-8",
+    "auto",
+    "gb18030",
+    "gbk",
+    "gb2312",
+    "big5",
+    "cp950",
+    "big5hkscs",
+    "utf-16",
+    "utf-16-le",
+    "utf-16-be",
+    "utf-32",
+    "shift_jis",
+    "euc-jp",
+    "euc-kr",
+    "cp1252",
+    "latin-1",
+)
+"""Listed in error messages; any text codec Python knows is accepted."""
+
+# Longest first: the UTF-32 LE BOM starts with the UTF-16 LE one.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+_BOM_OF = {encoding: bom for bom, encoding in _BOMS}
+
+# charset-normalizer's name -> codecs to try, in order.
+_DETECTED_FAMILIES = {
+    "gb2312": ("gb18030",),
+    "gbk": ("gb18030",),
+    "gb18030": ("gb18030",),
+    "hz": ("gb18030", "hz"),
+    "big5": ("big5", "cp950", "big5hkscs"),
+    "cp950": ("cp950", "big5hkscs"),
+    "big5hkscs": ("big5hkscs",),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """Which codec decodes a file, and why.
+
+    Attributes:
+        encoding: the Python codec name used (``latin-1`` for an undecodable file, only to
+            split its lines).
+        decided_by: ``bom``, ``config``, ``utf-8``, ``detector`` or ``undecodable``.
+        bom: whether a byte-order mark was found and stripped.
+    """
+
+    encoding: str
+    decided_by: str
+    bom: bool = False
+
+    @property
+    def undecodable(self) -> bool:
+        return self.decided_by == "undecodable"
+
+    @property
+    def transcoded(self) -> bool:
+        """Whether records were decoded from something other than UTF-8."""
+        return not self.undecodable and not codecs.lookup(self.encoding).name.startswith("utf-8")
+
+
+def check_encoding(name: str) -> str:
+    """Validate an ``inputs[].encoding`` value; returns it unchanged.
+
+    Raises:
+        ValueError: not ``auto`` and not a text codec Python knows (lists common choices).
+    """
+    if name == "auto":
+        return name
+    try:
+        b"".decode(name)  # LookupError for unknown names and for bytes codecs (base64, zlib)
+    except (LookupError, TypeError) as exc:
+        raise ValueError(
+            f"encoding {name!r} is not a known text codec; valid: {', '.join(COMMON_ENCODINGS)} "
+            "(or any other Python text codec name)"
+        ) from exc
+    return name
+
+
+def _strictly_decodes(sample: bytes, encoding: str, at_eof: bool) -> bool:
+    try:
+        codecs.getincrementaldecoder(encoding)("strict").decode(sample, final=at_eof)
+    except (UnicodeDecodeError, LookupError):
+        return False
+    return True
+
+
+def _detected_candidates(sample: bytes) -> list[str]:
+    from charset_normalizer import from_bytes
+
+    candidates: list[str] = []
+    for match in from_bytes(sample):
+        for name in _DETECTED_FAMILIES.get(match.encoding, (match.encoding,)):
+            if name not in candidates:
+                candidates.append(name)
+    return candidates
+
+
+def decide_encoding(sample: bytes, declared: str, at_eof: bool) -> Decision:
+    """Decide the codec of a file from its first bytes (see the module docstring).
+
+    Args:
+        sample: the file's first bytes.
+        declared: the source's ``encoding`` (``auto`` or a codec name).
+        at_eof: whether ``sample`` is the whole file (else its end may cut a character).
+    """
+    for bom, encoding in _BOMS:
+        if sample.startswith(bom):
+            return Decision(encoding, "bom", bom=True)
+    if declared != "auto":
+        return Decision(declared, "config")
+    if not at_eof:
+        cut = sample.rfind(b"\n")
+        sample = sample[: cut + 1] if cut > 0 else sample
+    if _strictly_decodes(sample, "utf-8", at_eof):
+        return Decision("utf-8", "utf-8")
+    for encoding in _detected_candidates(sample):
+        if _strictly_decodes(sample, encoding, at_eof):
+            return Decision(encoding, "detector")
+    return Decision("latin-1", "undecodable")
+
+
+class _Prefixed(io.RawIOBase):
+    """``prefix`` followed by the rest of ``raw`` (the sample was already read from it)."""
+
+    def __init__(self, prefix: bytes, raw: BinaryIO) -> None:
+        self._prefix = memoryview(prefix)
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        if self._prefix:
+            n = min(len(buffer), len(self._prefix))
+            buffer[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        data = self._raw.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def open_decoded(raw: BinaryIO, declared: str) -> tuple[TextIO, Decision]:
+    """Decide ``raw``'s codec and return a text stream over it (universal newlines).
+
+    Undecodable bytes become lone surrogates U+DC80..U+DCFF (``surrogateescape``); the
+    caller closes ``raw``.
+    """
+    sample = raw.read(SAMPLE_BYTES)
+    at_eof = len(sample) < SAMPLE_BYTES
+    decision = decide_encoding(sample, declared, at_eof)
+    if decision.bom:
+        sample = sample[len(_BOM_OF[decision.encoding]) :]
+    stream = io.BufferedReader(_Prefixed(sample, raw), buffer_size=1 << 20)
+    # newline=None: \r\n, \r and \n all end a line (CR-only files are common in old corpora)
+    text = io.TextIOWrapper(
+        stream, encoding=decision.encoding, errors="surrogateescape", newline=None
+    )
+    return text, decision
