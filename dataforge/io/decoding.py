@@ -125,8 +125,8 @@ def check_encoding(name: str) -> str:
     if name == "auto":
         return name
     try:
-        b"".decode(name)  # LookupError for unknown names and for bytes codecs (base64, zlib)
-    except (LookupError, TypeError) as exc:
+        "a".encode(name)  # LookupError for unknown names and for bytes codecs (base64, zlib)
+    except (LookupError, TypeError, UnicodeError) as exc:
         raise ValueError(
             f"encoding {name!r} is not a known text codec; valid: {', '.join(COMMON_ENCODINGS)} "
             "(or any other Python text codec name)"
