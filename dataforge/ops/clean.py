@@ -18,9 +18,14 @@ Per live record, in this order:
    Only known element names count as tags, so ``<value>`` or ``a<b`` in prose survive.
 6. URLs and e-mail addresses are replaced by ``url_replacement`` / ``email_replacement``
    when ``remove_urls`` / ``remove_emails``.
-7. Whitespace: Unicode spaces become ASCII spaces, line ends are stripped, runs of spaces
+7. Whitespace (after step 8): Unicode spaces become ASCII spaces, line ends are stripped, runs of spaces
    collapse to one (indentation kept when ``keep_indentation``), at most
    ``max_blank_lines`` consecutive blank lines, and the text is trimmed.
+
+8. Script conversion when ``convert`` names an OpenCC config (``t2s``, ``s2t``, ``tw2s``,
+   ``hk2s``, ...; see :mod:`dataforge.text.script`): phrase-level Traditional <-> Simplified
+   conversion, after the markup steps and before whitespace; the number of records it
+   changed is counted as the event ``convert:<name>``.
 
 Steps 1-6 repeat on the records that steps 5-6 changed, because decoding ``&amp;lt;`` or
 removing a tag can reveal new markup; the op is therefore idempotent:
@@ -46,6 +51,7 @@ import pyarrow.compute as pc
 
 from dataforge.ops.base import Mapper, set_drop_reasons
 from dataforge.records import with_meta
+from dataforge.text.script import check_conversion, convert_script
 
 __all__ = ["Clean", "replace_lone_surrogates"]
 
@@ -154,6 +160,8 @@ class Clean(Mapper):
         """When collapsing spaces, keep leading indentation (code, tables)."""
         max_blank_lines: int = 1
         """Most consecutive blank lines kept (0: none) when normalizing whitespace."""
+        convert: str | None = None
+        """OpenCC script conversion (``t2s``, ``s2t``, ``tw2s``, ``hk2s``, ``s2tw``...); null: none."""
 
         def __post_init__(self) -> None:
             if self.normalization not in NORMALIZATION_FORMS:
@@ -164,6 +172,8 @@ class Clean(Mapper):
                 raise ValueError(
                     f"clean.invalid_utf8={self.invalid_utf8!r}; valid: {', '.join(INVALID_UTF8_POLICIES)}"
                 )
+            if self.convert is not None:
+                check_conversion(self.convert)
             if not isinstance(self.max_blank_lines, int) or self.max_blank_lines < 0:
                 raise ValueError(
                     f"clean.max_blank_lines={self.max_blank_lines!r}; must be an int >= 0"
@@ -206,6 +216,11 @@ class Clean(Mapper):
             again = self._strip_markup(self._normalize(rewritten.filter(changed)))
             text = rewritten
             rewritten = pc.replace_with_mask(rewritten, changed, again)
+        if self.config.convert is not None:
+            converted = convert_script(rewritten, self.config.convert)
+            changed_rows = pc.sum(pc.not_equal(converted, rewritten)).as_py() or 0
+            self.events[f"convert:{self.config.convert}"] += changed_rows
+            rewritten = converted
         if self.config.normalize_whitespace:
             rewritten = self._tidy_whitespace(rewritten)
         return rewritten

@@ -1,0 +1,1 @@
+"""Pure text functions shared by readers, ops, tokenizer and LM code (no I/O, no Ray)."""
