@@ -111,6 +111,12 @@ def read_demo_texts(source: str, limit: int) -> list[str]:
 
 
 @pytest.fixture(scope="session")
+def demo_reader():
+    """:func:`read_demo_texts` for test modules (``demo_reader(source, limit)``)."""
+    return read_demo_texts
+
+
+@pytest.fixture(scope="session")
 def demo_zh_texts() -> list[str]:
     """Real Chinese text: 300 People's Daily articles and 1,500 product reviews."""
     return read_demo_texts("news_zh", 300) + read_demo_texts("reviews_zh", 1500)

@@ -76,14 +76,25 @@ def build_segments(config: PipelineConfig) -> list[Segment]:
     return segments
 
 
-def op_context(config: PipelineConfig) -> OpContext:
+def op_context(config: PipelineConfig, stage: StageConfig | None = None) -> OpContext:
+    """What the op of ``stage`` may know: seed, sources and, after a ``lang_id`` stage,
+    the languages its records can carry."""
+    record_langs = None
+    for earlier in config.stages:
+        if earlier is stage:
+            break
+        if earlier.op == "lang_id":
+            record_langs = tuple(earlier.params.keep) or ("*",)
     return OpContext(
-        seed=config.seed, sources={s.name: s.lang for s in config.inputs}, base_dir=config.base_dir
+        seed=config.seed,
+        sources={s.name: s.lang for s in config.inputs},
+        base_dir=config.base_dir,
+        record_langs=record_langs if stage is not None else None,
     )
 
 
 def make_op(stage: StageConfig, config: PipelineConfig) -> Op:
-    return op_class(stage.op)(stage.params, op_context(config))
+    return op_class(stage.op)(stage.params, op_context(config, stage))
 
 
 def declared_encodings(config: PipelineConfig) -> dict[str, str]:
