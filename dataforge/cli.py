@@ -21,10 +21,11 @@ def _checked_config(args: argparse.Namespace):
     """Load the pipeline and run every validation check; print the problems and return
     None if there are any."""
     from dataforge.config import ConfigError, load_pipeline
+    from dataforge.runtime.validate import validate_pipeline
 
     try:
         config = load_pipeline(args.pipeline, args.set)
-        problems = _problems(config)
+        problems = validate_pipeline(config)
     except ConfigError as exc:
         problems = [str(exc)]
     for p in problems:
@@ -72,27 +73,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
     )
     return 0
-
-
-def _problems(config) -> list[str]:
-    """Everything ``validate`` checks beyond the YAML itself: input paths, op resources,
-    cross-stage rules."""
-    from dataforge.config import ConfigError
-    from dataforge.io.readers import plan_input_tasks
-    from dataforge.runtime.segments import make_op
-
-    problems = []
-    try:
-        plan_input_tasks(config)
-    except ConfigError as exc:
-        problems.append(str(exc))
-    for i, stage in enumerate(config.stages):
-        op = make_op(stage, config)
-        problems += [f"stages[{i}] ({stage.op}): {p}" for p in op.validate()]
-        check = getattr(importlib.import_module(type(op).__module__), "check_pipeline", None)
-        if check is not None:
-            problems += [f"stages[{i}] ({stage.op}): {p}" for p in check(list(config.stages), i)]
-    return problems
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:

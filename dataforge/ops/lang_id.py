@@ -44,8 +44,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dataforge.ops.base import Mapper, set_drop_reasons
-from dataforge.ops.textstats import han_latin_counts
 from dataforge.records import with_meta
+from dataforge.text.stats import han_latin_counts
 
 __all__ = ["LangId", "bundled_model_path"]
 

@@ -18,6 +18,8 @@ import functools
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dataforge.text.cjk import CJK_RANGES
+
 __all__ = ["CONVERSIONS", "check_conversion", "convert_script"]
 
 CONVERSIONS = (
@@ -39,8 +41,8 @@ CONVERSIONS = (
     "jp2t",
 )
 
-# CJK ideographs (Unified, Ext. A-G, Compatibility): only these rows can change.
-_HAN = r"[\x{3400}-\x{9FFF}\x{F900}-\x{FAFF}\x{20000}-\x{3134F}]"
+# Only rows holding a CJK ideograph can change (RE2 syntax for Arrow).
+_HAN = "[" + "".join(f"\\x{{{lo:X}}}-\\x{{{hi:X}}}" for lo, hi in CJK_RANGES) + "]"
 
 
 def check_conversion(name: str) -> str:

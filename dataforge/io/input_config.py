@@ -1,0 +1,67 @@
+"""What a reader needs to know about one input source, and reader limits.
+
+Part of the pipeline YAML (``inputs:`` and ``read:``), defined here, next to the readers
+that use them, so that ``io`` depends on no higher layer; :mod:`dataforge.config` builds
+them from YAML with the rest of the pipeline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from dataforge.io.decoding import check_encoding
+
+__all__ = ["INPUT_FORMATS", "InputConfig", "ReadConfig"]
+
+INPUT_FORMATS = ("jsonl", "parquet", "txt")
+
+
+@dataclasses.dataclass(frozen=True)
+class InputConfig:
+    """One named source."""
+
+    name: str
+    path: str
+    """File path or glob; relative paths resolve against the pipeline file's directory."""
+    format: Literal["jsonl", "parquet", "txt"] = "jsonl"
+    """``jsonl`` also reads ``.jsonl.gz`` and ``.jsonl.zst`` (by suffix)."""
+    lang: str = "en"
+    text_key: str = "text"
+    id_key: str | None = None
+    """Key holding a stable id; None derives ``<source>/<relpath>:<line>``."""
+    meta_keys: tuple[str, ...] = ()
+    """Input keys copied into the record's ``meta``."""
+    txt_unit: Literal["line", "file", "paragraph"] = "line"
+    """For ``txt``: one document per line, per file, or per blank-line-separated paragraph."""
+    encoding: str = "utf-8"
+    """jsonl/txt bytes: ``utf-8``, ``auto`` (decided per file: BOM, strict UTF-8, then a
+    detector preferring GB18030), or a codec name (``gb18030``, ``big5``, ``utf-16``...).
+    A byte-order mark always wins. See :mod:`dataforge.io.decoding`."""
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name:
+            raise ValueError(f"input name must be non-empty without '/': {self.name!r}")
+        if self.format not in INPUT_FORMATS:
+            raise ValueError(f"format {self.format!r}; valid: {', '.join(INPUT_FORMATS)}")
+        check_encoding(self.encoding)
+        if self.format == "parquet" and self.encoding != "utf-8":
+            raise ValueError(
+                f"encoding {self.encoding!r} applies to jsonl and txt; parquet strings are UTF-8"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadConfig:
+    """Reader limits shared by all sources."""
+
+    batch_rows: int = 1000
+    """Records per batch handed to the ops."""
+    max_doc_chars: int = 1_000_000
+    """Longer documents are dropped with reason ``too_long`` without being held in memory."""
+    invalid_utf8: Literal["replace", "drop"] = "replace"
+    """``replace``: U+FFFD and count ``invalid_utf8_replaced``; ``drop``: reason ``invalid_utf8``."""
+
+    def __post_init__(self) -> None:
+        if self.batch_rows < 1 or self.max_doc_chars < 1:
+            raise ValueError("batch_rows and max_doc_chars must be >= 1")
