@@ -15,16 +15,21 @@ How the codec is decided (``Decision.decided_by``):
 ``config``      No BOM, and the source names a codec (``utf-8``, the default, or e.g.
                 ``gb18030``, ``big5``).
 ``utf-8``       ``encoding: auto`` and the sample is strict UTF-8 (pure ASCII included).
-``detector``    ``encoding: auto``: the sample is not UTF-8; charset-normalizer's candidates,
-                best first, are tried on the sample and the first that decodes it strictly
-                wins. GBK and GB2312 become GB18030 (their superset: every GBK file decodes
-                the same under it, and 4-byte GB18030 characters decode too); Big5 tries
-                ``big5``, then ``cp950`` and ``big5hkscs`` (its extensions).
+``detector``    ``encoding: auto``: the sample is not UTF-8. If it holds a GB18030 four-byte
+                sequence and decodes as GB18030, that is the codec; otherwise
+                charset-normalizer's candidates, best first, are tried on the sample and
+                the first that decodes it strictly wins. GBK and GB2312 become GB18030
+                (their superset: every GBK file decodes the same under it, and 4-byte
+                GB18030 characters decode too); Big5 tries ``big5``, then ``cp950`` and
+                ``big5hkscs`` (its extensions).
 ``undecodable`` ``encoding: auto`` and no candidate decodes the sample: the reader drops
                 every record of the file with reason ``invalid_encoding``.
 
-The sample is the first :data:`SAMPLE_BYTES` bytes, cut at the last line break so that
-no character is cut in two. Bytes later in the file that the chosen codec cannot decode
+The sample is the first :data:`SAMPLE_BYTES` bytes (when those are all ASCII: the first
+64 KB chunk that is not, and the one after it, within :data:`ASCII_SCAN_BYTES`); a
+character its end cuts in two does not count against a codec (incremental decoding,
+``final=False``); the detector sees it cut at its last line break first, then whole.
+Bytes later in the file that the chosen codec cannot decode
 become U+DC80..U+DCFF (``surrogateescape``) and the reader repairs or drops those records
 (``read.invalid_utf8``).
 """
@@ -34,9 +39,11 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import io
+import re
 from typing import BinaryIO, TextIO
 
 __all__ = [
+    "ASCII_SCAN_BYTES",
     "COMMON_ENCODINGS",
     "SAMPLE_BYTES",
     "Decision",
@@ -47,6 +54,8 @@ __all__ = [
 
 SAMPLE_BYTES = 1 << 16
 """Bytes of a file's start that ``encoding: auto`` looks at."""
+ASCII_SCAN_BYTES = 1 << 23
+"""How far ``auto`` reads past an ASCII-only start for the first non-ASCII bytes."""
 
 COMMON_ENCODINGS = (
     "utf-8",
@@ -91,13 +100,18 @@ _DETECTED_FAMILIES = {
 }
 
 
+# A GB18030 four-byte sequence (byte, digit, byte, digit): structural evidence that a
+# detector weighing a few such characters in Latin text would miss.
+_GB18030_FOUR_BYTE = re.compile(rb"[\x81-\xfe][\x30-\x39][\x81-\xfe][\x30-\x39]")
+
+
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """Which codec decodes a file, and why.
 
     Attributes:
-        encoding: the Python codec name used (``latin-1`` for an undecodable file, only to
-            split its lines).
+        encoding: the canonical Python codec name used (``codecs.lookup(name).name``;
+            ``latin-1`` for an undecodable file, only to split its lines).
         decided_by: ``bom``, ``config``, ``utf-8``, ``detector`` or ``undecodable``.
         bom: whether a byte-order mark was found and stripped.
     """
@@ -165,15 +179,19 @@ def decide_encoding(sample: bytes, declared: str, at_eof: bool) -> Decision:
         if sample.startswith(bom):
             return Decision(encoding, "bom", bom=True)
     if declared != "auto":
-        return Decision(declared, "config")
-    if not at_eof:
-        cut = sample.rfind(b"\n")
-        sample = sample[: cut + 1] if cut > 0 else sample
+        return Decision(codecs.lookup(declared).name, "config")
     if _strictly_decodes(sample, "utf-8", at_eof):
         return Decision("utf-8", "utf-8")
-    for encoding in _detected_candidates(sample):
-        if _strictly_decodes(sample, encoding, at_eof):
-            return Decision(encoding, "detector")
+    # Cut at the last line break, charset-normalizer judges ASCII-based codecs (GBK, Big5)
+    # on whole characters; the uncut sample is for UTF-16/32, where 0x0A is half a unit.
+    if _GB18030_FOUR_BYTE.search(sample) and _strictly_decodes(sample, "gb18030", at_eof):
+        return Decision("gb18030", "detector")
+    cut = sample.rfind(b"\n") + 1
+    samples = [sample] if at_eof or cut == 0 else [sample[:cut], sample]
+    for part in samples:
+        for encoding in _detected_candidates(part):
+            if _strictly_decodes(sample, encoding, at_eof):
+                return Decision(codecs.lookup(encoding).name, "detector")
     return Decision("latin-1", "undecodable")
 
 
@@ -198,18 +216,41 @@ class _Prefixed(io.RawIOBase):
         return len(data)
 
 
+def _past_ascii(head: bytes, raw: BinaryIO) -> tuple[bytes, bytes, bool]:
+    """Read on until a chunk holds a non-ASCII byte (at most ASCII_SCAN_BYTES): an ASCII
+    start says nothing about the codec. Returns (all bytes read, the sample: that chunk
+    and the next, whether the file ended). The chunk before is ASCII, so the sample
+    starts on a character boundary."""
+    chunks = [head]
+    read = len(head)
+    while read < ASCII_SCAN_BYTES:
+        chunk = raw.read(SAMPLE_BYTES)
+        chunks.append(chunk)
+        read += len(chunk)
+        if len(chunk) < SAMPLE_BYTES:
+            return b"".join(chunks), chunk, True
+        if not chunk.isascii():
+            after = raw.read(SAMPLE_BYTES)
+            chunks.append(after)
+            return b"".join(chunks), chunk + after, len(after) < SAMPLE_BYTES
+    return b"".join(chunks), chunks[-1], False
+
+
 def open_decoded(raw: BinaryIO, declared: str) -> tuple[TextIO, Decision]:
     """Decide ``raw``'s codec and return a text stream over it (universal newlines).
 
     Undecodable bytes become lone surrogates U+DC80..U+DCFF (``surrogateescape``); the
     caller closes ``raw``.
     """
-    sample = raw.read(SAMPLE_BYTES)
-    at_eof = len(sample) < SAMPLE_BYTES
+    head = raw.read(SAMPLE_BYTES)
+    at_eof = len(head) < SAMPLE_BYTES
+    sample = head
+    if declared == "auto" and head.isascii() and not at_eof:
+        head, sample, at_eof = _past_ascii(head, raw)
     decision = decide_encoding(sample, declared, at_eof)
     if decision.bom:
-        sample = sample[len(_BOM_OF[decision.encoding]) :]
-    stream = io.BufferedReader(_Prefixed(sample, raw), buffer_size=1 << 20)
+        head = head[len(_BOM_OF[decision.encoding]) :]
+    stream = io.BufferedReader(_Prefixed(head, raw), buffer_size=1 << 20)
     # newline=None: \r\n, \r and \n all end a line (CR-only files are common in old corpora)
     text = io.TextIOWrapper(
         stream, encoding=decision.encoding, errors="surrogateescape", newline=None

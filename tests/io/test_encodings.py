@@ -58,6 +58,7 @@ def with_four_byte_chars(texts: list[str]) -> list[str]:
         ("big5.jsonl", "big5", b"", "detector", "big5"),
         ("utf16.jsonl", "utf-16-le", codecs.BOM_UTF16_LE, "bom", "utf-16-le"),
         ("utf16be.jsonl", "utf-16-be", codecs.BOM_UTF16_BE, "bom", "utf-16-be"),
+        ("utf16nobom.jsonl", "utf-16-le", b"", "detector", "utf-16-le"),
         ("utf8bom.jsonl", "utf-8", codecs.BOM_UTF8, "bom", "utf-8"),
     ],
 )
@@ -109,6 +110,16 @@ def test_explicit_codec_and_utf8_default_on_gbk(tmp_path: Path, demo_zh_texts) -
     assert set(reasons) <= {"invalid_utf8", "error:json"}
     report = reader.decoding_report()
     assert report["suspect"] and report["invalid_records"] >= 0.99 * len(texts)
+
+
+def test_auto_looks_past_an_ascii_start(tmp_path: Path, demo_zh_texts) -> None:
+    english = [f"record {i}: plain ASCII text before any Chinese appears" for i in range(3000)]
+    texts = english + demo_zh_texts[:200] + ["×÷ and a 4-byte 𠀀 late in the file"]
+    path = write_encoded(tmp_path / "late.jsonl", texts, "gb18030")
+    assert path.read_bytes()[: 1 << 16].isascii()
+    rows, reader = read(path, "auto")
+    assert [r["text"] for r in rows] == texts
+    assert (reader.decision.encoding, reader.decision.decided_by) == ("gb18030", "detector")
 
 
 def test_file_decoding_under_no_candidate_is_dropped_record_by_record(tmp_path: Path) -> None:
@@ -166,6 +177,9 @@ def test_unknown_codec_is_refused_by_validate(tmp_path: Path, write_pipeline, ca
         with pytest.raises(ConfigError):
             load_pipeline(path)
     assert main(["validate", str(write_pipeline(tmp_path, body % "auto"))]) == 0
+    parquet = body.replace("}]", ", format: parquet}]") % "gbk"
+    assert main(["validate", str(write_pipeline(tmp_path, parquet))]) == 2
+    assert "parquet strings are UTF-8" in capsys.readouterr().err
 
 
 def test_run_reports_wrong_encoding_and_records_decisions(
