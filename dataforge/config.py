@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +20,7 @@ from dataforge.io.input_config import INPUT_FORMATS, InputConfig, ReadConfig
 from dataforge.typed_config import (
     ConfigError,
     apply_overrides,
+    check_choices,
     from_mapping,
     read_yaml_file,
     to_plain,
@@ -41,7 +43,8 @@ __all__ = [
 ]
 
 
-OUTPUT_FORMATS = ("mds", "parquet", "jsonl")
+OutputFormat = Literal["mds", "parquet", "jsonl"]
+OUTPUT_FORMATS: tuple[str, ...] = typing.get_args(OutputFormat)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +83,7 @@ class StageConfig:
 @dataclasses.dataclass(frozen=True)
 class OutputConfig:
     path: str
-    format: Literal["mds", "parquet", "jsonl"] = "mds"
+    format: OutputFormat = "mds"
     compression: str | None = "zstd"
     """MDS: ``zstd`` or null; parquet: any codec pyarrow knows."""
     size_limit: int = 1 << 26
@@ -94,8 +97,7 @@ class OutputConfig:
     """Keep ``_work/`` after success (debugging)."""
 
     def __post_init__(self) -> None:
-        if self.format not in OUTPUT_FORMATS:
-            raise ValueError(f"format {self.format!r}; valid: {', '.join(OUTPUT_FORMATS)}")
+        check_choices(self)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,6 +31,7 @@ __all__ = [
     "ConfigError",
     "YamlLoader",
     "apply_overrides",
+    "check_choices",
     "from_mapping",
     "load_yaml",
     "read_yaml_file",
@@ -181,6 +182,26 @@ def _coerce_scalar(tp: Any, value: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a string, got {value!r}")
         return value
     return value
+
+
+def check_choices(obj: Any) -> None:
+    """Check every ``Literal`` field of dataclass instance ``obj`` against its choices.
+
+    For ``__post_init__``: :func:`from_mapping` already checks choices when a config is
+    loaded, and this keeps code that builds a config directly to the same rule, so the
+    choices are written once, in the ``Literal``.
+
+    Raises:
+        ValueError: a value is not one of its field's choices (the message lists them).
+    """
+    hints = typing.get_type_hints(type(obj))
+    for field in dataclasses.fields(obj):
+        tp = hints[field.name]
+        if typing.get_origin(tp) is Literal:
+            value = getattr(obj, field.name)
+            if value not in typing.get_args(tp):
+                choices = ", ".join(map(repr, typing.get_args(tp)))
+                raise ValueError(f"{field.name}={value!r} is not valid; valid: {choices}")
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> dict[str, Any]:

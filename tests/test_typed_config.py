@@ -121,3 +121,20 @@ def test_every_config_reads_yaml_1_2_numbers(tmp_path) -> None:
     )
     config = load_config(trainer)
     assert (config.optim.lr, config.optim.weight_decay) == (1e-3, 0.1)
+
+
+def test_choices_are_written_once_and_checked_on_direct_construction() -> None:
+    """A Literal field is checked when built in code too (``check_choices``), with the
+    choices taken from the Literal itself."""
+    from dataforge.config import OutputConfig
+    from dataforge.io.input_config import INPUT_FORMATS, InputConfig
+    from dataforge.loader.config import MODES
+
+    assert INPUT_FORMATS == ("jsonl", "parquet", "txt")
+    assert MODES == ("pretrain", "sft", "dpo")
+    with pytest.raises(ValueError, match="format='csv' is not valid; valid: 'jsonl', 'parquet'"):
+        InputConfig(name="a", path="x", format="csv")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="txt_unit='page' is not valid"):
+        InputConfig(name="a", path="x", txt_unit="page")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="format='csv' is not valid; valid: 'mds'"):
+        OutputConfig(path="out", format="csv")  # type: ignore[arg-type]

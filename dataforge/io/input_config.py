@@ -8,13 +8,16 @@ them from YAML with the rest of the pipeline.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Literal
 
 from dataforge.io.decoding import check_encoding
+from dataforge.typed_config import check_choices
 
 __all__ = ["INPUT_FORMATS", "InputConfig", "ReadConfig"]
 
-INPUT_FORMATS = ("jsonl", "parquet", "txt")
+InputFormat = Literal["jsonl", "parquet", "txt"]
+INPUT_FORMATS: tuple[str, ...] = typing.get_args(InputFormat)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +27,7 @@ class InputConfig:
     name: str
     path: str
     """File path or glob; relative paths resolve against the pipeline file's directory."""
-    format: Literal["jsonl", "parquet", "txt"] = "jsonl"
+    format: InputFormat = "jsonl"
     """``jsonl`` also reads ``.jsonl.gz`` and ``.jsonl.zst`` (by suffix)."""
     lang: str = "en"
     text_key: str = "text"
@@ -42,8 +45,7 @@ class InputConfig:
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
             raise ValueError(f"input name must be non-empty without '/': {self.name!r}")
-        if self.format not in INPUT_FORMATS:
-            raise ValueError(f"format {self.format!r}; valid: {', '.join(INPUT_FORMATS)}")
+        check_choices(self)
         check_encoding(self.encoding)
         if self.format == "parquet" and self.encoding != "utf-8":
             raise ValueError(
@@ -65,3 +67,4 @@ class ReadConfig:
     def __post_init__(self) -> None:
         if self.batch_rows < 1 or self.max_doc_chars < 1:
             raise ValueError("batch_rows and max_doc_chars must be >= 1")
+        check_choices(self)
