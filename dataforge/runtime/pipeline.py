@@ -290,6 +290,8 @@ def _commit(run: _Run) -> dict[str, Any]:
         "timings": timings,
     }
     sources = [s.name for s in config.inputs]
+    for warning in warnings:  # before the checks: a wrong encoding often fails the run
+        log(f"warning: {warning}")
     try:
         _check_unique_ids(work, final_seg, task_ids)
         parts = _move_parts(config, out, work, final_seg, task_ids)
@@ -335,8 +337,6 @@ def _commit(run: _Run) -> dict[str, Any]:
         _collect_rejects(out, work, len(segments), task_ids)
     manifest["output"] = output_info
     manifest["status"] = "complete"
-    for warning in warnings:
-        log(f"warning: {warning}")
     manifest["timings"]["total"] = round(time.time() - started, 3)
     write_json_atomic(out / "manifest.json", manifest)
     if not config.output.keep_work:
