@@ -7,14 +7,16 @@ import random
 import re
 from pathlib import Path
 
+import fasttext
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from dataforge.cli import main
 from dataforge.config import ConfigError, load_pipeline
-from dataforge.ops.lang_id import LangId
+from dataforge.ops.lang_id import CHINESE_LABELS, LangId, bundled_model_path
 from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.text.stats import han_latin_counts
 
 ZH_TEXTS = [
     "国务院总理李鹏今天在人民大会堂会见了来访的外国代表团，双方就共同关心的问题交换了意见。",
@@ -186,3 +188,24 @@ def test_validate_checks_perplexity_models_against_lang_id_keep(
     assert "lang_id keeps every language" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="unknown key"):
         load_pipeline(write_pipeline(tmp_path, body % ", keeps: [zh]"))
+
+
+def test_fast_path_equals_the_full_rule(lang_id: LangId, demo_reader) -> None:
+    # identify() predicts top-1 and re-predicts top-5 only where the rule needs it; the
+    # result must equal the rule applied to the top 5 of every record.
+    texts = demo_reader("reviews_zh", 300) + demo_reader("docs_en", 100)
+    texts += ["Alias for reduce(x).", "12345 !!!", "山花烂漫（水墨画）", "Pythonの標準ライブラリ"]
+    langs, scores = lang_id.identify(pa.array(texts))
+    seen = [t[: lang_id.config.max_chars] for t in texts]
+    han, latin = han_latin_counts(pa.array(seen))
+    model = fasttext.load_model(str(bundled_model_path()))
+    for i, text in enumerate(seen):
+        labels, probs = model.predict(re.sub(r"[\r\n]+", " ", text), k=5)
+        ranked: dict[str, float] = {}
+        for label, prob in zip(labels, probs, strict=True):
+            code = "zh" if label[9:] in CHINESE_LABELS else label[9:]
+            ranked.setdefault(code, min(float(prob), 1.0))
+        share = han[i] / (han[i] + latin[i]) if han[i] + latin[i] else 0.0
+        kana = bool(re.search("[\u3040-\u30ff\uac00-\ud7af]", text))
+        expected = lang_id._decide(ranked, share, latin[i] > 0, han[i] > 0, kana)
+        assert (langs[i], round(scores[i], 6)) == (expected, round(ranked.get(expected, 0.0), 6))
