@@ -30,7 +30,9 @@ The sample is the first :data:`SAMPLE_BYTES` bytes (when those are all ASCII: th
 character its end cuts in two does not count against a codec (incremental decoding,
 ``final=False``); the detector sees it cut at its last line break first, then whole.
 Bytes later in the file that the chosen codec cannot decode
-become U+DC80..U+DCFF (``surrogateescape``) and the reader repairs or drops those records
+become lone surrogates U+DC00..U+DCFF (error handler :data:`ESCAPE_ERRORS`, which, unlike
+``surrogateescape``, also escapes bytes below 0x80: a truncated UTF-16 unit or a lone
+UTF-16 surrogate) and the reader repairs or drops those records
 (``read.invalid_utf8``).
 """
 
@@ -45,6 +47,7 @@ from typing import BinaryIO, TextIO
 __all__ = [
     "ASCII_SCAN_BYTES",
     "COMMON_ENCODINGS",
+    "ESCAPE_ERRORS",
     "SAMPLE_BYTES",
     "Decision",
     "check_encoding",
@@ -77,6 +80,18 @@ COMMON_ENCODINGS = (
     "latin-1",
 )
 """Listed in error messages; any text codec Python knows is accepted."""
+
+ESCAPE_ERRORS = "dataforge.escape"
+"""Decode error handler: each undecodable byte ``b`` becomes ``chr(0xDC00 + b)``."""
+
+
+def _escape_bytes(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    return "".join(chr(0xDC00 + b) for b in exc.object[exc.start : exc.end]), exc.end
+
+
+codecs.register_error(ESCAPE_ERRORS, _escape_bytes)
 
 # Longest first: the UTF-32 LE BOM starts with the UTF-16 LE one.
 _BOMS = (
@@ -239,7 +254,7 @@ def _past_ascii(head: bytes, raw: BinaryIO) -> tuple[bytes, bytes, bool]:
 def open_decoded(raw: BinaryIO, declared: str) -> tuple[TextIO, Decision]:
     """Decide ``raw``'s codec and return a text stream over it (universal newlines).
 
-    Undecodable bytes become lone surrogates U+DC80..U+DCFF (``surrogateescape``); the
+    Undecodable bytes become lone surrogates U+DC00..U+DCFF (:data:`ESCAPE_ERRORS`); the
     caller closes ``raw``.
     """
     head = raw.read(SAMPLE_BYTES)
@@ -252,7 +267,5 @@ def open_decoded(raw: BinaryIO, declared: str) -> tuple[TextIO, Decision]:
         head = head[len(_BOM_OF[decision.encoding]) :]
     stream = io.BufferedReader(_Prefixed(head, raw), buffer_size=1 << 20)
     # newline=None: \r\n, \r and \n all end a line (CR-only files are common in old corpora)
-    text = io.TextIOWrapper(
-        stream, encoding=decision.encoding, errors="surrogateescape", newline=None
-    )
+    text = io.TextIOWrapper(stream, encoding=decision.encoding, errors=ESCAPE_ERRORS, newline=None)
     return text, decision

@@ -51,9 +51,10 @@ __all__ = [
     "plan_input_tasks",
 ]
 
-# surrogateescape maps each undecodable byte to U+DC80..U+DCFF: finding one means the
-# line held invalid UTF-8.
-_ESCAPED_BYTES = re.compile("[\udc80-\udcff]+")
+# The decoding layer maps each undecodable byte to U+DC00..U+DCFF: finding one means the
+# line held bytes its codec cannot decode.
+_ESCAPED_BYTES = re.compile("[\udc00-\udcff]+")
+
 # The line cap only keeps a monster line out of memory; ``max_doc_chars`` is checked on the
 # decoded text. A JSON line can spell each character as "\uXXXX" (6 characters, 12 for a
 # character outside the BMP), plus the other keys of the record.

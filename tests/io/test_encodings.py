@@ -122,6 +122,23 @@ def test_auto_looks_past_an_ascii_start(tmp_path: Path, demo_zh_texts) -> None:
     assert (reader.decision.encoding, reader.decision.decided_by) == ("gb18030", "detector")
 
 
+def test_broken_utf16_is_repaired_not_a_crash(tmp_path: Path) -> None:
+    # Bytes below 0x80 that a codec rejects (half a UTF-16 unit, a lone surrogate) are
+    # escaped too, so they reach the invalid_utf8 policy instead of raising.
+    unit = '{"text": "中文"}\n'.encode("utf-16-le")
+    lone = '{"text": "a'.encode("utf-16-le") + b"\x00\xd8" + 'b"}\n'.encode("utf-16-le")
+    path = tmp_path / "broken16.jsonl"
+    path.write_bytes(codecs.BOM_UTF16_LE + unit + lone + unit + b"\x00")
+    rows, reader = read(path, "auto")
+    assert [(r["text"], r["drop"]) for r in rows] == [
+        ("中文", None),
+        ("a\ufffdb", None),
+        ("中文", None),
+        ("", "error:json"),
+    ]
+    assert reader.events["invalid_utf8_replaced"] == 2
+
+
 def test_file_decoding_under_no_candidate_is_dropped_record_by_record(tmp_path: Path) -> None:
     rng = random.Random(0)
     lines = [bytes(rng.randrange(128, 256) for _ in range(60)) for _ in range(40)]
