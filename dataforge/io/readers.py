@@ -10,8 +10,9 @@ split: the source's ``encoding`` (``utf-8`` by default, ``auto``, or a codec nam
 per file, a byte-order mark is stripped (event ``bom_stripped``), and every record of a
 file decoded from another codec counts an event ``transcoded:<codec>``. A file that
 decodes under no candidate is dropped record by record (``invalid_encoding``). A record
-whose text is mostly U+FFFD (more than :data:`MOJIBAKE_SHARE` of its non-space
-characters: what a file read in the wrong codec looks like) is dropped as
+whose bytes the reader had to repair and whose text is then mostly U+FFFD (more than
+``decoding.MOJIBAKE_SHARE`` of its non-space characters: what a file read in the wrong
+codec looks like) is dropped as
 ``invalid_utf8`` whatever ``read.invalid_utf8`` says; :meth:`TaskReader.decoding_report`
 tells the driver how many records of the file needed repair, so that a file read in the
 wrong codec is reported by name.
@@ -32,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from dataforge.io.decoding import Decision, open_decoded
+from dataforge.io.decoding import Decision, file_report, mostly_replacement, open_decoded
 from dataforge.io.files import match_files
 from dataforge.io.input_config import InputConfig, ReadConfig
 from dataforge.records import BASE_SCHEMA
@@ -42,14 +43,7 @@ if TYPE_CHECKING:  # the pipeline config sits above io; only its type is used he
     from dataforge.config import PipelineConfig
 from dataforge.text.surrogates import replace_lone_surrogates
 
-__all__ = [
-    "MOJIBAKE_SHARE",
-    "SUSPECT_FILE_SHARE",
-    "InputTask",
-    "TaskReader",
-    "ReadError",
-    "plan_input_tasks",
-]
+__all__ = ["InputTask", "ReadError", "TaskReader", "plan_input_tasks"]
 
 # The decoding layer maps each undecodable byte to U+DC00..U+DCFF: finding one means the
 # line held bytes its codec cannot decode.
@@ -60,14 +54,6 @@ _ESCAPED_BYTES = re.compile("[\udc00-\udcff]+")
 # character outside the BMP), plus the other keys of the record.
 _JSON_ESCAPE_WORST = 12
 _JSON_LINE_OVERHEAD = 1 << 16
-MOJIBAKE_SHARE = 0.2
-"""A record whose non-space characters are more than this share U+FFFD (and at least two
-of them; a run of undecodable bytes becomes one U+FFFD) is dropped. Chinese news and
-reviews of the demo corpus encoded in GBK or Big5 and read as UTF-8 are above 0.25 for
-99% of records; text with one damaged character is below."""
-SUSPECT_FILE_SHARE = 0.01
-"""A file where more than this share of records needed U+FFFD repair is reported."""
-_REPLACEMENT = "\ufffd"
 
 
 class ReadError(RuntimeError):
@@ -83,15 +69,18 @@ class InputTask:
     path: str
     relpath: str
     bytes: int
+    mtime_ns: int = 0
+    """Modification time at planning; with the real path and size, what a resume checks."""
 
 
 def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
     """Expand every source's path/glob into sorted tasks (:func:`~dataforge.io.files.match_files`).
 
     Raises:
-        ConfigError: a source's path matches no file.
+        ConfigError: a source's path matches no file, or two sources match the same file.
     """
     tasks = []
+    owner: dict[str, str] = {}
     for s_idx, source in enumerate(config.inputs):
         try:
             files = match_files(str(config.resolve(source.path)))
@@ -100,6 +89,12 @@ def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
                 f"inputs[{s_idx}] ({source.name}): path {source.path!r} matches no file"
             ) from None
         for f_idx, file in enumerate(files):
+            if file.path in owner:
+                raise ConfigError(
+                    f"inputs[{s_idx}] ({source.name}): file {file.path} is also read by source "
+                    f"{owner[file.path]!r}; a file may belong to one source only"
+                )
+            owner[file.path] = source.name
             tasks.append(
                 InputTask(
                     task_id=f"{s_idx:03d}-{f_idx:06d}",
@@ -107,6 +102,7 @@ def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
                     path=file.path,
                     relpath=file.relpath,
                     bytes=file.bytes,
+                    mtime_ns=file.mtime_ns,
                 )
             )
     return tasks
@@ -184,27 +180,15 @@ class TaskReader:
         self.events: Counter[str] = Counter()
         self.decision: Decision | None = None
         self._repaired_records = 0
+        self._repaired = False
         self._seen_ids: set[str] = set()
         self._ord_counter = -1
 
     def decoding_report(self) -> dict[str, Any] | None:
-        """How this task's file was decoded (None for parquet): the codec, how it was
-        decided, whether a BOM was stripped, the records read and how many of them held
-        bytes the codec could not decode (``suspect`` when above SUSPECT_FILE_SHARE)."""
+        """How this task's file was decoded (None for parquet); see :func:`file_report`."""
         if self.decision is None:
             return None
-        records = self._ord_counter + 1
-        return {
-            "encoding": self.decision.encoding,
-            "decided_by": self.decision.decided_by,
-            "bom": self.decision.bom,
-            "records": records,
-            "invalid_records": self._repaired_records,
-            "suspect": bool(records)
-            and (
-                self.decision.undecodable or self._repaired_records / records > SUSPECT_FILE_SHARE
-            ),
-        }
+        return file_report(self.decision, self._ord_counter + 1, self._repaired_records)
 
     def batches(self) -> Iterator[pa.Table]:
         rows: list[dict[str, Any]] = []
@@ -275,6 +259,7 @@ class TaskReader:
 
     def _finish(self, row: dict[str, Any]) -> dict[str, Any]:
         row["_ord"] = self._next_ord()
+        self._repaired = False
         decision = self.decision
         if decision is not None and decision.undecodable:
             row["drop"], row["text"] = "invalid_encoding", ""
@@ -295,6 +280,7 @@ class TaskReader:
         if not _ESCAPED_BYTES.search(text):
             return text, None
         self._repaired_records += 1
+        self._repaired = True  # until _finish: U+FFFD in this record came from its bytes
         if self.read.invalid_utf8 == "drop":
             return "", "invalid_utf8"
         self.events["invalid_utf8_replaced"] += 1
@@ -356,7 +342,7 @@ class TaskReader:
             row["drop"] = "too_long"
         elif not text.strip():
             row["drop"] = "empty"
-        elif _REPLACEMENT in text and _mostly_replacement(text):
+        elif self._repaired and mostly_replacement(text):
             row["drop"] = "invalid_utf8"
         else:
             row["text"] = text
@@ -421,9 +407,3 @@ class TaskReader:
                         yield self._finish(row)
                         continue
                 yield self._finish(self._from_object(row, obj))
-
-
-def _mostly_replacement(text: str) -> bool:
-    visible = len(text) - sum(map(text.count, " \t\n"))
-    replaced = text.count(_REPLACEMENT)
-    return replaced >= 2 and replaced > MOJIBAKE_SHARE * visible
