@@ -31,6 +31,7 @@ from dataforge.runtime.manifest import (
     AccountingError,
     check_accounting,
     check_inputs_unchanged,
+    decoding_warnings,
     prepare_run_dir,
     sum_counts,
     versions,
@@ -337,6 +338,8 @@ def _commit(run: _Run) -> dict[str, Any]:
     final_seg = segments[-1].index
     task_ids = [t.task_id for t in input_tasks]
     counts = sum_counts(seg_stats)
+    decoding = {stats["task_id"]: stats.get("decoding") for stats in seg_stats[0]}
+    warnings = decoding_warnings(config, input_tasks, decoding)
     manifest: dict[str, Any] = {
         "name": config.name,
         "status": "failed",
@@ -345,9 +348,11 @@ def _commit(run: _Run) -> dict[str, Any]:
         "versions": versions(),
         "inputs": [
             {"source": t.source, "path": t.path, "bytes": t.bytes, "task_id": t.task_id}
+            | ({"decoding": decoding[t.task_id]} if decoding.get(t.task_id) else {})
             for t in input_tasks
         ],
         "counts": counts,
+        "warnings": warnings,
         "stages": _stage_report(config, seg_stats, barrier_summaries),
         "timings": timings,
         "distributions": merge_distributions(
@@ -355,6 +360,8 @@ def _commit(run: _Run) -> dict[str, Any]:
         ),
     }
     sources = [s.name for s in config.inputs]
+    for warning in warnings:  # before the checks: a wrong encoding often fails the run
+        log(f"warning: {warning}")
     try:
         _check_unique_ids(work, final_seg, task_ids)
         parts = _move_parts(config, out, work, final_seg, task_ids)

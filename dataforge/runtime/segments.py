@@ -78,14 +78,25 @@ def build_segments(config: PipelineConfig) -> list[Segment]:
     return segments
 
 
-def op_context(config: PipelineConfig) -> OpContext:
+def op_context(config: PipelineConfig, stage: StageConfig | None = None) -> OpContext:
+    """What the op of ``stage`` may know: seed, sources and, after a ``lang_id`` stage,
+    the languages its records can carry."""
+    record_langs = None
+    for earlier in config.stages:
+        if earlier is stage:
+            break
+        if earlier.op == "lang_id":
+            record_langs = tuple(earlier.params.keep) or ("*",)
     return OpContext(
-        seed=config.seed, sources={s.name: s.lang for s in config.inputs}, base_dir=config.base_dir
+        seed=config.seed,
+        sources={s.name: s.lang for s in config.inputs},
+        base_dir=config.base_dir,
+        record_langs=record_langs if stage is not None else None,
     )
 
 
 def make_op(stage: StageConfig, config: PipelineConfig) -> Op:
-    return op_class(stage.op)(stage.params, op_context(config))
+    return op_class(stage.op)(stage.params, op_context(config, stage))
 
 
 def declared_encodings(config: PipelineConfig) -> dict[str, str]:
@@ -150,6 +161,7 @@ class SegmentRunner:
             reader = TaskReader(InputTask(**task["input"]), source, self.config.read)
             yield from reader.batches()
             stats["events"] = dict(reader.events)
+            stats["decoding"] = reader.decoding_report()
             return
         previous = Path(task["previous"])
         live = pq.read_table(previous) if previous.exists() else None
@@ -191,6 +203,8 @@ class SegmentRunner:
         )
         sinks = _PartSinks(tmp, self.config, self.segment.final, self.declared)
         dists = Distributions()
+        for _, _, op in self.ops:
+            op.events.clear()
         started_all = time.perf_counter()
         for batch in self._input_batches(task, stats):
             self._records_read += batch.num_rows
@@ -215,6 +229,8 @@ class SegmentRunner:
             if self.segment.final:
                 dists.observe_output(live)
             sinks.write(live, dropped)
+        for _, _, op in self.ops:
+            _merge_events(stats, op)
         stats["rows_written"] = sinks.close()
         stats["seconds"] = time.perf_counter() - started_all
         stats["distributions"] = dists.to_json()
@@ -229,6 +245,12 @@ def _clock() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
+def _merge_events(stats: dict[str, Any], op: Op) -> None:
+    events = stats.setdefault("events", {})
+    for key, n in op.events.items():
+        events[key] = events.get(key, 0) + n
+
+
 def _run_op_isolating_errors(op: Op, batch: pa.Table, batch_size: int | None) -> pa.Table:
     """Run ``op`` over ``batch`` (in slices of ``batch_size``); if it raises, rerun row by
     row so that only the offending records are dropped, with reason ``error:<op>``."""
@@ -240,9 +262,13 @@ def _run_op_isolating_errors(op: Op, batch: pa.Table, batch_size: int | None) ->
             ],
             promote_options="default",
         )
+    events_before = Counter(op.events)
     try:
         return op(batch)
     except Exception:  # noqa: BLE001 - isolated and counted per record below
+        # The rows are redone one by one below: forget what the failed call counted.
+        op.events.clear()
+        op.events.update(events_before)
         if batch.num_rows == 1:
             reason = f"error:{op.name}"
             return batch.set_column(
