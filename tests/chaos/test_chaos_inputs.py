@@ -54,6 +54,7 @@ def test_bad_jsonl_corpus_every_record_accounted(tmp_path: Path, write_pipeline)
     corpus.mkdir()
     (corpus / "bad.jsonl").write_bytes(b"".join(BAD_LINES))
     (corpus / "empty.jsonl").write_bytes(b"")
+    (corpus / "bom.jsonl").write_bytes(b'\xef\xbb\xbf{"text": "after a BOM"}\n{"text": "2nd"}\n')
     with open(corpus / "huge.jsonl", "wb") as f:  # a 50 MB line between two good ones
         f.write(b'{"text": "before"}\n{"text": "' + b"x" * (50 << 20) + b'"}\n{"text": "after"}\n')
     (corpus / "bad.jsonl.gz").write_bytes(gzip.compress(b"".join(BAD_LINES)))
@@ -65,12 +66,14 @@ def test_bad_jsonl_corpus_every_record_accounted(tmp_path: Path, write_pipeline)
     counts = manifest["counts"]["by_source"]["s"]
     per_copy = {"error:json": 2, "error:json_blank_line": 1, "error:json_not_object": 1,
                 "error:missing_text": 1, "error:text_type": 1, "empty": 1}  # fmt: skip
-    assert counts["input"] == 3 * len(BAD_LINES) + 3
+    assert counts["input"] == 3 * len(BAD_LINES) + 3 + 2
     assert counts["dropped"] == {**{k: 3 * v for k, v in per_copy.items()}, "too_long": 1}
-    assert counts["kept"] == 3 * 5 + 2 and counts["events"]["invalid_utf8_replaced"] == 3
+    assert counts["kept"] == 3 * 5 + 2 + 2 and counts["events"]["invalid_utf8_replaced"] == 3
+    assert counts["events"]["bom_stripped"] == 1
     texts = [s["text"] for s in iter_samples(tmp_path / "out")]
     assert texts.count("a CRLF line") == 3 and texts.count("no final newline") == 3
     assert "invalid \ufffd UTF-8" in texts and "before" in texts and "after" in texts
+    assert "after a BOM" in texts
     assert len(output_ids(tmp_path / "out")) == counts["kept"]
     assert snapshot(corpus) == before
 
