@@ -183,8 +183,8 @@ def _run_segment(run: _Run, segment: Segment, executor: Executor, progress: RunP
             executor.run_segment(config, segment, work, pending, progress.task_committed)
         except Exception as exc:
             failures = collect_task_failures(seg_dir, [t["task_id"] for t in pending])
-            if not failures:
-                raise
+            if not failures:  # none recorded (a full disk): the exception's own message
+                raise RunFailed(driver_failure_message(run.out, exc)) from exc
             more = f" (and {len(failures) - 1} more failed tasks)" if len(failures) > 1 else ""
             trace = failures[0]["trace"]
             raise RunFailed(
