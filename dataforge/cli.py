@@ -24,7 +24,7 @@ def _checked_config(args: argparse.Namespace):
 
     try:
         config = load_pipeline(args.pipeline, args.set)
-        problems = _problems(config)
+        problems = _problems(config, _output_location(args, config))
     except ConfigError as exc:
         problems = [str(exc)]
     for p in problems:
@@ -33,12 +33,14 @@ def _checked_config(args: argparse.Namespace):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from dataforge.io.fs import StorageError
+    from dataforge.io.lease import LeaseHeldError
     from dataforge.runtime.manifest import AccountingError, RunDirError
 
     config = _checked_config(args)
     if config is None:
         return 2
-    out = Path(args.output) if args.output else config.resolve(config.output.path)
+    out = _output_location(args, config)
     from dataforge.runtime.ray_runner import run_on_ray
 
     try:
@@ -49,9 +51,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             log=lambda m: print(f"[dataforge] {m}", file=sys.stderr, flush=True),
         )
-    except RunDirError as exc:
+    except (RunDirError, LeaseHeldError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except StorageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except AccountingError as exc:
         print(f"error: run failed: {exc}", file=sys.stderr)
         return 1
@@ -74,16 +79,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _problems(config) -> list[str]:
-    """Everything ``validate`` checks beyond the YAML itself: input paths, op resources,
-    cross-stage rules."""
+def _output_location(args: argparse.Namespace, config) -> str:
+    """``-o`` (relative to the working directory) or ``output.path`` (relative to the
+    pipeline file); a URI is kept as it is."""
+    given = getattr(args, "output", None)
+    if not given:
+        return config.locate(config.output.path)
+    return given if "://" in given else str(Path(given).resolve())
+
+
+def _problems(config, out: str) -> list[str]:
+    """Everything ``validate`` checks beyond the YAML itself: storage, input paths, op
+    resources, cross-stage rules."""
     from dataforge.config import ConfigError
+    from dataforge.io import fs
     from dataforge.io.readers import plan_input_tasks
     from dataforge.runtime.segments import make_op
 
+    fs.configure(config.storage)
     problems = []
     try:
+        fs.check_location(out)
         plan_input_tasks(config)
+    except fs.StorageError as exc:
+        return [str(exc)]  # the rest would fail the same way
     except ConfigError as exc:
         problems.append(str(exc))
     for i, stage in enumerate(config.stages):

@@ -26,6 +26,7 @@ __all__ = [
     "RayConfig",
     "ReadConfig",
     "StageConfig",
+    "StorageConfig",
     "apply_overrides",
     "config_sha256",
     "from_mapping",
@@ -100,6 +101,26 @@ class RayConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class StorageConfig:
+    """Object storage (``s3://`` URIs). Credentials come only from the standard environment
+    (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``), never from YAML,
+    so they never land in ``manifest.json``."""
+
+    endpoint_url: str | None = None
+    """S3-compatible endpoint, e.g. ``http://127.0.0.1:9000`` (default: ``AWS_ENDPOINT_URL``)."""
+    region: str | None = None
+    """Default: ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, else ``us-east-1``."""
+    cache_dir: str | None = None
+    """Local cache for models and tokenizers given as URIs, copied once per node
+    (default: ``DATAFORGE_CACHE_DIR``, else ``~/.cache/dataforge``)."""
+
+    def __post_init__(self) -> None:
+        url = self.endpoint_url
+        if url is not None and not (url.startswith("http://") or url.startswith("https://")):
+            raise ValueError(f"endpoint_url {url!r} must start with http:// or https://")
+
+
+@dataclasses.dataclass(frozen=True)
 class StageConfig:
     """One stage: the op name, its typed parameters, and where it runs."""
 
@@ -139,6 +160,7 @@ class PipelineConfig:
     seed: int = 0
     ray: RayConfig = RayConfig()
     read: ReadConfig = ReadConfig()
+    storage: StorageConfig = StorageConfig()
     max_error_rate: float = 0.001
     """Fraction of records per source that may end as ``error:<kind>`` before the run fails."""
     base_dir: str = "."
@@ -154,12 +176,19 @@ class PipelineConfig:
             raise ValueError(f"max_error_rate must be in [0, 1]: {self.max_error_rate}")
 
     def resolve(self, path: str) -> Path:
-        """A path from the YAML, resolved against the pipeline file's directory."""
+        """A local path from the YAML, resolved against the pipeline file's directory."""
         p = Path(path).expanduser()
         return p if p.is_absolute() else Path(self.base_dir) / p
 
+    def locate(self, path: str) -> str:
+        """A path or URI from the YAML: a URI (``s3://...``) unchanged, a local path resolved
+        against the pipeline file's directory."""
+        return path if "://" in path else str(self.resolve(path))
 
-_PIPELINE_KEYS = {"name", "inputs", "output", "stages", "seed", "ray", "read", "max_error_rate"}
+
+_PIPELINE_KEYS = {
+    "name", "inputs", "output", "stages", "seed", "ray", "read", "storage", "max_error_rate"
+}  # fmt: skip
 _STAGE_RUNTIME_KEYS = {"op", "batch_size"}
 
 
@@ -383,6 +412,7 @@ def config_sha256(config: PipelineConfig) -> str:
     ``output.keep_work`` and ``ray`` placement do not change results and are excluded."""
     plain = to_plain(config)
     plain.pop("ray", None)
+    plain.pop("storage", None)  # where the bytes live does not change them
     plain.pop("base_dir", None)
     plain["output"].pop("keep_work", None)
     plain["output"].pop("path", None)  # the run directory is the identity, not part of it

@@ -8,7 +8,6 @@ Lines are read with a bounded ``readline`` so a 100 MB line never sits in memory
 
 from __future__ import annotations
 
-import glob
 import gzip
 import io
 import json
@@ -16,7 +15,6 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
@@ -24,6 +22,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from dataforge.config import ConfigError, InputConfig, PipelineConfig, ReadConfig
+from dataforge.io.fs import glob_files, open_input_file, open_input_stream
 from dataforge.ops.clean import replace_lone_surrogates
 from dataforge.records import BASE_SCHEMA
 
@@ -50,48 +49,28 @@ class InputTask:
     bytes: int
 
 
-def _glob_root(pattern: str) -> Path:
-    parts = Path(pattern).parts
-    fixed = [p for p in _takewhile_plain(parts)]
-    root = Path(*fixed) if fixed else Path(".")
-    return root if root.is_dir() else root.parent
-
-
-def _takewhile_plain(parts: tuple[str, ...]) -> Iterator[str]:
-    for part in parts:
-        if glob.has_magic(part):
-            return
-        yield part
-
-
 def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
-    """Expand every source's path/glob into sorted tasks.
+    """Expand every source's path/glob (local or a URI) into sorted tasks.
 
     Raises:
         ConfigError: a source's path matches no file.
+        StorageError: a URI's storage cannot be reached.
     """
     tasks = []
     for s_idx, source in enumerate(config.inputs):
-        pattern = str(config.resolve(source.path))
-        files = sorted(p for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
+        files = glob_files(config.locate(source.path))
         if not files:
             raise ConfigError(
                 f"inputs[{s_idx}] ({source.name}): path {source.path!r} matches no file"
             )
-        root = _glob_root(pattern)
         for f_idx, file in enumerate(files):
-            rel = (
-                Path(file).relative_to(root).as_posix()
-                if Path(file).is_relative_to(root)
-                else Path(file).name
-            )
             tasks.append(
                 InputTask(
                     task_id=f"{s_idx:03d}-{f_idx:06d}",
                     source=source.name,
-                    path=str(Path(file).resolve()),
-                    relpath=rel,
-                    bytes=Path(file).stat().st_size,
+                    path=file.path,
+                    relpath=file.relpath,
+                    bytes=file.size,
                 )
             )
     return tasks
@@ -99,10 +78,25 @@ def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
 
 def _open_binary(path: str) -> BinaryIO:
     if path.endswith(".gz"):
-        return gzip.open(path, "rb")
+        return _GzipStream(path)
     if path.endswith(".zst") or path.endswith(".zstd"):
         return io.BufferedReader(_ZstdFrames(path), buffer_size=1 << 20)
-    return open(path, "rb")  # noqa: SIM115
+    raw = open_input_stream(path)
+    return raw if isinstance(raw, io.IOBase) else io.BufferedReader(raw, buffer_size=1 << 20)
+
+
+class _GzipStream(gzip.GzipFile):
+    """``gzip.open`` over the filesystem seam (closes the stream it opened)."""
+
+    def __init__(self, path: str) -> None:
+        self._stream = open_input_stream(path)
+        super().__init__(fileobj=self._stream, mode="rb")
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._stream.close()
 
 
 class _ZstdFrames(io.RawIOBase):
@@ -113,7 +107,7 @@ class _ZstdFrames(io.RawIOBase):
     """
 
     def __init__(self, path: str) -> None:
-        self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._file = open_input_stream(path)  # closed in close()
         self._path = path
         self._dobj = zstandard.ZstdDecompressor().decompressobj()
         self._pending = b""
@@ -346,7 +340,7 @@ class TaskReader:
             yield self._row_from_line(start, "\n".join(para), False)
 
     def _parquet_rows(self) -> Iterator[dict[str, Any]]:
-        pf = pq.ParquetFile(self.task.path)
+        pf = pq.ParquetFile(open_input_file(self.task.path))
         names = set(pf.schema_arrow.names)
         wanted = [self.source.text_key]
         if self.source.id_key:

@@ -7,15 +7,13 @@ Layout of ``OUT/``: ``manifest.json`` (written last, atomically), ``mds/`` (or
 
 from __future__ import annotations
 
-import json
 import platform
-import shutil
 from collections import Counter
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
-from dataforge.io.sinks import write_json_atomic
+from dataforge.io.lease import LEASE_NAME
+from dataforge.io.run_store import RunStore
 
 __all__ = [
     "AccountingError",
@@ -37,38 +35,38 @@ class AccountingError(RuntimeError):
     """The run's counts do not add up, or too many records failed."""
 
 
-def prepare_run_dir(out: Path, config_sha: str, overwrite: bool) -> str:
-    """Decide what to do with ``out``: ``"fresh"``, ``"resume"`` or ``"complete"``.
+def prepare_run_dir(store: RunStore, config_sha: str, overwrite: bool) -> str:
+    """Decide what to do with ``OUT``: ``"fresh"``, ``"resume"`` or ``"complete"``.
 
     A directory from the same config is resumed (or reported complete); one from another
     config, or a non-empty directory that is not a dataforge run, is refused unless
     ``overwrite`` (and a foreign non-empty directory is refused even then).
     """
-    work = out / "_work"
-    manifest = out / "manifest.json"
-    if out.exists() and any(out.iterdir()):
-        previous = None
-        if (work / RUN_FILE).exists():
-            previous = json.loads((work / RUN_FILE).read_text()).get("config_sha256")
-        elif manifest.exists():
-            previous = json.loads(manifest.read_text()).get("config_sha256")
+    work_run = f"_work/{RUN_FILE}"
+    present = [n for n in store.names() if n != LEASE_NAME]
+    if present:
+        run = store.read_json(work_run)
+        manifest = store.read_json("manifest.json")
+        if run is not None:
+            previous = run.get("config_sha256")
+        elif manifest is not None:
+            previous = manifest.get("config_sha256")
         else:
             raise RunDirError(
-                f"{out} is not empty and is not a dataforge run directory; choose another -o"
+                f"{store.root} is not empty and is not a dataforge run directory; choose another -o"
             )
         if previous == config_sha and not overwrite:
-            if manifest.exists() and json.loads(manifest.read_text()).get("status") == "complete":
+            if manifest is not None and manifest.get("status") == "complete":
                 return "complete"
             return "resume"
         if not overwrite:
             raise RunDirError(
-                f"{out} holds a run of a different config (sha256 {str(previous)[:12]}..., this one "
-                f"{config_sha[:12]}...); pass --overwrite to replace it or choose another -o"
+                f"{store.root} holds a run of a different config (sha256 {str(previous)[:12]}..., "
+                f"this one {config_sha[:12]}...); pass --overwrite to replace it or choose another -o"
             )
-        for child in out.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    work.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(work / RUN_FILE, {"config_sha256": config_sha})
+        for name in present:
+            store.remove(name)
+    store.write_json(work_run, {"config_sha256": config_sha})
     return "fresh"
 
 

@@ -8,13 +8,12 @@ identity checked, the dataset index and finally ``manifest.json`` written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
-import os
-import shutil
+import io
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,8 +21,11 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from dataforge.config import PipelineConfig, config_sha256, to_plain
+from dataforge.io import fs
+from dataforge.io.lease import acquire_object_lease
 from dataforge.io.readers import InputTask, plan_input_tasks
-from dataforge.io.sinks import merge_mds_indexes, write_json_atomic
+from dataforge.io.run_store import RunStore
+from dataforge.io.sinks import merge_mds_indexes
 from dataforge.runtime.barriers import BarrierContext, run_planner
 from dataforge.runtime.manifest import (
     AccountingError,
@@ -46,7 +48,7 @@ class Executor(Protocol):
         self,
         config: PipelineConfig,
         segment: Segment,
-        work_dir: Path,
+        work_dir: str,
         tasks: list[dict[str, Any]],
         log: Callable[[str], None],
     ) -> None: ...
@@ -68,55 +70,75 @@ def _log(msg: str) -> None:
     print(f"[dataforge] {msg}", file=sys.stderr, flush=True)
 
 
+@contextlib.contextmanager
+def _single_writer(store: RunStore) -> Iterator[Callable[[], None]]:
+    """Hold the run directory for this writer; yields a check to call before commit steps.
+    Object stores use a lease (:mod:`dataforge.io.lease`)."""
+    if store.local:
+        yield lambda: None
+        return
+    with acquire_object_lease(store.root) as lease:
+        yield lease.verify
+
+
 def run_pipeline(
     config: PipelineConfig,
-    out: Path,
+    out: str | Path,
     executor: Executor,
     *,
     overwrite: bool = False,
     log: Callable[[str], None] = _log,
 ) -> dict[str, Any]:
-    """Run (or resume) ``config`` into ``out``. Returns the manifest.
+    """Run (or resume) ``config`` into ``out`` (a local path or a URI). Returns the manifest.
 
     Raises:
         RunDirError: ``out`` holds another config's run (and not ``overwrite``).
+        LeaseHeldError: another live writer holds ``out`` (object storage).
+        StorageError: ``out`` or an input cannot be reached (before any work starts).
         AccountingError: counts do not add up or too many records failed (the manifest is
             written with ``status: failed`` and no dataset index).
     """
-    sha = config_sha256(config)
-    out = Path(out)
-    state = prepare_run_dir(out, sha, overwrite)
-    if state == "complete":
-        log(f"{out} already holds the complete output of this config; nothing to do")
-        return json.loads((out / "manifest.json").read_text())
-    log(f"{'resuming' if state == 'resume' else 'starting'} run {config.name!r} into {out}")
-    work = out / "_work"
-    started = time.time()
+    fs.configure(config.storage)
+    store = RunStore(out)
+    fs.check_location(store.root)
     input_tasks = plan_input_tasks(config)
+    with _single_writer(store) as verify:
+        return _run(config, store, executor, overwrite, log, input_tasks, verify)
+
+
+def _run(config, store, executor, overwrite, log, input_tasks, verify) -> dict[str, Any]:
+    sha = config_sha256(config)
+    state = prepare_run_dir(store, sha, overwrite)
+    if state == "complete":
+        log(f"{store.root} already holds the complete output of this config; nothing to do")
+        return store.read_json("manifest.json")
+    log(f"{'resuming' if state == 'resume' else 'starting'} run {config.name!r} into {store.root}")
+    started = time.time()
     segments = build_segments(config)
-    run = _Run(config, out, work, sha, started, log, input_tasks, segments)
+    run = _Run(config, store, sha, started, log, input_tasks, segments, verify)
     timings, barrier_summaries, seg_stats = run.timings, run.barrier_summaries, run.seg_stats
     for segment in segments:
+        verify()
         if segment.barrier_in is not None:
             stage_index, stage = segment.barrier_in
             t0 = time.time()
             barrier_summaries[stage_index] = _run_barrier(
-                config, out, work, segment.index - 1, stage_index, stage, seg_stats[-1], executor
+                config, store, segment.index - 1, stage_index, stage, seg_stats[-1], executor
             )
             timings[f"barrier{stage_index}:{stage.op}"] = round(time.time() - t0, 3)
-        tasks = _segment_tasks(segment, input_tasks, work)
-        pending = [
-            t for t in tasks if not (work / f"seg{segment.index}" / f"{t['task_id']}.done").exists()
-        ]
+        tasks = _segment_tasks(segment, input_tasks, store)
+        done = set(store.names(f"_work/seg{segment.index}"))
+        pending = [t for t in tasks if f"{t['task_id']}.done" not in done]
         log(
             f"segment {segment.index}: {len(pending)} of {len(tasks)} tasks to run "
             f"(ops: {[s.op for _, s in segment.stages] or '-'})"
         )
         t0 = time.time()
         if pending:
-            executor.run_segment(config, segment, work, pending, log)
+            executor.run_segment(config, segment, store.location("_work"), pending, log)
         timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
-        seg_stats.append([_read_marker(work, segment.index, t["task_id"]) for t in tasks])
+        seg_stats.append([_read_marker(store, segment.index, t["task_id"]) for t in tasks])
+    verify()
     return _commit(run)
 
 
@@ -125,20 +147,20 @@ class _Run:
     """What the driver knows about a run while it goes and when it commits."""
 
     config: PipelineConfig
-    out: Path
-    work: Path
+    store: RunStore
     sha: str
     started: float
     log: Callable[[str], None]
     input_tasks: list[InputTask]
     segments: list[Segment]
+    verify: Callable[[], None]
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     barrier_summaries: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
     seg_stats: list[list[dict[str, Any]]] = dataclasses.field(default_factory=list)
 
 
 def _segment_tasks(
-    segment: Segment, input_tasks: list[InputTask], work: Path
+    segment: Segment, input_tasks: list[InputTask], store: RunStore
 ) -> list[dict[str, Any]]:
     tasks = []
     for task in input_tasks:
@@ -146,43 +168,46 @@ def _segment_tasks(
         if segment.index == 0:
             spec["input"] = dataclasses.asdict(task)
         else:
-            spec["previous"] = str(work / f"seg{segment.index - 1}" / task.task_id / "live.parquet")
+            spec["previous"] = store.location(
+                f"_work/seg{segment.index - 1}/{task.task_id}/live.parquet"
+            )
             if segment.barrier_in is not None:
-                spec["decision"] = str(
-                    work / f"barrier{segment.barrier_in[0]}" / f"{task.task_id}.parquet"
+                spec["decision"] = store.location(
+                    f"_work/barrier{segment.barrier_in[0]}/{task.task_id}.parquet"
                 )
         tasks.append(spec)
     return tasks
 
 
-def _read_marker(work: Path, seg: int, task_id: str) -> dict[str, Any]:
-    marker = work / f"seg{seg}" / f"{task_id}.done"
-    if not marker.exists():
+def _read_marker(store: RunStore, seg: int, task_id: str) -> dict[str, Any]:
+    stats = store.read_json(f"_work/seg{seg}/{task_id}.done")
+    if stats is None:
         raise RuntimeError(f"task {task_id} of segment {seg} did not commit (see the errors above)")
-    return json.loads(marker.read_text())
+    return stats
 
 
-def _run_barrier(
-    config, out, work, prev_seg, stage_index, stage, prev_stats, executor
-) -> dict[str, Any]:
-    marker = work / f"barrier{stage_index}.done"
-    if marker.exists():
-        return json.loads(marker.read_text())
-    decision_dir = work / f"barrier{stage_index}"
-    tmp = work / f".barrier{stage_index}.tmp"
-    for d in (tmp, decision_dir):
-        if d.exists():
-            shutil.rmtree(d)
-    tmp.mkdir(parents=True)
-    audit_dir = out / stage.op
-    if audit_dir.exists():
-        shutil.rmtree(audit_dir)
-    audit_dir.mkdir(parents=True)
-    parts = {}
-    for stats in prev_stats:
-        live = work / f"seg{prev_seg}" / stats["task_id"] / "live.parquet"
-        if live.exists():
-            parts[stats["task_id"]] = live
+def _run_barrier(config, store, prev_seg, stage_index, stage, prev_stats, executor) -> dict:
+    marker = f"_work/barrier{stage_index}.done"
+    summary = store.read_json(marker)
+    if summary is not None:
+        return summary
+    decision = f"_work/barrier{stage_index}"
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(store.staging(decision))
+        audit_dir = stack.enter_context(store.staging(stage.op))
+        parts = {}
+        for stats in prev_stats:
+            live = f"_work/seg{prev_seg}/{stats['task_id']}/live.parquet"
+            if store.exists(live):
+                parts[stats["task_id"]] = stack.enter_context(store.local_file(live))
+        summary = _plan_barrier(config, stage, prev_stats, executor, parts, tmp, audit_dir)
+        store.commit_dir(tmp, decision)
+        store.commit_dir(audit_dir, stage.op)
+    store.write_json(marker, summary)
+    return summary
+
+
+def _plan_barrier(config, stage, prev_stats, executor, parts, tmp, audit_dir) -> dict[str, Any]:
     source_stats: dict[str, dict[str, int]] = {
         s.name: {"docs": 0, "chars": 0, "tokens": 0} for s in config.inputs
     }
@@ -202,54 +227,49 @@ def _run_barrier(
     )
     op = make_op(stage, config)
     op.setup()
-    summary = run_planner(op, ctx)
-    os.replace(tmp, decision_dir)
-    write_json_atomic(marker, summary)
-    return summary
+    return run_planner(op, ctx)
 
 
-def _move_parts(config, out: Path, work: Path, final_seg: int, task_ids: list[str]) -> list[Path]:
+def _move_parts(config, store: RunStore, final_seg: int, task_ids: list[str]) -> list[str]:
     """Move committed sink parts from ``_work`` to ``OUT/<format>/[<source>/]<task>``
     (idempotent, so a kill in the middle is resumed). Returns the part dirs in task order."""
-    dest_root = out / config.output.format
-    dest_root.mkdir(exist_ok=True)
+    fmt = config.output.format
     sources = [s.name for s in config.inputs]
     moved = []
     for task_id in task_ids:
-        src = work / f"seg{final_seg}" / task_id / "out"
+        src = f"_work/seg{final_seg}/{task_id}/out"
         pairs = (
-            [(src / s, dest_root / s / task_id) for s in sources]
+            [(f"{src}/{s}", f"{fmt}/{s}/{task_id}") for s in sources]
             if config.output.split_by_source
-            else [(src, dest_root / task_id)]
+            else [(src, f"{fmt}/{task_id}")]
         )
         for part_src, dest in pairs:
-            if part_src.exists():
-                if dest.exists():
-                    shutil.rmtree(dest)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(part_src, dest)
-            if dest.exists():
+            store.move_dir(part_src, dest)
+            if store.exists(dest):
                 moved.append(dest)
     return moved
 
 
-def _count_output(config, parts: list[Path]) -> int:
+def _count_output(config, store: RunStore, parts: list[str]) -> int:
     fmt = config.output.format
     total = 0
     for d in parts:
-        if fmt == "mds" and (d / "index.json").exists():
-            total += sum(s["samples"] for s in json.loads((d / "index.json").read_text())["shards"])
-        elif fmt == "parquet" and (d / "data.parquet").exists():
-            total += pq.ParquetFile(d / "data.parquet").metadata.num_rows
-        elif fmt == "jsonl" and (d / "data.jsonl").exists():
-            with open(d / "data.jsonl", "rb") as f:
+        if fmt == "mds" and (index := store.read_json(f"{d}/index.json")) is not None:
+            total += sum(s["samples"] for s in index["shards"])
+        elif fmt == "parquet" and store.exists(f"{d}/data.parquet"):
+            with store.open_file(f"{d}/data.parquet") as f:
+                total += pq.ParquetFile(f).metadata.num_rows
+        elif fmt == "jsonl" and store.exists(f"{d}/data.jsonl"):
+            with store.open_file(f"{d}/data.jsonl") as f:
                 total += sum(1 for _ in f)
     return total
 
 
-def _check_unique_ids(work: Path, final_seg: int, task_ids: list[str]) -> None:
+def _check_unique_ids(store: RunStore, final_seg: int, task_ids: list[str]) -> None:
     hashes = [
-        np.load(p) for t in task_ids if (p := work / f"seg{final_seg}" / t / "idhash.npy").exists()
+        np.load(io.BytesIO(store.read_bytes(p)))
+        for t in task_ids
+        if store.exists(p := f"_work/seg{final_seg}/{t}/idhash.npy")
     ]
     if not hashes:
         return
@@ -263,7 +283,7 @@ def _check_unique_ids(work: Path, final_seg: int, task_ids: list[str]) -> None:
 
 
 def _commit(run: _Run) -> dict[str, Any]:
-    config, out, work, log = run.config, run.out, run.work, run.log
+    config, store, log = run.config, run.store, run.log
     input_tasks, segments, seg_stats = run.input_tasks, run.segments, run.seg_stats
     barrier_summaries, timings, sha, started = (
         run.barrier_summaries, run.timings, run.sha, run.started)  # fmt: skip
@@ -286,13 +306,13 @@ def _commit(run: _Run) -> dict[str, Any]:
     }
     sources = [s.name for s in config.inputs]
     try:
-        _check_unique_ids(work, final_seg, task_ids)
-        parts = _move_parts(config, out, work, final_seg, task_ids)
-        written = _count_output(config, parts)
+        _check_unique_ids(store, final_seg, task_ids)
+        parts = _move_parts(config, store, final_seg, task_ids)
+        written = _count_output(config, store, parts)
         check_accounting(counts, written, config.max_error_rate)
     except AccountingError as exc:
         manifest["error"] = str(exc)
-        write_json_atomic(out / "manifest.json", manifest)
+        store.write_json("manifest.json", manifest)
         raise
     output_info: dict[str, Any] = {
         "format": config.output.format,
@@ -300,7 +320,7 @@ def _commit(run: _Run) -> dict[str, Any]:
         "records": written,
     }
     if config.output.format == "mds":
-        root = out / "mds"
+        root = "mds"
         if config.output.split_by_source:
             from dataforge.ops.sample import stream_proportions
 
@@ -319,36 +339,35 @@ def _commit(run: _Run) -> dict[str, Any]:
             }
             streams = []
             for src in sources:
-                src_parts = [p for p in parts if p.parent.name == src]
+                src_parts = [p for p in parts if p.split("/")[-2] == src]
                 if src_parts:
-                    merge_mds_indexes(root / src, src_parts)
+                    merge_mds_indexes(store, f"{root}/{src}", src_parts)
                     streams.append({"source": src, "path": f"mds/{src}", "proportion": share[src]})
             output_info["streams"] = streams
-        index = merge_mds_indexes(root, parts)
+        index = merge_mds_indexes(store, root, parts)
         output_info["shards"] = len(index["shards"])
     if config.output.rejects:
-        _collect_rejects(out, work, len(segments), task_ids)
+        _collect_rejects(store, len(segments), task_ids)
     manifest["output"] = output_info
     manifest["status"] = "complete"
     manifest["timings"]["total"] = round(time.time() - started, 3)
-    write_json_atomic(out / "manifest.json", manifest)
+    run.verify()
+    store.write_json("manifest.json", manifest)
     if not config.output.keep_work:
-        shutil.rmtree(work, ignore_errors=True)
+        store.remove("_work")
     log(
         f"done: {counts['total']['kept']} of {counts['total']['input']} records kept "
-        f"(+{counts['total']['repeated']} repeated) -> {out}"
+        f"(+{counts['total']['repeated']} repeated) -> {store.root}"
     )
     return manifest
 
 
-def _collect_rejects(out: Path, work: Path, n_segments: int, task_ids: list[str]) -> None:
-    dest = out / "rejects"
-    dest.mkdir(exist_ok=True)
+def _collect_rejects(store: RunStore, n_segments: int, task_ids: list[str]) -> None:
     for k in range(n_segments):
         for task_id in task_ids:
-            src = work / f"seg{k}" / task_id / "dropped.parquet"
-            if src.exists():
-                shutil.copyfile(src, dest / f"seg{k}-{task_id}.parquet")
+            src = f"_work/seg{k}/{task_id}/dropped.parquet"
+            if store.exists(src):
+                store.copy_file(src, f"rejects/seg{k}-{task_id}.parquet")
 
 
 def _stage_report(config, seg_stats, barrier_summaries) -> list[dict[str, Any]]:

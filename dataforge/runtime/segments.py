@@ -16,11 +16,7 @@ actors in ``dataforge run``, in-process in tests and the baseline benchmark).
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import shutil
 import time
-import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -32,7 +28,9 @@ import pyarrow.parquet as pq
 import xxhash
 
 from dataforge.config import PipelineConfig, StageConfig
+from dataforge.io import fs
 from dataforge.io.readers import InputTask, TaskReader
+from dataforge.io.run_store import RunStore
 from dataforge.io.sinks import PartWriter, write_json_atomic
 from dataforge.ops.base import BarrierOp, Op, OpContext, op_class
 from dataforge.records import DROP
@@ -98,9 +96,11 @@ class SegmentRunner:
     """Runs one segment's work for one task at a time; holds the loaded ops."""
 
     def __init__(self, config: PipelineConfig, segment: Segment, work_dir: str) -> None:
+        fs.configure(config.storage)
         self.config = config
         self.segment = segment
-        self.seg_dir = Path(work_dir) / f"seg{segment.index}"
+        self.store = RunStore(work_dir)
+        self.seg = f"seg{segment.index}"
         self.ops = [(i, s, make_op(s, config)) for i, s in segment.stages]
         self.barrier_in = make_op(segment.barrier_in[1], config) if segment.barrier_in else None
         self.barrier_out = make_op(segment.barrier_out[1], config) if segment.barrier_out else None
@@ -115,23 +115,16 @@ class SegmentRunner:
         """Process one task and commit its part; returns the part's stats. Idempotent:
         a task whose marker exists is not redone (retries and resume)."""
         task_id = task["task_id"]
-        marker = self.seg_dir / f"{task_id}.done"
-        if marker.exists():
-            return json.loads(marker.read_text())
-        self.seg_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.seg_dir / f".{task_id}.tmp-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
-        try:
+        marker = f"{self.seg}/{task_id}.done"
+        stats = self.store.read_json(marker)
+        if stats is not None:
+            return stats
+        with self.store.staging(f"{self.seg}/{task_id}") as tmp:
             stats = self._process(task, tmp)
             write_json_atomic(tmp / "stats.json", stats)
-            final = self.seg_dir / task_id
-            if final.exists():  # a previous attempt committed the dir but died before the marker
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            write_json_atomic(marker, stats)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+            self.store.commit_dir(tmp, f"{self.seg}/{task_id}")
+        # The marker, written last, is what commits the part (object stores have no rename).
+        self.store.write_json(marker, stats)
         return stats
 
     # -- the work ----------------------------------------------------------------------
@@ -142,17 +135,12 @@ class SegmentRunner:
             yield from reader.batches()
             stats["events"] = dict(reader.events)
             return
-        previous = Path(task["previous"])
-        live = pq.read_table(previous) if previous.exists() else None
+        live = _read_parquet(task["previous"])
         if live is None or live.num_rows == 0:
             return
         if self.barrier_in is not None:
             decision_path = task.get("decision")
-            decision = (
-                pq.read_table(decision_path)
-                if decision_path and Path(decision_path).exists()
-                else None
-            )
+            decision = _read_parquet(decision_path) if decision_path else None
             started = time.perf_counter()
             live = self.barrier_in.apply(live, decision)
             self._time(stats, self.segment.barrier_in[0], started)
@@ -202,6 +190,14 @@ class SegmentRunner:
             src: {**c, "dropped": dict(c["dropped"])} for src, c in sorted(counts.items())
         }
         return stats
+
+
+def _read_parquet(location: str) -> pa.Table | None:
+    """The table at ``location`` (a path or URI), or None if there is none."""
+    if not fs.exists(location):
+        return None
+    with fs.open_input_file(location) as f:
+        return pq.read_table(f)
 
 
 def _run_op_isolating_errors(op: Op, batch: pa.Table, batch_size: int | None) -> pa.Table:
