@@ -129,11 +129,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from dataforge.inspect import InspectError, inspect_path
+    from dataforge.inspect import InspectError, inspect_path, local_dataset
+    from dataforge.io.fs import StorageError
 
     try:
-        return inspect_path(Path(args.path), head=args.head, verify=args.verify, as_json=args.json)
-    except InspectError as exc:
+        with local_dataset(args.path) as path:
+            return inspect_path(path, head=args.head, verify=args.verify, as_json=args.json)
+    except (InspectError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

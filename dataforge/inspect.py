@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -19,7 +21,14 @@ import numpy as np
 import xxhash
 import zstandard
 
-__all__ = ["InspectError", "inspect_path", "iter_samples", "load_index", "verify_dataset"]
+__all__ = [
+    "InspectError",
+    "inspect_path",
+    "iter_samples",
+    "load_index",
+    "local_dataset",
+    "verify_dataset",
+]
 
 HIST_EDGES = [0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536, 1 << 62]
 
@@ -272,16 +281,50 @@ def _decode_tokens(root: Path, tokens: np.ndarray) -> str | None:
     config = json.loads(manifest.read_text()).get("config", {})
     for stage in config.get("stages", []):
         if stage.get("op") == "tokenize" and stage.get("tokenizer"):
-            path = Path(stage["tokenizer"])
-            if not path.is_absolute():
-                path = Path(config.get("base_dir", ".")) / path
+            path = stage["tokenizer"]
+            if "://" not in path and not Path(path).is_absolute():
+                path = str(Path(config.get("base_dir", ".")) / path)
             try:
+                from dataforge.io.fs import fetch_to_cache
                 from dataforge.tokenization import Tokenizer
 
-                return Tokenizer.load(path).decode([int(t) for t in tokens])
+                return Tokenizer.load(fetch_to_cache(path)).decode([int(t) for t in tokens])
             except Exception as exc:  # noqa: BLE001 - inspect still prints the ids
                 return f"<cannot decode: {exc}>"
     return None
+
+
+@contextmanager
+def local_dataset(location: str) -> Iterator[Path]:
+    """A local directory for ``location``: itself, or for a URI a temporary copy of the MDS
+    dataset (a run's ``manifest.json`` and ``mds/``, never ``_work/``), removed after.
+
+    Raises:
+        InspectError: the location holds no MDS index.
+        StorageError: it cannot be reached.
+    """
+    from dataforge.io.fs import is_uri, scratch_dir
+    from dataforge.io.run_store import RunStore
+
+    if not is_uri(location):
+        yield Path(location)
+        return
+    store = RunStore(location)
+    if store.exists("index.json"):
+        wanted = [""]
+    elif store.exists("mds/index.json"):
+        wanted = ["mds", "manifest.json"]
+    elif store.exists("manifest.json"):
+        raise InspectError(f"{location}: run has no MDS index (failed, incomplete, or not MDS)")
+    else:
+        raise InspectError(f"{location}: no index.json here or in {location}/mds")
+    scratch = scratch_dir("inspect")
+    try:
+        for rel in wanted:
+            store.download(rel, scratch / rel if rel else scratch)
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def inspect_path(path: Path, head: int = 0, verify: bool = False, as_json: bool = False) -> int:

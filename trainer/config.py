@@ -301,11 +301,13 @@ def resolve_vocab(config: TrainerConfig) -> TrainerConfig:
     if config.model.vocab_size is not None:
         return config
     try:
+        from dataforge.io.fs import fetch_to_cache
         from dataforge.tokenization import Tokenizer
     except ImportError as exc:
         raise ConfigError(f"model.vocab_size is null and the tokenizer cannot load: {exc}") from exc
     try:
-        vocab = Tokenizer.load(config.tokenizer).vocab_size
+        # a URI (s3://...) is copied once to this node's cache
+        vocab = Tokenizer.load(fetch_to_cache(config.tokenizer)).vocab_size
     except (OSError, ValueError) as exc:
         raise ConfigError(f"tokenizer {config.tokenizer!r}: {exc}") from exc
     model = dataclasses.replace(config.model, vocab_size=vocab)

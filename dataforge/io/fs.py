@@ -40,6 +40,7 @@ __all__ = [
     "StorageError",
     "check_location",
     "configure",
+    "describe",
     "exists",
     "fetch_to_cache",
     "filesystem",
@@ -56,6 +57,13 @@ __all__ = [
 
 _settings = StorageConfig()
 _LOCAL = pafs.LocalFileSystem()
+_READ_BUFFER = 8 << 20
+_CREDENTIAL_VARS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+)
 
 
 class StorageError(OSError):
@@ -110,7 +118,8 @@ def s3_region() -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _s3(endpoint: str | None, region: str, key_id: str | None) -> pafs.S3FileSystem:
+def _s3(endpoint: str | None, region: str, credentials: tuple) -> pafs.S3FileSystem:
+    # ``credentials`` (the environment's) only keys the cache: pyarrow reads them itself.
     kwargs = {}
     if endpoint:
         url = urlparse(endpoint)
@@ -136,7 +145,8 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
         return _LOCAL, os.path.abspath(os.path.expanduser(location))
     scheme, _, rest = location.partition("://")
     if scheme == "s3":
-        return _s3(s3_endpoint(), s3_region(), os.environ.get("AWS_ACCESS_KEY_ID")), rest
+        credentials = tuple(os.environ.get(k) for k in _CREDENTIAL_VARS)
+        return _s3(s3_endpoint(), s3_region(), credentials), rest
     if scheme == "file":
         return _LOCAL, rest
     try:
@@ -155,7 +165,8 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
         ) from None
 
 
-def _describe(location: str, exc: BaseException) -> str:
+def describe(location: str, exc: BaseException) -> str:
+    """One line naming ``location`` and the cause of a storage failure."""
     text = " ".join(str(exc).split())
     if any(k in text for k in ("NETWORK_CONNECTION", "Could not connect", "curlCode")):
         return f"{location}: cannot reach the storage endpoint {s3_endpoint() or '(AWS default)'}"
@@ -178,7 +189,7 @@ def storage_errors(location: str) -> Iterator[None]:
     except StorageError:
         raise
     except OSError as exc:
-        raise StorageError(_describe(location, exc)) from exc
+        raise StorageError(describe(location, exc)) from exc
 
 
 def check_location(location: str) -> None:
@@ -211,7 +222,8 @@ def open_input_stream(location: str) -> BinaryIO:
         return open(location, "rb")  # noqa: SIM115 - the caller closes it
     fs, path = filesystem(location)
     with storage_errors(location):
-        return fs.open_input_stream(path, compression=None)
+        # buffered: unbuffered, every small read of gzip or readline is one ranged GET
+        return fs.open_input_stream(path, compression=None, buffer_size=_READ_BUFFER)
 
 
 def open_input_file(location: str) -> BinaryIO:
@@ -260,14 +272,16 @@ def glob_files(pattern: str) -> list[FileEntry]:
             info = fs.get_file_info(path)
             if info.type == pafs.FileType.File:
                 entries.append(FileEntry(pattern, parts[-1], info.size))
-            return entries
-        root = "/".join(fixed)
-        regex = _glob_regex(path)
-        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
-        for info in fs.get_file_info(selector):
-            if info.type == pafs.FileType.File and regex.match(info.path):
-                rel = info.path[len(root) :].lstrip("/")
-                entries.append(FileEntry(f"{scheme}://{info.path}", rel, info.size))
+        else:
+            root = "/".join(fixed)
+            regex = _glob_regex(path)
+            selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+            for info in fs.get_file_info(selector):
+                if info.type == pafs.FileType.File and regex.match(info.path):
+                    rel = info.path[len(root) :].lstrip("/")
+                    entries.append(FileEntry(f"{scheme}://{info.path}", rel, info.size))
+    if not entries:
+        check_location(pattern)  # nothing matched: say so if the bucket itself is missing
     return sorted(entries, key=lambda e: e.path)
 
 
@@ -299,11 +313,15 @@ def _cache_root() -> Path:
     return Path(configured or Path.home() / ".cache" / "dataforge").expanduser() / "remote"
 
 
-def fetch_to_cache(location: str) -> Path:
+def fetch_to_cache(location: str, companions: tuple[str, ...] = ()) -> Path:
     """A local path for ``location``: itself if local, else a copy of the file or directory
     in this node's cache, made once. The cache entry is named by the URI and the listing
     (names, sizes, times), so a changed object is fetched again; it appears atomically
-    (downloaded aside, then renamed), so concurrent actors of a node share one copy."""
+    (downloaded aside, then renamed), so concurrent actors of a node share one copy.
+
+    Args:
+        companions: suffixes of files fetched beside a file (``(".json",)``: its card).
+    """
     if not is_uri(location):
         return Path(location)
     fs, path = filesystem(location)
@@ -312,7 +330,11 @@ def fetch_to_cache(location: str) -> Path:
         if info.type == pafs.FileType.NotFound:
             raise StorageError(f"{location}: not found")
         if info.type == pafs.FileType.File:
-            files = [info]
+            files = [info] + [
+                i
+                for i in fs.get_file_info([path + suffix for suffix in companions])
+                if i.type == pafs.FileType.File
+            ]
         else:
             files = [
                 i
@@ -329,8 +351,10 @@ def fetch_to_cache(location: str) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=dest.parent.parent))
         try:
             for i in files:
-                rel = i.path[len(path) :].lstrip("/") if info.type != pafs.FileType.File else ""
-                target = tmp / name / rel if rel else tmp / name
+                if info.type == pafs.FileType.File:  # the file and its companions, side by side
+                    target = tmp / i.path.rsplit("/", 1)[-1]
+                else:
+                    target = tmp / name / i.path[len(path) :].lstrip("/")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with (
                     fs.open_input_stream(i.path, compression=None) as src,

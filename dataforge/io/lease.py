@@ -121,10 +121,21 @@ class ObjectLease:
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
             try:
-                self._etag = self._call("put_object", Body=self._body(), IfMatch=self._etag)["ETag"]
-            except Exception as exc:  # noqa: BLE001 - reported by verify() on the main thread
-                self._lost = f"{self.uri}: lease could not be renewed ({exc})"
-                return
+                self.renew()
+            except (LeaseLostError, StorageError):
+                return  # verify() reports it on the main thread
+
+    def renew(self) -> None:
+        """Extend the lease by ``ttl``.
+
+        Raises:
+            LeaseLostError: the lease object is no longer ours (or cannot be rewritten).
+        """
+        try:
+            self._etag = self._call("put_object", Body=self._body(), IfMatch=self._etag)["ETag"]
+        except Exception as exc:
+            self._lost = f"{self.uri}: lease lost, another writer may own the output ({exc})"
+            raise LeaseLostError(self._lost) from exc
 
     def verify(self) -> None:
         """Raise :class:`LeaseLostError` if the lease was lost; the runtime calls it before

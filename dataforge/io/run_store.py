@@ -32,7 +32,15 @@ from typing import Any, BinaryIO
 
 import pyarrow.fs as pafs
 
-from dataforge.io.fs import filesystem, is_uri, join, scratch_dir, storage_errors
+from dataforge.io.fs import (
+    StorageError,
+    describe,
+    filesystem,
+    is_uri,
+    join,
+    scratch_dir,
+    storage_errors,
+)
 from dataforge.io.sinks import write_json_atomic
 
 __all__ = ["RunStore"]
@@ -75,9 +83,17 @@ class RunStore:
 
     def read_json(self, rel: str) -> Any | None:
         """The JSON document at ``rel``, or None if there is none."""
-        if self._info(rel).type != pafs.FileType.File:
+        if self.local:
+            if not Path(self._path(rel)).is_file():
+                return None
+            return json.loads(self.read_bytes(rel))
+        try:  # one request, not HEAD + GET: markers are read for every task
+            with self.fs.open_input_stream(self._path(rel), compression=None) as f:
+                return json.loads(f.read())
+        except FileNotFoundError:
             return None
-        return json.loads(self.read_bytes(rel))
+        except OSError as exc:
+            raise StorageError(describe(self.location(rel), exc)) from exc
 
     def read_bytes(self, rel: str) -> bytes:
         with (
@@ -110,6 +126,15 @@ class RunStore:
             yield target
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def download(self, rel: str, dest: Path) -> None:
+        """Copy the file or directory ``rel`` to the local path ``dest``."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with storage_errors(self.location(rel)):
+            pafs.copy_files(
+                self._path(rel), str(dest), source_filesystem=self.fs,
+                destination_filesystem=pafs.LocalFileSystem(),
+            )  # fmt: skip
 
     # -- writing ---------------------------------------------------------------------
     def write_json(self, rel: str, obj: Any) -> None:

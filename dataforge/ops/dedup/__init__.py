@@ -19,13 +19,13 @@ from __future__ import annotations
 import array
 import dataclasses
 import itertools
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dataforge.io.fs import StorageError, exists, join
 from dataforge.ops.base import BarrierOp, set_drop_reasons
 from dataforge.ops.dedup.exact import exact_hashes
 from dataforge.ops.dedup.minhash import minhash_signatures, optimal_bands
@@ -193,9 +193,12 @@ class Dedup(BarrierOp):
     def validate(self) -> list[str]:
         problems = []
         for path in self.config.against:
-            base = Path(self.context.base_dir) / path
-            if not (base / "dedup" / "signatures.parquet").is_file():
-                problems.append(f"dedup.against: {base}/dedup/signatures.parquet not found")
+            published = join(self.context.locate(path), "dedup", "signatures.parquet")
+            try:
+                if not exists(published):
+                    problems.append(f"dedup.against: {published} not found")
+            except StorageError as exc:
+                problems.append(f"dedup.against: {exc}")
         if self.config.engine == "rensa" and self.config.method == "minhash":
             try:
                 import rensa  # noqa: F401
