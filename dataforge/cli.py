@@ -21,10 +21,11 @@ def _checked_config(args: argparse.Namespace):
     """Load the pipeline and run every validation check; print the problems and return
     None if there are any."""
     from dataforge.config import ConfigError, load_pipeline
+    from dataforge.runtime.validate import validate_pipeline
 
     try:
         config = load_pipeline(args.pipeline, args.set)
-        problems = _problems(config, _output_location(args, config))
+        problems = validate_pipeline(config, _output_location(args, config))
     except ConfigError as exc:
         problems = [str(exc)]
     for p in problems:
@@ -86,32 +87,6 @@ def _output_location(args: argparse.Namespace, config) -> str:
     if not given:
         return config.locate(config.output.path)
     return given if "://" in given else str(Path(given).resolve())
-
-
-def _problems(config, out: str) -> list[str]:
-    """Everything ``validate`` checks beyond the YAML itself: storage, input paths, op
-    resources, cross-stage rules."""
-    from dataforge.config import ConfigError
-    from dataforge.io import fs
-    from dataforge.io.readers import plan_input_tasks
-    from dataforge.runtime.segments import make_op
-
-    fs.configure(config.storage)
-    problems = []
-    try:
-        fs.check_location(out)
-        plan_input_tasks(config)
-    except fs.StorageError as exc:
-        return [str(exc)]  # the rest would fail the same way
-    except ConfigError as exc:
-        problems.append(str(exc))
-    for i, stage in enumerate(config.stages):
-        op = make_op(stage, config)
-        problems += [f"stages[{i}] ({stage.op}): {p}" for p in op.validate()]
-        check = getattr(importlib.import_module(type(op).__module__), "check_pipeline", None)
-        if check is not None:
-            problems += [f"stages[{i}] ({stage.op}): {p}" for p in check(list(config.stages), i)]
-    return problems
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:

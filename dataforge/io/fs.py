@@ -14,13 +14,12 @@ cause (unreachable endpoint, access denied, missing bucket, unknown scheme).
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import glob
-import hashlib
 import os
 import re
-import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -33,18 +32,17 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from dataforge.config import StorageConfig
-
 __all__ = [
     "FileEntry",
+    "StorageConfig",
     "StorageError",
+    "cache_dir_setting",
     "check_location",
     "configure",
     "describe",
     "exists",
-    "fetch_to_cache",
     "filesystem",
-    "glob_files",
+    "glob_uri",
     "is_uri",
     "join",
     "open_input_file",
@@ -55,7 +53,6 @@ __all__ = [
     "storage_errors",
 ]
 
-_settings = StorageConfig()
 _LOCAL = pafs.LocalFileSystem()
 _READ_BUFFER = 8 << 20
 _CREDENTIAL_VARS = (
@@ -64,6 +61,29 @@ _CREDENTIAL_VARS = (
     "AWS_SESSION_TOKEN",
     "AWS_PROFILE",
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class StorageConfig:
+    """Object storage (``s3://`` URIs). Credentials come only from the standard environment
+    (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``), never from YAML,
+    so they never land in ``manifest.json``."""
+
+    endpoint_url: str | None = None
+    """S3-compatible endpoint, e.g. ``http://127.0.0.1:9000`` (default: ``AWS_ENDPOINT_URL``)."""
+    region: str | None = None
+    """Default: ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, else ``us-east-1``."""
+    cache_dir: str | None = None
+    """Local cache for models and tokenizers given as URIs, copied once per node
+    (default: ``DATAFORGE_CACHE_DIR``, else ``~/.cache/dataforge``)."""
+
+    def __post_init__(self) -> None:
+        url = self.endpoint_url
+        if url is not None and not (url.startswith("http://") or url.startswith("https://")):
+            raise ValueError(f"endpoint_url {url!r} must start with http:// or https://")
+
+
+_settings = StorageConfig()
 
 
 class StorageError(OSError):
@@ -75,7 +95,7 @@ class FileEntry:
     """One file matched by :func:`glob_files`."""
 
     path: str
-    """Absolute local path, or the URI."""
+    """The URI."""
     relpath: str
     """Relative to the pattern's fixed prefix (part of derived record ids)."""
     size: int
@@ -97,6 +117,11 @@ def join(base: str, *parts: str) -> str:
     if is_uri(base):
         return "/".join([base.rstrip("/"), *parts])
     return os.path.join(base, *parts)
+
+
+def cache_dir_setting() -> str | None:
+    """``storage.cache_dir`` of the configured pipeline (see :mod:`dataforge.io.node_cache`)."""
+    return _settings.cache_dir
 
 
 def s3_endpoint() -> str | None:
@@ -253,11 +278,13 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z")
 
 
-def glob_files(pattern: str) -> list[FileEntry]:
-    """Files matching a path or glob (``*``, ``?``, ``[..]``, ``**``), sorted by path; a
-    pattern without wildcards names one file."""
-    if not is_uri(pattern):
-        return _glob_local(pattern)
+def glob_uri(pattern: str) -> list[FileEntry]:
+    """Files matching a URI path or glob (``*``, ``?``, ``[..]``, ``**``), sorted; a pattern
+    without wildcards names one file. Local paths: :func:`dataforge.io.files.match_files`.
+
+    Raises:
+        StorageError: nothing matched because the storage cannot be used (bucket missing...).
+    """
     fs, path = filesystem(pattern)
     scheme = pattern.split("://", 1)[0]
     parts = path.split("/")
@@ -283,92 +310,6 @@ def glob_files(pattern: str) -> list[FileEntry]:
     if not entries:
         check_location(pattern)  # nothing matched: say so if the bucket itself is missing
     return sorted(entries, key=lambda e: e.path)
-
-
-def _glob_local(pattern: str) -> list[FileEntry]:
-    files = sorted(p for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
-    fixed = []
-    for part in Path(pattern).parts:
-        if glob.has_magic(part):
-            break
-        fixed.append(part)
-    root = Path(*fixed) if fixed else Path(".")
-    root = root if root.is_dir() else root.parent
-    return [
-        FileEntry(
-            path=str(Path(f).resolve()),
-            relpath=(
-                Path(f).relative_to(root).as_posix()
-                if Path(f).is_relative_to(root)
-                else Path(f).name
-            ),
-            size=Path(f).stat().st_size,
-        )
-        for f in files
-    ]
-
-
-def _cache_root() -> Path:
-    configured = _settings.cache_dir or os.environ.get("DATAFORGE_CACHE_DIR")
-    return Path(configured or Path.home() / ".cache" / "dataforge").expanduser() / "remote"
-
-
-def fetch_to_cache(location: str, companions: tuple[str, ...] = ()) -> Path:
-    """A local path for ``location``: itself if local, else a copy of the file or directory
-    in this node's cache, made once. The cache entry is named by the URI and the listing
-    (names, sizes, times), so a changed object is fetched again; it appears atomically
-    (downloaded aside, then renamed), so concurrent actors of a node share one copy.
-
-    Args:
-        companions: suffixes of files fetched beside a file (``(".json",)``: its card).
-    """
-    if not is_uri(location):
-        return Path(location)
-    fs, path = filesystem(location)
-    with storage_errors(location):
-        info = fs.get_file_info(path)
-        if info.type == pafs.FileType.NotFound:
-            raise StorageError(f"{location}: not found")
-        if info.type == pafs.FileType.File:
-            files = [info] + [
-                i
-                for i in fs.get_file_info([path + suffix for suffix in companions])
-                if i.type == pafs.FileType.File
-            ]
-        else:
-            files = [
-                i
-                for i in fs.get_file_info(pafs.FileSelector(path, recursive=True))
-                if i.type == pafs.FileType.File
-            ]
-        listing = "\n".join(f"{i.path}\t{i.size}\t{i.mtime_ns}" for i in files)
-        key = hashlib.sha256(f"{location}\n{listing}".encode()).hexdigest()[:32]
-        name = path.rstrip("/").rsplit("/", 1)[-1]
-        dest = _cache_root() / key / name
-        if dest.exists():
-            return dest
-        dest.parent.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=dest.parent.parent))
-        try:
-            for i in files:
-                if info.type == pafs.FileType.File:  # the file and its companions, side by side
-                    target = tmp / i.path.rsplit("/", 1)[-1]
-                else:
-                    target = tmp / name / i.path[len(path) :].lstrip("/")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with (
-                    fs.open_input_stream(i.path, compression=None) as src,
-                    open(target, "wb") as out,
-                ):
-                    shutil.copyfileobj(src, out, 1 << 20)
-            try:
-                os.rename(tmp, dest.parent)
-            except OSError:
-                if not dest.exists():  # not a lost race with another actor of this node
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return dest
 
 
 def scratch_dir(prefix: str) -> Path:

@@ -15,16 +15,21 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from dataforge.config import ConfigError, InputConfig, PipelineConfig, ReadConfig
-from dataforge.io.fs import glob_files, open_input_file, open_input_stream
-from dataforge.ops.clean import replace_lone_surrogates
+from dataforge.io.files import match_files
+from dataforge.io.fs import open_input_file, open_input_stream
+from dataforge.io.input_config import InputConfig, ReadConfig
 from dataforge.records import BASE_SCHEMA
+from dataforge.typed_config import ConfigError
+
+if TYPE_CHECKING:  # the pipeline config sits above io; only its type is used here
+    from dataforge.config import PipelineConfig
+from dataforge.text.surrogates import replace_lone_surrogates
 
 __all__ = ["InputTask", "TaskReader", "ReadError", "plan_input_tasks"]
 
@@ -50,7 +55,8 @@ class InputTask:
 
 
 def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
-    """Expand every source's path/glob (local or a URI) into sorted tasks.
+    """Expand every source's path/glob (local or a URI) into sorted tasks
+    (:func:`~dataforge.io.files.match_files`).
 
     Raises:
         ConfigError: a source's path matches no file.
@@ -58,11 +64,12 @@ def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
     """
     tasks = []
     for s_idx, source in enumerate(config.inputs):
-        files = glob_files(config.locate(source.path))
-        if not files:
+        try:
+            files = match_files(config.locate(source.path))
+        except FileNotFoundError:
             raise ConfigError(
                 f"inputs[{s_idx}] ({source.name}): path {source.path!r} matches no file"
-            )
+            ) from None
         for f_idx, file in enumerate(files):
             tasks.append(
                 InputTask(
@@ -70,7 +77,7 @@ def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
                     source=source.name,
                     path=file.path,
                     relpath=file.relpath,
-                    bytes=file.size,
+                    bytes=file.bytes,
                 )
             )
     return tasks

@@ -65,7 +65,7 @@ class OpContext:
     def local_path(self, path: str, companions: tuple[str, ...] = ()) -> Path:
         """:meth:`locate`, then for a URI a copy in this node's cache (fetched once, with the
         files named ``<path><suffix>`` for each suffix in ``companions``)."""
-        from dataforge.io.fs import fetch_to_cache
+        from dataforge.io.node_cache import fetch_to_cache
 
         return fetch_to_cache(self.locate(path), companions)
 
@@ -96,6 +96,15 @@ class Op:
     def validate(self) -> list[str]:
         """Problems that make the op unusable (missing model files, ...), for
         ``dataforge validate``. Runs without ray and without ``setup()``."""
+        return []
+
+    def check_pipeline(self, stages: Sequence[Any], index: int) -> list[str]:
+        """Problems of this op as stage ``stages[index]`` that depend on the other stages
+        (e.g. a column an earlier stage must add), for ``dataforge validate``.
+
+        ``stages`` are ``dataforge.config.StageConfig`` (``.op`` name, ``.params`` Config);
+        messages carry no stage prefix (validation adds ``stages[i] (<op>):``).
+        """
         return []
 
 
@@ -138,9 +147,15 @@ class BarrierOp(Op):
     """A stage that needs all records before it can decide (dedup, sample).
 
     The runtime calls ``prepare`` per batch before the barrier, builds the global decision
-    with the barrier's planner in ``dataforge.runtime`` (the only code that may use ray),
+    with the planner the op declares (:attr:`planner`, in ``dataforge.runtime``, the only
+    code that may use ray),
     then calls ``apply(batch, decision)`` per batch after it.
     """
+
+    planner: ClassVar[str] = ""
+    """The runtime function that makes the global decision, as ``"module:function"`` (a
+    module of ``dataforge.runtime.barriers``): named, not imported, because ops never import
+    the runtime. It is called as ``plan(op, BarrierContext) -> summary dict``."""
 
     def prepare(self, batch: pa.Table) -> pa.Table:
         """Add the columns the global plan needs (signatures, units). Default: none."""

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from dataforge.io.node_cache import fetch_to_cache
+from dataforge.text.surrogates import replace_each_surrogate
 from dataforge.tokenization.segment import MARKER, Segmenter
 
 __all__ = ["FORMAT_VERSION", "Tokenizer", "read_tokenizer_json"]
@@ -36,7 +38,6 @@ CHUNK_CHARS = 1 << 15
 
 _SP_SPACE = "\u2581"
 _ESCAPED = re.compile(f"([{MARKER}{_SP_SPACE}])")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _needs_escape(text: str) -> bool:
@@ -126,14 +127,16 @@ class Tokenizer:
         """Load a tokenizer directory written by ``dataforge tokenizer train``.
 
         Args:
-            path: the directory (``spm.model`` + ``tokenizer.json``).
+            path: the directory (``spm.model`` + ``tokenizer.json``), or a URI of one
+                (``s3://...``), copied once to this node's cache.
             num_threads: sentencepiece encode threads per ``encode_batch`` call.
 
         Raises:
             FileNotFoundError: the directory or a file in it is missing.
             ValueError: incompatible format version or inconsistent files.
+            StorageError: a URI's storage cannot be used.
         """
-        path = Path(path)
+        path = fetch_to_cache(str(path))
         meta = read_tokenizer_json(path)
         model_bytes = (path / "spm.model").read_bytes()
         expected = meta.get("spm_model_sha256")
@@ -238,7 +241,7 @@ class Tokenizer:
                 parts_per_text.append(1)
                 continue
             # Lone surrogates cannot be UTF-8: they become U+FFFD (the one lossy case).
-            pieces = _ESCAPED.split(_SURROGATE.sub("\ufffd", text))  # [plain, escaped, ..., plain]
+            pieces = _ESCAPED.split(replace_each_surrogate(text))  # [plain, escaped, ..., plain]
             for k, piece in enumerate(pieces):
                 parts.append("" if k % 2 else piece)
                 part_escape.append(piece if k % 2 else None)

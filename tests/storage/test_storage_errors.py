@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dataforge.config import load_pipeline
-from dataforge.io.lease import LEASE_NAME
+from dataforge.io.lease import LEASE_NAME, LeaseHeldError
 from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
 
 
@@ -94,18 +94,26 @@ def test_run_output_given_with_o_unreachable_stops_before_work(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_live_lease_refuses_a_second_writer_and_stale_one_is_taken_over(
     s3, bucket: str, uploaded: str, tmp_path
 ) -> None:
     pipeline = _pipeline(tmp_path, uploaded, f"s3://{bucket}/out")
     lease = {"id": "other", "host": "elsewhere", "pid": 42, "expires": time.time() + 600}
     s3.client().put_object(Bucket=bucket, Key=f"out/{LEASE_NAME}", Body=json.dumps(lease))
-    proc = cli("run", str(pipeline), "--set", "ray.num_cpus=1")
-    _one_error_line(proc, 2, f"s3://{bucket}/out/{LEASE_NAME}", "host elsewhere pid 42")
+    with pytest.raises(
+        LeaseHeldError, match=rf"^s3://{bucket}/out/{LEASE_NAME}: .* host elsewhere pid 42"
+    ):
+        run_pipeline(load_pipeline(pipeline), f"s3://{bucket}/out", LocalExecutor())
     assert s3.keys(bucket, "out/") == [f"out/{LEASE_NAME}"]  # nothing written, lease kept
     lease["expires"] = time.time() - 5  # the other writer died long ago
     s3.client().put_object(Bucket=bucket, Key=f"out/{LEASE_NAME}", Body=json.dumps(lease))
-    manifest = run_pipeline(load_pipeline(pipeline), f"s3://{bucket}/out", LocalExecutor(),
-                            log=lambda m: None)  # fmt: skip
-    assert manifest["counts"]["total"]["kept"] == 1
+    # Through the CLI on a fresh local Ray: its actors write the parts to S3.
+    proc = cli("run", str(pipeline), "--address", "local")
+    assert proc.returncode == 0, proc.stderr[-2000:]
     assert s3.keys(bucket, "out/") == ["out/jsonl/000-000000/data.jsonl", "out/manifest.json"]
+    manifest = json.loads(
+        s3.client().get_object(Bucket=bucket, Key="out/manifest.json")["Body"].read()
+    )
+    assert manifest["counts"]["total"] == {"input": 1, "kept": 1, "repeated": 0, "dropped": {}}

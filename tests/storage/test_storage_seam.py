@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dataforge.io import fs
+from dataforge.io.files import match_files
 from dataforge.io.lease import LEASE_NAME, LeaseHeldError, LeaseLostError, ObjectLease
 from dataforge.io.run_store import RunStore
 
@@ -22,13 +23,14 @@ def test_glob_matches_like_local_glob(s3, bucket: str, tmp_path: Path) -> None:
         (tmp_path / rel).write_bytes(data)
     s3.upload_tree(tmp_path, bucket, "in")
     for pattern in ("*.jsonl", "**/*.jsonl", "sub/*.jsonl", "sub/**", "*.jsonl*", "a.jsonl"):
-        remote = fs.glob_files(f"s3://{bucket}/in/{pattern}")
-        local = fs.glob_files(str(tmp_path / pattern))
-        assert [(e.relpath, e.size) for e in remote] == [(e.relpath, e.size) for e in local]
+        remote = match_files(f"s3://{bucket}/in/{pattern}")
+        local = match_files(str(tmp_path / pattern))
+        assert [(e.relpath, e.bytes) for e in remote] == [(e.relpath, e.bytes) for e in local]
         fixed = pattern.rsplit("/", 1)[0] + "/" if "/" in pattern else ""
         fixed = "" if "*" in fixed else fixed
         assert all(e.path == f"s3://{bucket}/in/{fixed}{e.relpath}" for e in remote)
-    assert fs.glob_files(f"s3://{bucket}/in/none/*.jsonl") == []
+    with pytest.raises(FileNotFoundError):
+        match_files(f"s3://{bucket}/in/none/*.jsonl")
     # streams come back byte for byte (no decompression by extension)
     with fs.open_input_stream(f"s3://{bucket}/in/other.jsonl.gz") as f:
         assert gzip.decompress(f.read()) == b"4\n"

@@ -1,0 +1,51 @@
+"""``validate_pipeline``: everything checkable about a loaded pipeline before any work.
+
+What ``dataforge validate`` (and ``dataforge run``, before it starts Ray) reports beyond
+the YAML itself, which :func:`dataforge.config.load_pipeline` already checked: the output
+and input storage answers (endpoint, credentials, bucket: :func:`dataforge.io.fs.check_location`), every input
+path matches files, every op's resources are usable (:meth:`Op.validate`: model files,
+tokenizer directories, importable segmenters), cross-stage rules hold
+(:meth:`Op.check_pipeline`), and every barrier op names a planner that exists. Runs
+without Ray and without loading any model.
+"""
+
+from __future__ import annotations
+
+from dataforge.config import PipelineConfig
+from dataforge.io import fs
+from dataforge.io.readers import plan_input_tasks
+from dataforge.ops.base import BarrierOp
+from dataforge.runtime.barriers import planner_of
+from dataforge.runtime.segments import make_op
+from dataforge.typed_config import ConfigError
+
+__all__ = ["validate_pipeline"]
+
+
+def validate_pipeline(config: PipelineConfig, out: str | None = None) -> list[str]:
+    """The problems that would make a run of ``config`` (into ``out``, a path or URI;
+    default ``output.path``) fail; empty when it can start.
+
+    Each problem is one line naming the input, stage (``stages[2] (perplexity_filter):
+    ...``) or storage location (``s3://bucket/out: bucket 'bucket' does not exist``).
+    """
+    fs.configure(config.storage)
+    problems = []
+    try:
+        fs.check_location(out or config.locate(config.output.path))
+        plan_input_tasks(config)
+    except fs.StorageError as exc:
+        return [str(exc)]  # the stages' own checks would fail on the same storage
+    except ConfigError as exc:
+        problems.append(str(exc))
+    stages = list(config.stages)
+    for i, stage in enumerate(stages):
+        op = make_op(stage, config)
+        found = [*op.validate(), *op.check_pipeline(stages, i)]
+        if isinstance(op, BarrierOp):
+            try:
+                planner_of(op)
+            except TypeError as exc:
+                found.append(str(exc))
+        problems += [f"stages[{i}] ({stage.op}): {p}" for p in found]
+    return problems
