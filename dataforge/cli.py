@@ -36,6 +36,7 @@ def _checked_config(args: argparse.Namespace):
 def _cmd_run(args: argparse.Namespace) -> int:
     from dataforge.io.fs import StorageError
     from dataforge.io.lease import LeaseHeldError
+    from dataforge.runtime.failures import RunFailed
     from dataforge.runtime.manifest import AccountingError, RunDirError
 
     config = _checked_config(args)
@@ -58,11 +59,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except StorageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except AccountingError as exc:
+    except (AccountingError, RunFailed) as exc:
         print(f"error: run failed: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # noqa: BLE001 - a task error arrives wrapped by Ray; report it, exit 1
-        print(f"error: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     total = manifest["counts"]["total"]
     print(
@@ -104,13 +102,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from dataforge.inspect import InspectError, inspect_path, local_dataset
+    from dataforge.inspect import inspect_path, local_dataset
     from dataforge.io.fs import StorageError
+    from dataforge.io.mds import MDSCorruptError, MDSFormatError
 
     try:
         with local_dataset(args.path) as path:
             return inspect_path(path, head=args.head, verify=args.verify, as_json=args.json)
-    except (InspectError, StorageError) as exc:
+    except MDSCorruptError as exc:
+        print(f"error: corrupt dataset: {exc}", file=sys.stderr)
+        return 1
+    except (MDSFormatError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
@@ -152,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check the config, input paths, models and tokenizers, without Ray.",
     )
     val.add_argument("pipeline", metavar="PIPELINE.yaml")
+    val.add_argument(
+        "-o", "--output", metavar="OUT", help="check this run directory (default: output.path)"
+    )
     val.add_argument("--set", action="append", default=[], metavar="key.path=value")
     val.set_defaults(func=_cmd_validate)
 

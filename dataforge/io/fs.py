@@ -99,6 +99,7 @@ class FileEntry:
     relpath: str
     """Relative to the pattern's fixed prefix (part of derived record ids)."""
     size: int
+    mtime_ns: int
 
 
 def configure(storage: StorageConfig) -> None:
@@ -298,7 +299,7 @@ def glob_uri(pattern: str) -> list[FileEntry]:
         if len(fixed) == len(parts):
             info = fs.get_file_info(path)
             if info.type == pafs.FileType.File:
-                entries.append(FileEntry(pattern, parts[-1], info.size))
+                entries.append(FileEntry(pattern, parts[-1], info.size, info.mtime_ns or 0))
         else:
             root = "/".join(fixed)
             regex = _glob_regex(path)
@@ -306,7 +307,8 @@ def glob_uri(pattern: str) -> list[FileEntry]:
             for info in fs.get_file_info(selector):
                 if info.type == pafs.FileType.File and regex.match(info.path):
                     rel = info.path[len(root) :].lstrip("/")
-                    entries.append(FileEntry(f"{scheme}://{info.path}", rel, info.size))
+                    uri = f"{scheme}://{info.path}"
+                    entries.append(FileEntry(uri, rel, info.size, info.mtime_ns or 0))
     if not entries:
         check_location(pattern)  # nothing matched: say so if the bucket itself is missing
     return sorted(entries, key=lambda e: e.path)

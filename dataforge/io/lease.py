@@ -17,6 +17,7 @@ within ``ttl`` (60 s by default): NTP-level skew is fine.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import socket
@@ -67,7 +68,13 @@ class ObjectLease:
         self.bucket, _, prefix = path.partition("/")
         self.key = f"{prefix.rstrip('/')}/{LEASE_NAME}" if prefix else LEASE_NAME
         self.ttl_s = ttl_s
-        self.holder = {"id": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid()}
+        started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        self.holder = {
+            "id": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid(),
+            "started": started,
+        }  # fmt: skip
+        self.previous: dict[str, Any] | None = None
+        """The holder of the expired lease this one took over, else None."""
         self._client = _client()
         self._etag: str | None = None
         self._lost: str | None = None
@@ -114,6 +121,7 @@ class ObjectLease:
                     f"{self.uri}: another writer took over the expired lease just now"
                 ) from again
             self._etag = put["ETag"]
+            self.previous = held
         self._thread = threading.Thread(target=self._renew_loop, daemon=True, name="lease")
         self._thread.start()
         return self

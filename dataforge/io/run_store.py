@@ -152,7 +152,15 @@ class RunStore:
             f.write(data)
 
     def remove(self, rel: str) -> None:
-        """Remove the file or directory ``rel`` (nothing if absent)."""
+        """Remove the file or directory ``rel`` (nothing if absent; a symlink is unlinked,
+        never followed)."""
+        if self.local:
+            path = Path(self._path(rel))
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+            elif path.is_dir():
+                shutil.rmtree(path)
+            return
         info = self._info(rel)
         with storage_errors(self.location(rel)):
             if info.type == pafs.FileType.File:

@@ -1,72 +1,110 @@
 """Run-directory bookkeeping: resume decisions, accounting identity, the manifest.
 
-Layout of ``OUT/``: ``manifest.json`` (written last, atomically), ``mds/`` (or
+Layout of ``OUT/``: ``.dataforge-run`` (the run marker), ``.dataforge-lock``, ``plan.json``
+(the task plan, written before any work), ``manifest.json`` (written last, atomically), ``mds/`` (or
 ``parquet/``, ``jsonl/``), ``rejects/``, ``<barrier op>/`` audit output, and ``_work/``
 (committed parts and markers; removed after success unless ``output.keep_work``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 from collections import Counter
 from importlib import metadata
 from typing import Any
 
-from dataforge.io.lease import LEASE_NAME
+from dataforge.io.readers import InputTask
 from dataforge.io.run_store import RunStore
+from dataforge.runtime.ownership import RunDirError, remove_owned_entries
 
 __all__ = [
     "AccountingError",
     "RunDirError",
     "check_accounting",
+    "plan_changes",
     "prepare_run_dir",
     "sum_counts",
     "versions",
 ]
 
 RUN_FILE = "run.json"
-
-
-class RunDirError(ValueError):
-    """OUT holds something this run must not touch (another config, a foreign dir)."""
+PLAN_FILE = "plan.json"
 
 
 class AccountingError(RuntimeError):
     """The run's counts do not add up, or too many records failed."""
 
 
-def prepare_run_dir(store: RunStore, config_sha: str, overwrite: bool) -> str:
-    """Decide what to do with ``OUT``: ``"fresh"``, ``"resume"`` or ``"complete"``.
+def _plan(tasks: list[InputTask]) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(t) for t in tasks]
 
-    A directory from the same config is resumed (or reported complete); one from another
-    config, or a non-empty directory that is not a dataforge run, is refused unless
-    ``overwrite`` (and a foreign non-empty directory is refused even then).
+
+def plan_changes(recorded: list[dict[str, Any]], tasks: list[InputTask]) -> list[str]:
+    """What differs between a recorded task plan and the inputs found now, one line per
+    file: added, removed, or changed (size, modification time)."""
+    before = {(t["source"], t["path"]): t for t in recorded}
+    now = {(t["source"], t["path"]): t for t in _plan(tasks)}
+    changes = [f"added {p} (source {s})" for s, p in sorted(now.keys() - before.keys())]
+    changes += [f"removed {p} (source {s})" for s, p in sorted(before.keys() - now.keys())]
+    for key in sorted(now.keys() & before.keys()):
+        diff = [
+            f"{field} {before[key].get(field)} -> {now[key][field]}"
+            for field in ("bytes", "mtime_ns")  # task ids follow from the set of files
+            if before[key].get(field) != now[key][field]
+        ]
+        if diff:
+            changes.append(f"changed {key[1]} ({', '.join(diff)})")
+    return changes
+
+
+def _previous_sha(store: RunStore) -> str | None:
+    for rel in (f"_work/{RUN_FILE}", "manifest.json"):
+        found = store.read_json(rel)
+        if found is not None:
+            return found.get("config_sha256")
+    return None
+
+
+def prepare_run_dir(
+    store: RunStore, config_sha: str, tasks: list[InputTask], overwrite: bool
+) -> str:
+    """Decide what to do with claimed, locked run directory ``store``: ``"fresh"``,
+    ``"resume"`` or ``"complete"``; a fresh run records its task plan before any work.
+
+    A run of the same config over the same planned inputs is resumed (or reported
+    complete). Another config, or inputs that differ from the recorded plan, are refused
+    unless ``overwrite``, which removes only what dataforge wrote.
+
+    Raises:
+        RunDirError: another config or input set (and not ``overwrite``).
     """
-    work_run = f"_work/{RUN_FILE}"
-    present = [n for n in store.names() if n != LEASE_NAME]
-    if present:
-        run = store.read_json(work_run)
+    out = store.root
+    previous = _previous_sha(store)
+    plan = store.read_json(PLAN_FILE)
+    recorded = plan["tasks"] if plan is not None else None
+    if previous is not None and not overwrite:
+        if previous != config_sha:
+            raise RunDirError(
+                f"{out} holds a run of a different config (sha256 {previous[:12]}..., this one "
+                f"{config_sha[:12]}...); pass --overwrite to replace it or choose another -o"
+            )
+        changes = plan_changes(recorded or [], tasks)
+        if changes:
+            shown = "; ".join(changes[:5]) + (
+                f"; and {len(changes) - 5} more" if len(changes) > 5 else ""
+            )
+            raise RunDirError(
+                f"{out} holds a run over other inputs ({len(changes)} changed: {shown}); pass "
+                "--overwrite to start over or choose another -o"
+            )
         manifest = store.read_json("manifest.json")
-        if run is not None:
-            previous = run.get("config_sha256")
-        elif manifest is not None:
-            previous = manifest.get("config_sha256")
-        else:
-            raise RunDirError(
-                f"{store.root} is not empty and is not a dataforge run directory; choose another -o"
-            )
-        if previous == config_sha and not overwrite:
-            if manifest is not None and manifest.get("status") == "complete":
-                return "complete"
-            return "resume"
-        if not overwrite:
-            raise RunDirError(
-                f"{store.root} holds a run of a different config (sha256 {str(previous)[:12]}..., "
-                f"this one {config_sha[:12]}...); pass --overwrite to replace it or choose another -o"
-            )
-        for name in present:
-            store.remove(name)
-    store.write_json(work_run, {"config_sha256": config_sha})
+        if manifest is not None and manifest.get("status") == "complete":
+            return "complete"
+        return "resume"
+    remove_owned_entries(store)
+    store.write_json(PLAN_FILE, {"tasks": _plan(tasks)})
+    store.write_json(f"_work/{RUN_FILE}", {"config_sha256": config_sha})
     return "fresh"
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import re
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,17 +24,24 @@ import pyarrow.parquet as pq
 
 from dataforge.config import PipelineConfig, config_sha256, to_plain
 from dataforge.io import fs
-from dataforge.io.lease import acquire_object_lease
 from dataforge.io.readers import InputTask, plan_input_tasks
 from dataforge.io.run_store import RunStore
 from dataforge.io.sinks import merge_mds_indexes
 from dataforge.runtime.barriers import BarrierContext, run_planner
+from dataforge.runtime.failures import RunFailed, collect_task_failures, one_line, write_trace
 from dataforge.runtime.manifest import (
     AccountingError,
     check_accounting,
     prepare_run_dir,
     sum_counts,
     versions,
+)
+from dataforge.runtime.ownership import (
+    RunDirError,
+    acquire_lock,
+    claim_run_dir,
+    describe_takeover,
+    output_overlaps_inputs,
 )
 from dataforge.runtime.segments import Segment, SegmentRunner, build_segments, make_op
 
@@ -70,76 +79,125 @@ def _log(msg: str) -> None:
     print(f"[dataforge] {msg}", file=sys.stderr, flush=True)
 
 
-@contextlib.contextmanager
-def _single_writer(store: RunStore) -> Iterator[Callable[[], None]]:
-    """Hold the run directory for this writer; yields a check to call before commit steps.
-    Object stores use a lease (:mod:`dataforge.io.lease`)."""
-    if store.local:
-        yield lambda: None
-        return
-    with acquire_object_lease(store.root) as lease:
-        yield lease.verify
-
-
 def run_pipeline(
     config: PipelineConfig,
     out: str | Path,
-    executor: Executor,
+    executor: Executor | Callable[[], Executor],
     *,
     overwrite: bool = False,
     log: Callable[[str], None] = _log,
 ) -> dict[str, Any]:
     """Run (or resume) ``config`` into ``out`` (a local path or a URI). Returns the manifest.
 
+    ``executor`` may be a factory, called only once the run directory is claimed, locked
+    and found to need work (so a refused run never starts Ray).
+
     Raises:
-        RunDirError: ``out`` holds another config's run (and not ``overwrite``).
+        RunDirError: ``out`` overlaps an input, is not a run directory, holds another
+            config's run or another input set (and not ``overwrite``), or is locked by
+            another live run (:class:`RunLockedError`).
         LeaseHeldError: another live writer holds ``out`` (object storage).
         StorageError: ``out`` or an input cannot be reached (before any work starts).
         AccountingError: counts do not add up or too many records failed (the manifest is
             written with ``status: failed`` and no dataset index).
+        RunFailed: a task or the driver failed; one or two lines, the trace in ``OUT/logs/``.
     """
     fs.configure(config.storage)
     store = RunStore(out)
     fs.check_location(store.root)
-    input_tasks = plan_input_tasks(config)
-    with _single_writer(store) as verify:
-        return _run(config, store, executor, overwrite, log, input_tasks, verify)
-
-
-def _run(config, store, executor, overwrite, log, input_tasks, verify) -> dict[str, Any]:
     sha = config_sha256(config)
-    state = prepare_run_dir(store, sha, overwrite)
-    if state == "complete":
-        log(f"{store.root} already holds the complete output of this config; nothing to do")
-        return store.read_json("manifest.json")
-    log(f"{'resuming' if state == 'resume' else 'starting'} run {config.name!r} into {store.root}")
-    started = time.time()
-    segments = build_segments(config)
-    run = _Run(config, store, sha, started, log, input_tasks, segments, verify)
-    timings, barrier_summaries, seg_stats = run.timings, run.barrier_summaries, run.seg_stats
-    for segment in segments:
-        verify()
+    input_tasks = plan_input_tasks(config)
+    if store.local:
+        problems = output_overlaps_inputs(Path(store.root), config, input_tasks)
+        if problems:
+            raise RunDirError(problems[0])
+    claim_run_dir(store)
+    lock = acquire_lock(store)
+    try:
+        if takeover := describe_takeover(lock):
+            log(takeover)
+        state = prepare_run_dir(store, sha, input_tasks, overwrite)
+        if state == "complete":
+            log(f"{store.root} already holds the complete output of this config; nothing to do")
+            return store.read_json("manifest.json")
+        log(
+            f"{'resuming' if state == 'resume' else 'starting'} run {config.name!r} into {store.root}"
+        )
+        if not hasattr(executor, "run_segment"):
+            executor = executor()
+        verify = getattr(lock, "verify", lambda: None)  # a lease can be lost; a flock cannot
+        run = _Run(config, store, sha, time.time(), log, input_tasks, build_segments(config),
+                   verify)  # fmt: skip
+        try:
+            return _execute(run, executor)
+        except (AccountingError, RunFailed):
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported in one line, the trace kept in logs/
+            raise RunFailed(_failure_message(store, exc)) from exc
+    finally:
+        lock.release()
+
+
+def _logs_dir(store: RunStore) -> Path:
+    """Where traces go: ``OUT/logs/``, or a local directory for a run on object storage."""
+    if store.local:
+        return Path(store.root) / "logs"
+    return Path(tempfile.gettempdir()) / "dataforge-logs"
+
+
+def _failure_message(store: RunStore, exc: BaseException) -> str:
+    # A task's RunFailed arrives wrapped by Ray (RayTaskError, UserCodeException): its own
+    # message is in the text; anything else is the driver's own failure.
+    found = re.search(r"RunFailed: (.+)", str(exc))
+    message = found.group(1) if found else one_line(getattr(exc, "cause", None) or exc, store.root)
+    trace = write_trace(_logs_dir(store), "driver", exc)
+    return message + (f"\nfull trace: {trace}" if trace else "")
+
+
+def _execute(run: _Run, executor: Executor) -> dict[str, Any]:
+    config, store = run.config, run.store
+    for segment in run.segments:
+        run.verify()
         if segment.barrier_in is not None:
             stage_index, stage = segment.barrier_in
             t0 = time.time()
-            barrier_summaries[stage_index] = _run_barrier(
-                config, store, segment.index - 1, stage_index, stage, seg_stats[-1], executor
+            run.barrier_summaries[stage_index] = _run_barrier(
+                config, store, segment.index - 1, stage_index, stage, run.seg_stats[-1], executor
             )
-            timings[f"barrier{stage_index}:{stage.op}"] = round(time.time() - t0, 3)
-        tasks = _segment_tasks(segment, input_tasks, store)
+            run.timings[f"barrier{stage_index}:{stage.op}"] = round(time.time() - t0, 3)
+        tasks = _segment_tasks(segment, run.input_tasks, store)
         done = set(store.names(f"_work/seg{segment.index}"))
         pending = [t for t in tasks if f"{t['task_id']}.done" not in done]
-        log(
+        run.log(
             f"segment {segment.index}: {len(pending)} of {len(tasks)} tasks to run "
             f"(ops: {[s.op for _, s in segment.stages] or '-'})"
         )
         t0 = time.time()
         if pending:
-            executor.run_segment(config, segment, store.location("_work"), pending, log)
-        timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
-        seg_stats.append([_read_marker(store, segment.index, t["task_id"]) for t in tasks])
-    verify()
+            try:
+                executor.run_segment(config, segment, store.location("_work"), pending, run.log)
+            except Exception as exc:
+                failures = _task_failures(store, segment.index, pending)
+                if not failures:
+                    raise
+                more = f" (and {len(failures) - 1} more failed tasks)" if len(failures) > 1 else ""
+                trace = failures[0]["trace"]
+                raise RunFailed(
+                    failures[0]["message"] + more + (f"\nfull trace: {trace}" if trace else "")
+                ) from exc
+        run.timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
+        run.seg_stats.append([_read_marker(store, segment.index, t["task_id"]) for t in tasks])
+    run.verify()
     return _commit(run)
+
+
+def _task_failures(store: RunStore, seg: int, pending: list[dict[str, Any]]) -> list[dict]:
+    """Failure records of local runs; on object storage a task's message travels in its
+    exception (read by :func:`_failure_message`)."""
+    if not store.local:
+        return []
+    seg_dir = Path(store.location(f"_work/seg{seg}"))
+    return collect_task_failures(seg_dir, [t["task_id"] for t in pending])
 
 
 @dataclasses.dataclass

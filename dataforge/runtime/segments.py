@@ -16,6 +16,7 @@ actors in ``dataforge run``, in-process in tests and the baseline benchmark).
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -34,6 +35,7 @@ from dataforge.io.run_store import RunStore
 from dataforge.io.sinks import PartWriter, write_json_atomic
 from dataforge.ops.base import BarrierOp, Op, OpContext, op_class
 from dataforge.records import DROP
+from dataforge.runtime.failures import RunFailed, clear_task_failure, record_task_failure
 
 __all__ = ["Segment", "SegmentRunner", "build_segments", "make_op", "op_context"]
 
@@ -105,6 +107,7 @@ class SegmentRunner:
         self.barrier_in = make_op(segment.barrier_in[1], config) if segment.barrier_in else None
         self.barrier_out = make_op(segment.barrier_out[1], config) if segment.barrier_out else None
         self.declared = declared_encodings(config) if segment.final else {}
+        self._records_read = 0
         for _, _, op in self.ops:
             op.setup()
         for op in (self.barrier_in, self.barrier_out):
@@ -119,13 +122,33 @@ class SegmentRunner:
         stats = self.store.read_json(marker)
         if stats is not None:
             return stats
-        with self.store.staging(f"{self.seg}/{task_id}") as tmp:
-            stats = self._process(task, tmp)
-            write_json_atomic(tmp / "stats.json", stats)
-            self.store.commit_dir(tmp, f"{self.seg}/{task_id}")
-        # The marker, written last, is what commits the part (object stores have no rename).
-        self.store.write_json(marker, stats)
+        seg_dir, logs = self._failure_dirs()
+        clear_task_failure(seg_dir, task_id)
+        self._records_read = 0
+        try:
+            with self.store.staging(f"{self.seg}/{task_id}") as tmp:
+                stats = self._process(task, tmp)
+                write_json_atomic(tmp / "stats.json", stats)
+                self.store.commit_dir(tmp, f"{self.seg}/{task_id}")
+            # The marker, written last, commits the part (object stores have no rename).
+            self.store.write_json(marker, stats)
+        except Exception as exc:
+            message = record_task_failure(seg_dir, logs, task, exc, self._records_read)
+            raise RunFailed(message) from exc
         return stats
+
+    def _failure_dirs(self) -> tuple[Path, Path]:
+        """Where a failed task's record and trace go: ``_work/seg<k>/`` and ``OUT/logs/``;
+        for a run on object storage a local directory (the message travels to the driver
+        in the exception)."""
+        if self.store.local:
+            seg_dir = Path(self.store.location(self.seg))
+            logs = seg_dir.parent.parent / "logs"
+        else:
+            seg_dir = Path(tempfile.gettempdir()) / "dataforge-logs" / self.seg
+            logs = seg_dir.parent
+        seg_dir.mkdir(parents=True, exist_ok=True)
+        return seg_dir, logs
 
     # -- the work ----------------------------------------------------------------------
     def _input_batches(self, task: dict[str, Any], stats: dict[str, Any]):
@@ -168,6 +191,7 @@ class SegmentRunner:
         sinks = _PartSinks(tmp, self.config, self.segment.final, self.declared)
         started_all = time.perf_counter()
         for batch in self._input_batches(task, stats):
+            self._records_read += batch.num_rows
             if self.segment.index == 0:
                 for src, n in Counter(batch.column("source").to_pylist()).items():
                     counts[src]["input"] += n

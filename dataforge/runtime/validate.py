@@ -5,17 +5,20 @@ the YAML itself, which :func:`dataforge.config.load_pipeline` already checked: t
 and input storage answers (endpoint, credentials, bucket: :func:`dataforge.io.fs.check_location`), every input
 path matches files, every op's resources are usable (:meth:`Op.validate`: model files,
 tokenizer directories, importable segmenters), cross-stage rules hold
-(:meth:`Op.check_pipeline`), and every barrier op names a planner that exists. Runs
+(:meth:`Op.check_pipeline`), the output is not equal to, inside or above an input, and every barrier op names a planner that exists. Runs
 without Ray and without loading any model.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from dataforge.config import PipelineConfig
 from dataforge.io import fs
 from dataforge.io.readers import plan_input_tasks
 from dataforge.ops.base import BarrierOp
 from dataforge.runtime.barriers import planner_of
+from dataforge.runtime.ownership import output_overlaps_inputs
 from dataforge.runtime.segments import make_op
 from dataforge.typed_config import ConfigError
 
@@ -33,7 +36,9 @@ def validate_pipeline(config: PipelineConfig, out: str | None = None) -> list[st
     problems = []
     try:
         fs.check_location(out or config.locate(config.output.path))
-        plan_input_tasks(config)
+        tasks = plan_input_tasks(config)
+        if out is not None and not fs.is_uri(out):
+            problems += output_overlaps_inputs(Path(out), config, tasks)
     except fs.StorageError as exc:
         return [str(exc)]  # the stages' own checks would fail on the same storage
     except ConfigError as exc:
