@@ -100,19 +100,25 @@ def test_live_lease_refuses_a_second_writer_and_stale_one_is_taken_over(
     s3, bucket: str, uploaded: str, tmp_path
 ) -> None:
     pipeline = _pipeline(tmp_path, uploaded, f"s3://{bucket}/out")
+    # another writer claimed the folder and holds the lease
+    s3.client().put_object(Bucket=bucket, Key="out/.dataforge-run", Body=b'{"dataforge_run": 1}')
     lease = {"id": "other", "host": "elsewhere", "pid": 42, "expires": time.time() + 600}
     s3.client().put_object(Bucket=bucket, Key=f"out/{LEASE_NAME}", Body=json.dumps(lease))
     with pytest.raises(
         LeaseHeldError, match=rf"^s3://{bucket}/out/{LEASE_NAME}: .* host elsewhere pid 42"
     ):
         run_pipeline(load_pipeline(pipeline), f"s3://{bucket}/out", LocalExecutor())
-    assert s3.keys(bucket, "out/") == [f"out/{LEASE_NAME}"]  # nothing written, lease kept
+    # nothing written, lease kept
+    assert s3.keys(bucket, "out/") == ["out/.dataforge-run", f"out/{LEASE_NAME}"]
     lease["expires"] = time.time() - 5  # the other writer died long ago
     s3.client().put_object(Bucket=bucket, Key=f"out/{LEASE_NAME}", Body=json.dumps(lease))
     # Through the CLI on a fresh local Ray: its actors write the parts to S3.
     proc = cli("run", str(pipeline), "--address", "local")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert s3.keys(bucket, "out/") == ["out/jsonl/000-000000/data.jsonl", "out/manifest.json"]
+    assert s3.keys(bucket, "out/") == [
+        "out/.dataforge-run", "out/jsonl/000-000000/data.jsonl", "out/manifest.json",
+        "out/plan.json",
+    ]  # fmt: skip
     manifest = json.loads(
         s3.client().get_object(Bucket=bucket, Key="out/manifest.json")["Body"].read()
     )

@@ -92,9 +92,10 @@ def test_demo_pipeline_on_s3_equals_local_run_then_trains(
         s3.client().download_file(bucket, key, str(remote_dir / key))
     remote_files = _files(remote_dir / "runs" / "demo")
     local_files = _files(tmp_path / "local")
+    del local_files[".dataforge-lock"]  # the local flock's file; S3 holds a lease, released
     assert sorted(remote_files) == sorted(local_files)
-    different = [k for k in local_files if remote_files[k] != local_files[k]]
-    assert different == ["manifest.json"]
+    different = sorted(k for k in local_files if remote_files[k] != local_files[k])
+    assert different == ["manifest.json", "plan.json"]  # they name the inputs' paths
     remote = json.loads(remote_files["manifest.json"])
     assert remote["status"] == "complete" and remote["counts"] == local["counts"]
     assert remote["output"] == local["output"] and remote["output"]["records"] > 1000
