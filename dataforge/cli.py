@@ -36,7 +36,7 @@ def _checked_config(args: argparse.Namespace):
 def _cmd_run(args: argparse.Namespace) -> int:
     from dataforge.io.fs import StorageError
     from dataforge.io.lease import LeaseHeldError
-    from dataforge.runtime.failures import RunFailed
+    from dataforge.runtime.failures import RunFailed, one_line
     from dataforge.runtime.manifest import AccountingError, RunDirError
 
     config = _checked_config(args)
@@ -61,6 +61,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 1
     except (AccountingError, RunFailed) as exc:
         print(f"error: run failed: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # e.g. a full disk or a permission before any task ran
+        print(f"error: run failed: {one_line(exc, out)}", file=sys.stderr)
         return 1
     total = manifest["counts"]["total"]
     print(
@@ -128,8 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run (or resume) a pipeline on Ray",
         description="Run PIPELINE.yaml on embedded local Ray or an existing cluster. "
-        "Re-running into an OUT of the same config resumes; a different config is "
-        "refused unless --overwrite.",
+        "Re-running into an OUT of the same config and inputs resumes; a different config "
+        "or input set is refused unless --overwrite; one run writes an OUT at a time.",
     )
     run.add_argument("pipeline", metavar="PIPELINE.yaml")
     run.add_argument("-o", "--output", metavar="OUT", help="run directory (default: output.path)")
@@ -144,7 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a config value (YAML syntax), e.g. --set stages.0.batch_size=500",
     )
     run.add_argument(
-        "--overwrite", action="store_true", help="replace a run of a different config in OUT"
+        "--overwrite",
+        action="store_true",
+        help="replace a run of another config or input set in OUT (removes only what "
+        "dataforge wrote; never a folder that is not a run)",
     )
     run.set_defaults(func=_cmd_run)
 

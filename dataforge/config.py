@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from dataforge.io.fs import StorageConfig
 from dataforge.io.input_config import INPUT_FORMATS, InputConfig, ReadConfig
+from dataforge.io.mds_index import MAX_SHARD_BYTES
 from dataforge.typed_config import (
     ConfigError,
     apply_overrides,
@@ -60,7 +61,6 @@ SHARD_HASHES = (
     "sha3_512", "blake2b", "blake2s", "xxh32", "xxh64", "xxh128", "xxh3_64", "xxh3_128",
 )  # fmt: skip
 MIN_SHARD_BYTES = 1 << 10
-MAX_SHARD_BYTES = (1 << 32) - 1  # MDS shards address samples with uint32 offsets
 
 
 def _check_compression(fmt: str, compression: str | None) -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "s3_endpoint",
     "s3_region",
     "scratch_dir",
+    "size_and_mtime",
     "storage_errors",
 ]
 
@@ -240,6 +241,24 @@ def exists(location: str) -> bool:
     fs, path = filesystem(location)
     with storage_errors(location):
         return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def size_and_mtime(location: str) -> tuple[int, int]:
+    """Size in bytes and modification time (ns) of the file at ``location``.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        StorageError: the storage cannot be used.
+    """
+    if not is_uri(location):
+        stat = os.stat(location)
+        return stat.st_size, stat.st_mtime_ns
+    fs, path = filesystem(location)
+    with storage_errors(location):
+        info = fs.get_file_info(path)
+    if info.type != pafs.FileType.File:
+        raise FileNotFoundError(f"{location}: not found")
+    return info.size, info.mtime_ns or 0
 
 
 def open_input_stream(location: str) -> BinaryIO:

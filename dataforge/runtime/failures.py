@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import traceback
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ __all__ = [
     "RunFailed",
     "clear_task_failure",
     "collect_task_failures",
+    "driver_failure_message",
     "one_line",
     "record_task_failure",
     "write_trace",
@@ -91,3 +93,14 @@ def collect_task_failures(seg_dir: Path, task_ids: list[str]) -> list[dict[str, 
             except (OSError, ValueError):
                 continue  # half-written on a full disk; the task's exception says it all
     return found
+
+
+def driver_failure_message(out: Path, exc: BaseException) -> str:
+    """The one or two lines for a run that failed outside a task record (its trace goes
+    to ``OUT/logs/driver.log``)."""
+    # A task's RunFailed arrives wrapped by Ray (RayTaskError, UserCodeException): its own
+    # message is in the text; anything else is the driver's own failure.
+    found = re.search(r"RunFailed: (.+)", str(exc))
+    message = found.group(1) if found else one_line(getattr(exc, "cause", None) or exc, out)
+    trace = write_trace(out / "logs", "driver", exc)
+    return message + (f"\nfull trace: {trace}" if trace else "")

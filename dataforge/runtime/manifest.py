@@ -14,14 +14,17 @@ from collections import Counter
 from importlib import metadata
 from typing import Any
 
+from dataforge.io import fs
 from dataforge.io.readers import InputTask
 from dataforge.io.run_store import RunStore
+from dataforge.runtime.failures import RunFailed
 from dataforge.runtime.ownership import RunDirError, remove_owned_entries
 
 __all__ = [
     "AccountingError",
     "RunDirError",
     "check_accounting",
+    "check_inputs_unchanged",
     "plan_changes",
     "prepare_run_dir",
     "sum_counts",
@@ -202,3 +205,19 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return found
+
+
+def check_inputs_unchanged(tasks: list[InputTask]) -> None:
+    """An input rewritten while the run read it would mix two versions in one output."""
+    for task in tasks:
+        try:
+            size, mtime_ns = fs.size_and_mtime(task.path)
+        except OSError as exc:
+            raise RunFailed(
+                f"input {task.path} disappeared during the run ({exc.strerror or exc})"
+            ) from None
+        if (size, mtime_ns) != (task.bytes, task.mtime_ns):
+            raise RunFailed(
+                f"input {task.path} changed during the run (bytes {task.bytes} -> "
+                f"{size}); rerun with --overwrite once the inputs are final"
+            )

@@ -172,14 +172,30 @@ def claim_run_dir(store: RunStore) -> None:
     out = store.root
     if store.local and Path(out).exists() and not Path(out).is_dir():
         raise RunDirError(f"{out} is a file, not a run directory; choose another -o")
-    if store.read_json(RUN_MARKER) is not None:
+    if store.exists(RUN_MARKER):
         return
-    if store.names():
+    path = Path(out)
+    if store.local:
+        present = path.exists() and any(p.name != LOCK_FILE for p in path.iterdir())
+    else:
+        present = bool(store.names())
+    if present:
         raise RunDirError(
             f"{out} is not empty and is not a dataforge run directory (no {RUN_MARKER}); "
             "dataforge never writes into or removes such a folder: choose another -o"
         )
-    store.write_json(RUN_MARKER, {"dataforge_run": 1})
+    if not store.local:  # object storage: the lease, taken next, decides who writes
+        store.write_json(RUN_MARKER, {"dataforge_run": 1})
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    # Exclusive create: a second run claiming the same empty folder at the same moment
+    # finds the marker there (the lock then decides who writes).
+    try:
+        fd = os.open(path / RUN_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write('{"dataforge_run": 1}\n')
 
 
 def remove_owned_entries(store: RunStore) -> list[str]:

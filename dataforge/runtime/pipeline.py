@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 import sys
 import tempfile
 import time
@@ -24,9 +23,10 @@ from dataforge.io.readers import InputTask, plan_input_tasks
 from dataforge.io.run_store import RunStore
 from dataforge.runtime.barriers import BarrierContext, run_planner
 from dataforge.runtime.commit import RunState, commit_output
-from dataforge.runtime.failures import RunFailed, collect_task_failures, one_line, write_trace
+from dataforge.runtime.failures import RunFailed, collect_task_failures, driver_failure_message
 from dataforge.runtime.manifest import (
     AccountingError,
+    check_inputs_unchanged,
     prepare_run_dir,
 )
 from dataforge.runtime.ownership import (
@@ -126,25 +126,17 @@ def run_pipeline(
         except (AccountingError, RunFailed):
             raise
         except Exception as exc:  # noqa: BLE001 - reported in one line, the trace kept in logs/
-            raise RunFailed(_failure_message(store, exc)) from exc
+            raise RunFailed(driver_failure_message(local_root(store), exc)) from exc
     finally:
         lock.release()
 
 
-def _logs_dir(store: RunStore) -> Path:
-    """Where traces go: ``OUT/logs/``, or a local directory for a run on object storage."""
+def local_root(store: RunStore) -> Path:
+    """Where local-only records of a run go (task failure records, traces in ``logs/``):
+    OUT itself, or for a run on object storage a directory on this node."""
     if store.local:
-        return Path(store.root) / "logs"
-    return Path(tempfile.gettempdir()) / "dataforge-logs"
-
-
-def _failure_message(store: RunStore, exc: BaseException) -> str:
-    # A task's RunFailed arrives wrapped by Ray (RayTaskError, UserCodeException): its own
-    # message is in the text; anything else is the driver's own failure.
-    found = re.search(r"RunFailed: (.+)", str(exc))
-    message = found.group(1) if found else one_line(getattr(exc, "cause", None) or exc, store.root)
-    trace = write_trace(_logs_dir(store), "driver", exc)
-    return message + (f"\nfull trace: {trace}" if trace else "")
+        return Path(store.root)
+    return Path(tempfile.gettempdir()) / "dataforge-remote-runs"
 
 
 def _execute(run: RunState, executor: Executor) -> dict[str, Any]:
@@ -180,13 +172,14 @@ def _execute(run: RunState, executor: Executor) -> dict[str, Any]:
                 ) from exc
         run.timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
         run.seg_stats.append([_read_marker(store, segment.index, t["task_id"]) for t in tasks])
+    check_inputs_unchanged(run.input_tasks)
     run.verify()
     return commit_output(run)
 
 
 def _task_failures(store: RunStore, seg: int, pending: list[dict[str, Any]]) -> list[dict]:
     """Failure records of local runs; on object storage a task's message travels in its
-    exception (read by :func:`_failure_message`)."""
+    exception (read by :func:`driver_failure_message`)."""
     if not store.local:
         return []
     seg_dir = Path(store.location(f"_work/seg{seg}"))

@@ -143,12 +143,10 @@ class SegmentRunner:
         in the exception)."""
         if self.store.local:
             seg_dir = Path(self.store.location(self.seg))
-            logs = seg_dir.parent.parent / "logs"
-        else:
-            seg_dir = Path(tempfile.gettempdir()) / "dataforge-logs" / self.seg
-            logs = seg_dir.parent
+        else:  # the same node-local root as the driver's (runtime.pipeline.local_root)
+            seg_dir = Path(tempfile.gettempdir()) / "dataforge-remote-runs" / "_work" / self.seg
         seg_dir.mkdir(parents=True, exist_ok=True)
-        return seg_dir, logs
+        return seg_dir, seg_dir.parent.parent / "logs"
 
     # -- the work ----------------------------------------------------------------------
     def _input_batches(self, task: dict[str, Any], stats: dict[str, Any]):

@@ -156,3 +156,50 @@ def test_full_disk_fails_in_one_line_and_resumes_identically(
         assert snapshot(tmp_path / "in") == before
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+TXT = (
+    b"first line\r\nsecond \xff line\n\n\nafter blanks \x00 NUL\r\n" + b"y" * (5 << 20) + b"\nlast"
+)
+
+
+@pytest.mark.parametrize(
+    ("unit", "kept", "dropped"),
+    [
+        ("line", 4, {"empty": 2, "too_long": 1}),
+        ("paragraph", 3, {"too_long": 1}),
+        ("file", 0, {"empty": 1, "too_long": 1}),  # an empty file is one empty document
+    ],
+)
+def test_bad_txt_corpus_every_unit(
+    tmp_path: Path, write_pipeline, unit: str, kept: int, dropped: dict
+) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_bytes(TXT)
+    (tmp_path / "in" / "empty.txt").write_bytes(b"")
+    before = snapshot(tmp_path / "in")
+    path = _pipeline(tmp_path, write_pipeline,
+                     f'[{{name: s, path: "in/*.txt", format: txt, txt_unit: {unit}}}]',
+                     "read: {max_doc_chars: 1000000}")  # fmt: skip
+    manifest = run_local(path, tmp_path / "out")
+    assert_accounted(manifest)
+    counts = manifest["counts"]["by_source"]["s"]
+    assert (counts["kept"], counts["dropped"]) == (kept, dropped)
+    assert len(output_ids(tmp_path / "out")) == kept and snapshot(tmp_path / "in") == before
+
+
+def test_bad_parquet_corpus(tmp_path: Path, write_pipeline) -> None:
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"text": ["good", None, "", "bad \udcff".encode(errors="surrogatepass")
+                                      .decode("utf-8", "replace"), "x" * 2000]}),
+                   tmp_path / "in" / "a.parquet")  # fmt: skip
+    pq.write_table(pa.table({"text": pa.array([1, 2], pa.int64())}), tmp_path / "in" / "b.parquet")
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / "in" / "c.parquet")
+    path = _pipeline(tmp_path, write_pipeline,
+                     '[{name: s, path: "in/*.parquet", format: parquet}]',
+                     "read: {max_doc_chars: 1000}")  # fmt: skip
+    manifest = run_local(path, tmp_path / "out")
+    assert_accounted(manifest)
+    counts = manifest["counts"]["by_source"]["s"]
+    assert counts["input"] == 7 and counts["kept"] == 2
+    assert counts["dropped"] == {"empty": 1, "error:text_type": 3, "too_long": 1}

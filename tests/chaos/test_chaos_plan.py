@@ -117,3 +117,34 @@ def test_a_file_read_by_two_sources_is_refused(tmp_path: Path, write_pipeline) -
     )
     with pytest.raises(ConfigError, match=r"inputs\[1\] \(s2\): file .*a.jsonl is also read by"):
         plan_input_tasks(load_pipeline(path))
+
+
+def test_complete_run_with_changed_inputs_is_refused(twenty_files: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_local(twenty_files, out)
+    touched = tmp_path / "in" / "f20.jsonl"
+    os.utime(touched, ns=(time.time_ns(), time.time_ns() + 10**9))
+    with pytest.raises(RunDirError, match=r"over other inputs \(1 changed: changed .*f20.jsonl"):
+        run_local(twenty_files, out)
+
+
+class _RewritesAnInput(LocalExecutor):
+    """Appends to an input after segment 0, as a producer still writing it would."""
+
+    def __init__(self, victim: Path) -> None:
+        self.victim = victim
+
+    def run_segment(self, config, segment, work_dir, tasks, log) -> None:
+        super().run_segment(config, segment, work_dir, tasks, log)
+        with open(self.victim, "a") as f:
+            f.write(json.dumps({"text": "late"}) + "\n")
+
+
+def test_input_changed_during_the_run_fails_it(twenty_files: Path, tmp_path: Path) -> None:
+    from dataforge.runtime.failures import RunFailed
+
+    victim = tmp_path / "in" / "f12.jsonl"
+    with pytest.raises(RunFailed, match=r"input .*f12.jsonl changed during the run"):
+        run_pipeline(load_pipeline(twenty_files), tmp_path / "out", _RewritesAnInput(victim),
+                     log=lambda m: None)  # fmt: skip
+    assert not (tmp_path / "out" / "manifest.json").exists()
