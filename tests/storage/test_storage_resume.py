@@ -107,3 +107,33 @@ def test_models_from_uris_are_fetched_once_per_node(s3, bucket, tmp_path, monkey
     assert fresh != tok and (fresh / "spm.model").read_bytes() == b"spm-v2"
     leftovers = [p for p in (tmp_path / "cache" / "remote").iterdir() if p.name.startswith(".")]
     assert leftovers == []  # no half-downloaded entry left behind
+
+
+def test_dedup_against_a_run_on_s3(s3, bucket, small_corpus, tmp_path) -> None:
+    s3.upload_tree(small_corpus, bucket, "corpus")
+    first = load_pipeline(_pipeline(tmp_path, f"s3://{bucket}/corpus"))
+    done = run_pipeline(first, f"s3://{bucket}/first", LocalExecutor(), log=lambda m: None)
+    assert "first/dedup/signatures.parquet" in s3.keys(bucket, "first/dedup/")
+    # The same corpus again, deduplicated against the first run's published signatures:
+    # every record the first run kept is now a duplicate of it.
+    text = _pipeline(tmp_path, str(small_corpus)).read_text()
+    against = tmp_path / "against.yaml"
+    against.write_text(
+        text.replace("method: exact}", f'method: exact, against: ["s3://{bucket}/first"]}}')
+    )
+    second = run_pipeline(
+        load_pipeline(against), tmp_path / "second", LocalExecutor(), log=lambda m: None
+    )
+    assert second["counts"]["total"]["kept"] == 0
+    assert second["counts"]["total"]["input"] == done["counts"]["total"]["input"]
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(
+        text.replace("method: exact}", f'method: exact, against: ["s3://{bucket}/nothing"]}}')
+    )
+    from dataforge.runtime.validate import validate_pipeline
+
+    problems = validate_pipeline(load_pipeline(missing))
+    assert problems == [
+        f"stages[1] (dedup): dedup.against: s3://{bucket}/nothing/dedup/signatures.parquet "
+        "not found"
+    ]
