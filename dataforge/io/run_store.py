@@ -151,6 +151,21 @@ class RunStore:
         ):
             f.write(data)
 
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write a small file that readers see whole or not at all."""
+        if self.local:
+            path = Path(self._path(rel))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+            return
+        with (
+            storage_errors(self.location(rel)),
+            self.fs.open_output_stream(self._path(rel), compression=None) as f,
+        ):
+            f.write(data)
+
     def remove(self, rel: str) -> None:
         """Remove the file or directory ``rel`` (nothing if absent; a symlink is unlinked,
         never followed)."""

@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 RUN_MARKER = ".dataforge-run"
+MARKER_BODY = b'{"dataforge_run": 1}\n'
 LOCK_FILE = ".dataforge-lock"
 # Everything dataforge writes at the top of a run directory (the barrier ops add their audit
 # folders, named after the op). The marker and the lock file stay through --overwrite.
@@ -185,7 +186,7 @@ def claim_run_dir(store: RunStore) -> None:
             "dataforge never writes into or removes such a folder: choose another -o"
         )
     if not store.local:  # object storage: the lease, taken next, decides who writes
-        store.write_json(RUN_MARKER, {"dataforge_run": 1})
+        store.write_bytes(RUN_MARKER, MARKER_BODY)
         return
     path.mkdir(parents=True, exist_ok=True)
     # Exclusive create: a second run claiming the same empty folder at the same moment
@@ -194,8 +195,8 @@ def claim_run_dir(store: RunStore) -> None:
         fd = os.open(path / RUN_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return
-    with os.fdopen(fd, "w") as f:
-        f.write('{"dataforge_run": 1}\n')
+    with os.fdopen(fd, "wb") as f:
+        f.write(MARKER_BODY)
 
 
 def remove_owned_entries(store: RunStore) -> list[str]:

@@ -147,3 +147,6 @@ def _train_five_steps_from_s3(out: str, tokenizer: str, tmp_path: Path) -> None:
     assert result.steps == 5 and len(result.losses) == 5
     assert all(np.isfinite(result.losses))
     assert result.losses[0] == pytest.approx(np.log(2000), abs=0.6)
+    # the export beside the checkpoints carries the tokenizer fetched from s3://
+    exported = sorted(p.name for p in (tmp_path / "ckpt" / "export").iterdir())
+    assert "dataforge_bpe.json" in exported, exported
