@@ -17,7 +17,13 @@ from dataforge.config import PipelineConfig, to_plain
 from dataforge.io.readers import InputTask
 from dataforge.io.run_store import RunStore
 from dataforge.io.sinks import merge_mds_indexes
-from dataforge.runtime.manifest import AccountingError, check_accounting, sum_counts, versions
+from dataforge.runtime.manifest import (
+    AccountingError,
+    check_accounting,
+    stage_report,
+    sum_counts,
+    versions,
+)
 from dataforge.runtime.segments import Segment
 
 __all__ = ["RunState", "commit_output"]
@@ -111,7 +117,7 @@ def commit_output(run: RunState) -> dict[str, Any]:
             for t in input_tasks
         ],
         "counts": counts,
-        "stages": _stage_report(config, seg_stats, barrier_summaries),
+        "stages": stage_report(config, seg_stats, barrier_summaries),
         "timings": timings,
     }
     sources = [s.name for s in config.inputs]
@@ -178,18 +184,3 @@ def _collect_rejects(store: RunStore, n_segments: int, task_ids: list[str]) -> N
             src = f"_work/seg{k}/{task_id}/dropped.parquet"
             if store.exists(src):
                 store.copy_file(src, f"rejects/seg{k}-{task_id}.parquet")
-
-
-def _stage_report(config, seg_stats, barrier_summaries) -> list[dict[str, Any]]:
-    seconds: dict[str, float] = {}
-    for stats_list in seg_stats:
-        for stats in stats_list:
-            for key, value in stats.get("op_seconds", {}).items():
-                seconds[key] = seconds.get(key, 0.0) + value
-    report = []
-    for i, stage in enumerate(config.stages):
-        entry: dict[str, Any] = {"op": stage.op, "cpu_seconds": round(seconds.get(str(i), 0.0), 3)}
-        if i in barrier_summaries:
-            entry["summary"] = barrier_summaries[i]
-        report.append(entry)
-    return report

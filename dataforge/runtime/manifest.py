@@ -27,6 +27,7 @@ __all__ = [
     "check_inputs_unchanged",
     "plan_changes",
     "prepare_run_dir",
+    "stage_report",
     "sum_counts",
     "versions",
 ]
@@ -221,3 +222,20 @@ def check_inputs_unchanged(tasks: list[InputTask]) -> None:
                 f"input {task.path} changed during the run (bytes {task.bytes} -> "
                 f"{size}); rerun with --overwrite once the inputs are final"
             )
+
+
+def stage_report(config, seg_stats, barrier_summaries) -> list[dict[str, Any]]:
+    """Per stage of ``config``: its op, CPU seconds over all tasks, and the barrier's
+    summary (dedup clusters, sampling mixture)."""
+    seconds: dict[str, float] = {}
+    for stats_list in seg_stats:
+        for stats in stats_list:
+            for key, value in stats.get("op_seconds", {}).items():
+                seconds[key] = seconds.get(key, 0.0) + value
+    report = []
+    for i, stage in enumerate(config.stages):
+        entry: dict[str, Any] = {"op": stage.op, "cpu_seconds": round(seconds.get(str(i), 0.0), 3)}
+        if i in barrier_summaries:
+            entry["summary"] = barrier_summaries[i]
+        report.append(entry)
+    return report

@@ -160,16 +160,19 @@ def describe_takeover(lock: RunLock) -> str | None:
     return f"taking over the lock of a run that is no longer running ({_describe(lock.previous)})"
 
 
-def claim_run_dir(store: RunStore) -> None:
-    """Make ``store`` (the run directory) a run directory, or check that it is one.
+def claim_run_dir(store: RunStore | Path) -> None:
+    """Make ``store`` (the run directory: a store, or a local path) a run directory, or
+    check that it is one.
 
-    An absent or empty folder is created and marked; a folder with the marker is accepted;
-    anything else (a file, a folder of someone's data, a run of an older dataforge) is
-    refused and left untouched.
+    An absent or empty folder is created and marked; a folder with the marker is accepted,
+    and so is a complete or failed run of a dataforge from before markers (only dataforge's
+    entries, a manifest with a config hash and dataforge's version), which is marked;
+    anything else (a file, a folder of someone's data) is refused and left untouched.
 
     Raises:
         RunDirError: ``out`` is a file, or a non-empty folder without the run marker.
     """
+    store = store if isinstance(store, RunStore) else RunStore(store)
     out = store.root
     if store.local and Path(out).exists() and not Path(out).is_dir():
         raise RunDirError(f"{out} is a file, not a run directory; choose another -o")
@@ -177,7 +180,12 @@ def claim_run_dir(store: RunStore) -> None:
         return
     path = Path(out)
     if store.local:
-        present = path.exists() and any(p.name != LOCK_FILE for p in path.iterdir())
+        # The marker may appear between the check above and this listing: a concurrent claim.
+        present = (
+            path.exists()
+            and any(p.name not in (LOCK_FILE, RUN_MARKER) for p in path.iterdir())
+            and not _is_unmarked_run(path)
+        )
     else:
         present = bool(store.names())
     if present:
@@ -199,9 +207,29 @@ def claim_run_dir(store: RunStore) -> None:
         f.write(MARKER_BODY)
 
 
-def remove_owned_entries(store: RunStore) -> list[str]:
+def _is_unmarked_run(out: Path) -> bool:
+    """A run written before run markers existed: only dataforge's entries, and a manifest
+    with a config hash and dataforge's version (a stray ``manifest.json`` is not enough)."""
+    if any(p.name not in (*OWNED_ENTRIES, LOCK_FILE, RUN_MARKER) for p in out.iterdir()):
+        return False
+    try:
+        manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    sha = manifest.get("config_sha256") if isinstance(manifest, dict) else None
+    versions = manifest.get("versions") if isinstance(manifest, dict) else None
+    return (
+        isinstance(sha, str)
+        and len(sha) == 64
+        and isinstance(versions, dict)
+        and "dataforge" in versions
+    )
+
+
+def remove_owned_entries(store: RunStore | Path) -> list[str]:
     """Remove what dataforge wrote in run directory ``store`` (``--overwrite``); anything
     else a user put there stays. Returns the names removed."""
+    store = store if isinstance(store, RunStore) else RunStore(store)
     assert store.exists(RUN_MARKER), f"{store.root} is not a claimed run directory"
     removed = []
     for name in OWNED_ENTRIES:

@@ -23,7 +23,12 @@ from dataforge.io.readers import InputTask, plan_input_tasks
 from dataforge.io.run_store import RunStore
 from dataforge.runtime.barriers import BarrierContext, run_planner
 from dataforge.runtime.commit import RunState, commit_output
-from dataforge.runtime.failures import RunFailed, collect_task_failures, driver_failure_message
+from dataforge.runtime.failures import (
+    RunFailed,
+    clear_task_failure,
+    collect_task_failures,
+    driver_failure_message,
+)
 from dataforge.runtime.manifest import (
     AccountingError,
     check_inputs_unchanged,
@@ -159,6 +164,7 @@ def _execute(run: RunState, executor: Executor) -> dict[str, Any]:
         )
         t0 = time.time()
         if pending:
+            _clear_task_failures(store, segment.index, pending)
             try:
                 executor.run_segment(config, segment, store.location("_work"), pending, run.log)
             except Exception as exc:
@@ -175,6 +181,15 @@ def _execute(run: RunState, executor: Executor) -> dict[str, Any]:
     check_inputs_unchanged(run.input_tasks)
     run.verify()
     return commit_output(run)
+
+
+def _clear_task_failures(store: RunStore, seg: int, pending: list[dict[str, Any]]) -> None:
+    """A failure record of an earlier attempt says nothing now (records are local files;
+    on object storage none reach the driver)."""
+    if store.local:
+        seg_dir = Path(store.location(f"_work/seg{seg}"))
+        for task in pending:
+            clear_task_failure(seg_dir, task["task_id"])
 
 
 def _task_failures(store: RunStore, seg: int, pending: list[dict[str, Any]]) -> list[dict]:

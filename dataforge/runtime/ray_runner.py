@@ -122,11 +122,20 @@ def run_on_ray(
     """``dataforge run``: claim and lock ``out``, then start or join Ray and run the
     pipeline on it (a refused or already complete run never starts Ray)."""
     kwargs = {"log": log} if log else {}
+    connected_here = []
 
     def start_ray() -> RayExecutor:
+        if not ray.is_initialized():
+            connected_here.append(True)
         where = init_ray(config, address)
         if log:
             log(f"running on {where}")
         return RayExecutor(config)
 
-    return run_pipeline(config, out, start_ray, overwrite=overwrite, **kwargs)
+    try:
+        return run_pipeline(config, out, start_ray, overwrite=overwrite, **kwargs)
+    finally:
+        # Stops the worker-log relay too, so that Ray's copies of a failed task's trace do
+        # not trail after the one-line error the CLI prints next.
+        if connected_here and ray.is_initialized():
+            ray.shutdown()
