@@ -17,9 +17,11 @@ from dataforge.config import PipelineConfig, to_plain
 from dataforge.io.readers import InputTask
 from dataforge.io.run_store import RunStore
 from dataforge.io.sinks import merge_mds_indexes
+from dataforge.runtime.histograms import merge_distributions
 from dataforge.runtime.manifest import (
     AccountingError,
     check_accounting,
+    decoding_warnings,
     stage_report,
     sum_counts,
     versions,
@@ -106,6 +108,8 @@ def commit_output(run: RunState) -> dict[str, Any]:
     final_seg = segments[-1].index
     task_ids = [t.task_id for t in input_tasks]
     counts = sum_counts(seg_stats)
+    decoding = {stats["task_id"]: stats.get("decoding") for stats in seg_stats[0]}
+    warnings = decoding_warnings(config, input_tasks, decoding)
     manifest: dict[str, Any] = {
         "name": config.name,
         "status": "failed",
@@ -114,13 +118,20 @@ def commit_output(run: RunState) -> dict[str, Any]:
         "versions": versions(),
         "inputs": [
             {"source": t.source, "path": t.path, "bytes": t.bytes, "task_id": t.task_id}
+            | ({"decoding": decoding[t.task_id]} if decoding.get(t.task_id) else {})
             for t in input_tasks
         ],
         "counts": counts,
+        "warnings": warnings,
         "stages": stage_report(config, seg_stats, barrier_summaries),
         "timings": timings,
+        "distributions": merge_distributions(
+            [s.get("distributions", {}) for stats in seg_stats for s in stats]
+        ),
     }
     sources = [s.name for s in config.inputs]
+    for warning in warnings:  # before the checks: a wrong encoding often fails the run
+        log(f"warning: {warning}")
     try:
         _check_unique_ids(store, final_seg, task_ids)
         parts = _move_parts(config, store, final_seg, task_ids)

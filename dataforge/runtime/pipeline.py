@@ -41,13 +41,15 @@ from dataforge.runtime.ownership import (
     describe_takeover,
     output_overlaps_inputs,
 )
+from dataforge.runtime.progress import RunProgress
 from dataforge.runtime.segments import Segment, SegmentRunner, build_segments, make_op
 
 __all__ = ["Executor", "LocalExecutor", "run_pipeline"]
 
 
 class Executor(Protocol):
-    """Runs ``SegmentRunner(config, segment, work_dir).run_task(task)`` for many tasks."""
+    """Runs ``SegmentRunner(config, segment, work_dir).run_task(task)`` for many tasks and
+    calls ``on_task(stats)`` as each one commits."""
 
     num_cpus: int
 
@@ -57,7 +59,7 @@ class Executor(Protocol):
         segment: Segment,
         work_dir: str,
         tasks: list[dict[str, Any]],
-        log: Callable[[str], None],
+        on_task: Callable[[dict[str, Any]], None],
     ) -> None: ...
 
 
@@ -67,10 +69,10 @@ class LocalExecutor:
     num_cpus = 1
     ray_available = False
 
-    def run_segment(self, config, segment, work_dir, tasks, log) -> None:
+    def run_segment(self, config, segment, work_dir, tasks, on_task) -> None:
         runner = SegmentRunner(config, segment, str(work_dir))
         for task in tasks:
-            runner.run_task(task)
+            on_task(runner.run_task(task))
 
 
 def _log(msg: str) -> None:
@@ -84,6 +86,7 @@ def run_pipeline(
     *,
     overwrite: bool = False,
     log: Callable[[str], None] = _log,
+    progress: RunProgress | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) ``config`` into ``out`` (a local path or a URI). Returns the manifest.
 
@@ -100,6 +103,7 @@ def run_pipeline(
             written with ``status: failed`` and no dataset index).
         RunFailed: a task or the driver failed; one or two lines, the trace in ``OUT/logs/``.
     """
+    progress = progress or RunProgress.silent()
     fs.configure(config.storage)
     store = RunStore(out)
     fs.check_location(store.root)
@@ -125,13 +129,18 @@ def run_pipeline(
             executor = executor()
         verify = getattr(lock, "verify", lambda: None)  # a lease can be lost; a flock cannot
         run = RunState(config, store, sha, time.time(), log, input_tasks, build_segments(config),
-                   verify)  # fmt: skip
+                       verify)  # fmt: skip
+        progress.start({t.task_id: t.bytes for t in input_tasks})
         try:
-            return _execute(run, executor)
+            manifest = _execute(run, executor, progress)
+            progress.finish(manifest)
+            return manifest
         except (AccountingError, RunFailed):
             raise
         except Exception as exc:  # noqa: BLE001 - reported in one line, the trace kept in logs/
             raise RunFailed(driver_failure_message(local_root(store), exc)) from exc
+        finally:
+            progress.close()
     finally:
         lock.release()
 
@@ -144,43 +153,58 @@ def local_root(store: RunStore) -> Path:
     return Path(tempfile.gettempdir()) / "dataforge-remote-runs"
 
 
-def _execute(run: RunState, executor: Executor) -> dict[str, Any]:
-    config, store = run.config, run.store
+def _execute(run: RunState, executor: Executor, progress: RunProgress) -> dict[str, Any]:
     for segment in run.segments:
         run.verify()
         if segment.barrier_in is not None:
             stage_index, stage = segment.barrier_in
             t0 = time.time()
+            progress.barrier_started(stage_index, stage.op)
             run.barrier_summaries[stage_index] = _run_barrier(
-                config, store, segment.index - 1, stage_index, stage, run.seg_stats[-1], executor
-            )
+                run.config, run.store, segment.index - 1, stage_index, stage,
+                run.seg_stats[-1], executor,
+            )  # fmt: skip
+            progress.barrier_finished()
             run.timings[f"barrier{stage_index}:{stage.op}"] = round(time.time() - t0, 3)
-        tasks = _segment_tasks(segment, run.input_tasks, store)
-        done = set(store.names(f"_work/seg{segment.index}"))
-        pending = [t for t in tasks if f"{t['task_id']}.done" not in done]
-        run.log(
-            f"segment {segment.index}: {len(pending)} of {len(tasks)} tasks to run "
-            f"(ops: {[s.op for _, s in segment.stages] or '-'})"
-        )
-        t0 = time.time()
-        if pending:
-            _clear_task_failures(store, segment.index, pending)
-            try:
-                executor.run_segment(config, segment, store.location("_work"), pending, run.log)
-            except Exception as exc:
-                failures = _task_failures(store, segment.index, pending)
-                if not failures:
-                    raise
-                more = f" (and {len(failures) - 1} more failed tasks)" if len(failures) > 1 else ""
-                trace = failures[0]["trace"]
-                raise RunFailed(
-                    failures[0]["message"] + more + (f"\nfull trace: {trace}" if trace else "")
-                ) from exc
-        run.timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
-        run.seg_stats.append([_read_marker(store, segment.index, t["task_id"]) for t in tasks])
+        _run_segment(run, segment, executor, progress)
     check_inputs_unchanged(run.input_tasks)
     run.verify()
     return commit_output(run)
+
+
+def _run_segment(run: RunState, segment: Segment, executor: Executor, progress: RunProgress):
+    """The segment's pending tasks; a failed task is reported in one line (RunFailed)."""
+    config, store = run.config, run.store
+    tasks = _segment_tasks(segment, run.input_tasks, store)
+    done = set(store.names(f"_work/seg{segment.index}"))
+    pending = [t for t in tasks if f"{t['task_id']}.done" not in done]
+    if len(pending) < len(tasks):  # progress shows the rest
+        run.log(
+            f"segment {segment.index}: {len(pending)} of {len(tasks)} tasks to run "
+            f"({len(tasks) - len(pending)} already committed)"
+        )
+    t0 = time.time()
+    progress.segment_started(
+        segment.index, [s.op for _, s in segment.stages], [t["task_id"] for t in pending]
+    )
+    if pending:
+        _clear_task_failures(store, segment.index, pending)
+        try:
+            executor.run_segment(
+                config, segment, store.location("_work"), pending, progress.task_committed
+            )
+        except Exception as exc:
+            failures = _task_failures(store, segment.index, pending)
+            if not failures:
+                raise
+            more = f" (and {len(failures) - 1} more failed tasks)" if len(failures) > 1 else ""
+            trace = failures[0]["trace"]
+            raise RunFailed(
+                failures[0]["message"] + more + (f"\nfull trace: {trace}" if trace else "")
+            ) from exc
+    progress.segment_finished()
+    run.timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
+    run.seg_stats.append([_read_marker(store, segment.index, t["task_id"]) for t in tasks])
 
 
 def _clear_task_failures(store: RunStore, seg: int, pending: list[dict[str, Any]]) -> None:
