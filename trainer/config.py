@@ -43,6 +43,8 @@ __all__ = [
 ]
 
 STAGES = ("pretrain", "sft", "dpo")
+"""The CLI's stage commands (kept here, torch-free, for ``dataforge --help``); each is an
+entry of ``trainer.objectives.OBJECTIVES``."""
 ROPE_SCALINGS = ("default", "linear", "llama3")
 
 MODEL_PRESETS: dict[str, dict[str, Any]] = {

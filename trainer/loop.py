@@ -22,14 +22,14 @@ import torch
 from torch import nn
 
 from trainer.checkpoint import Checkpointer
-from trainer.config import STAGES, ConfigError, OptimConfig, TrainerConfig
+from trainer.config import ConfigError, OptimConfig, TrainerConfig
 from trainer.console import Console
 from trainer.data import BatchSource, build_batch_source
 from trainer.evaluate import Evaluator, build_eval_source
 from trainer.export import export_weights
 from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats, startup_summary
 from trainer.model import Transformer, flops_per_token
-from trainer.objectives import Objective, build_objective
+from trainer.objectives import OBJECTIVES, Objective, build_objective
 from trainer.parallel import (
     DTYPES,
     DistEnv,
@@ -234,8 +234,10 @@ def train(
         ConfigError: invalid stage, resume mode, or config/checkpoint/data mismatch.
         TrainingError: ``train.max_bad_steps`` consecutive non-finite steps.
     """
-    if stage not in STAGES or resume not in ("auto", "scratch"):
-        raise ConfigError(f"stage {stage!r}/resume {resume!r}; valid: {STAGES} / auto, scratch")
+    if stage not in OBJECTIVES or resume not in ("auto", "scratch"):
+        raise ConfigError(
+            f"stage {stage!r}/resume {resume!r}; valid: {', '.join(OBJECTIVES)} / auto, scratch"
+        )
     if config.train.precision == "fp16" and config.distributed.strategy == "fsdp":
         raise ConfigError("precision fp16 with fsdp is not supported (no sharded scaler); use bf16")
     config = resolve_model(config)
