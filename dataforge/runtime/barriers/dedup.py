@@ -49,6 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dataforge.io import fs
 from dataforge.ops.dedup import DECISION_REASON, Dedup
 from dataforge.ops.dedup.buckets import MAX_NODE
 from dataforge.ops.dedup.star import star_clusters
@@ -70,7 +71,7 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
     """Cluster the prepared records, write decisions and audit, return the summary."""
     tasks = sorted(ctx.parts)
     shards = op.config.index_shards or max(1, ctx.num_cpus)
-    previous = [load_published(Path(op.context.base_dir) / p, op) for p in op.config.against]
+    previous = [load_published(op.context.locate(p), op) for p in op.config.against]
     previous_table = pa.concat_tables(previous) if previous else None
     keys = _assign_keys(op, ctx, tasks, previous_table)
     n_prev = 0 if previous_table is None else previous_table.num_rows
@@ -390,17 +391,19 @@ class _AtomicParquet:
 # -- against ---------------------------------------------------------------------------
 
 
-def load_published(run_dir: Path, op: Dedup) -> pa.Table:
-    """Signatures published by a previous run (``run_dir/dedup/signatures.parquet``).
+def load_published(run_dir: str | Path, op: Dedup) -> pa.Table:
+    """Signatures published by a previous run (``run_dir/dedup/signatures.parquet``; a
+    local path or a URI).
 
     Raises:
         FileNotFoundError: the run has no published signatures.
         ValueError: they were made with different signature parameters (lists them).
     """
-    path = Path(run_dir) / "dedup" / "signatures.parquet"
-    if not path.is_file():
+    path = fs.join(str(run_dir), "dedup", "signatures.parquet")
+    if not fs.exists(path):
         raise FileNotFoundError(f"dedup.against: {path} not found (was it a dedup run?)")
-    table = pq.read_table(path)
+    with fs.open_input_file(path) as f:
+        table = pq.read_table(f)
     meta = json.loads((table.schema.metadata or {}).get(SIGNATURE_META_KEY, b"{}"))
     mine = op.signature_params()
     diff = {k: (meta.get(k), v) for k, v in mine.items() if meta.get(k) != v}
