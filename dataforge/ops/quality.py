@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -51,7 +52,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dataforge.ops.base import Filter, OpContext
-from dataforge.text.stats import document_stats, load_stopwords
+from dataforge.text.stats import (
+    char_stats,
+    document_stats,
+    line_stats,
+    load_stopwords,
+    ngram_stats,
+    segment_words,
+    word_stats,
+)
 from dataforge.typed_config import coerce
 
 __all__ = [
@@ -63,6 +72,7 @@ __all__ = [
     "quality_metrics",
     "resolve_thresholds",
     "rule_failures",
+    "staged_first_failure",
 ]
 
 SEGMENTERS = ("whitespace", "jieba")
@@ -211,11 +221,14 @@ def resolve_thresholds(
 
 def quality_metrics(text: pa.Array, thresholds: Thresholds) -> dict[str, np.ndarray]:
     """The measures the rules of ``thresholds`` need (see :func:`document_stats`)."""
-    sizes = set(thresholds.max_top_ngram_chars_fraction or ()) | set(
+    stopwords = load_stopwords(thresholds.stopwords) if thresholds.stopwords else None
+    return document_stats(text, thresholds.segmenter, stopwords, _ngram_sizes(thresholds))
+
+
+def _ngram_sizes(thresholds: Thresholds) -> set[int]:
+    return set(thresholds.max_top_ngram_chars_fraction or ()) | set(
         thresholds.max_duplicate_ngram_chars_fraction or ()
     )
-    stopwords = load_stopwords(thresholds.stopwords) if thresholds.stopwords else None
-    return document_stats(text, thresholds.segmenter, stopwords, sizes)
 
 
 # ----------------------------------------------------------------------------------------
@@ -239,61 +252,148 @@ def _ngram_rule(
     return fail
 
 
-def rule_failures(m: dict[str, np.ndarray], t: Thresholds) -> list[tuple[str, np.ndarray]]:
-    """(reason, failing mask) per rule, in the documented order."""
-    cjk = m["cjk_fraction"]
-    return [
-        ("quality:too_short", _below(m["chars"], t.min_chars)),
-        ("quality:too_long", _above(m["chars"], t.max_chars)),
-        (
-            "quality:lang_mismatch",
-            _below(cjk, t.min_cjk_fraction) | _above(cjk, t.max_cjk_fraction),
+# (reason, stage whose measures the rule reads, check) in the documented order. Stages:
+# 0 characters (one byte pass), 1 words (segmentation), 2 lines and paragraphs, 3 n-grams.
+_RULES: list[tuple[str, int, Callable[[dict[str, np.ndarray], Thresholds], np.ndarray]]] = [
+    ("quality:too_short", 0, lambda m, t: _below(m["chars"], t.min_chars)),
+    ("quality:too_long", 0, lambda m, t: _above(m["chars"], t.max_chars)),
+    (
+        "quality:lang_mismatch",
+        0,
+        lambda m, t: (
+            _below(m["cjk_fraction"], t.min_cjk_fraction)
+            | _above(m["cjk_fraction"], t.max_cjk_fraction)
         ),
-        ("quality:too_few_words", _below(m["words"], t.min_words)),
-        ("quality:too_many_words", _above(m["words"], t.max_words)),
-        (
-            "quality:mean_word_length",
+    ),
+    ("quality:too_few_words", 1, lambda m, t: _below(m["words"], t.min_words)),
+    ("quality:too_many_words", 1, lambda m, t: _above(m["words"], t.max_words)),
+    (
+        "quality:mean_word_length",
+        1,
+        lambda m, t: (
             _below(m["mean_word_length"], t.min_mean_word_length)
-            | _above(m["mean_word_length"], t.max_mean_word_length),
+            | _above(m["mean_word_length"], t.max_mean_word_length)
         ),
-        ("quality:symbol_ratio", _above(m["symbol_word_ratio"], t.max_symbol_word_ratio)),
-        ("quality:digit_ratio", _above(m["digit_fraction"], t.max_digit_fraction)),
-        ("quality:bullet_lines", _above(m["bullet_lines_fraction"], t.max_bullet_lines_fraction)),
-        (
-            "quality:ellipsis_lines",
-            _above(m["ellipsis_lines_fraction"], t.max_ellipsis_lines_fraction),
+    ),
+    (
+        "quality:symbol_ratio",
+        1,
+        lambda m, t: _above(m["symbol_word_ratio"], t.max_symbol_word_ratio),
+    ),
+    ("quality:digit_ratio", 0, lambda m, t: _above(m["digit_fraction"], t.max_digit_fraction)),
+    (
+        "quality:bullet_lines",
+        2,
+        lambda m, t: _above(m["bullet_lines_fraction"], t.max_bullet_lines_fraction),
+    ),
+    (
+        "quality:ellipsis_lines",
+        2,
+        lambda m, t: _above(m["ellipsis_lines_fraction"], t.max_ellipsis_lines_fraction),
+    ),
+    (
+        "quality:line_punctuation",
+        2,
+        lambda m, t: _below(
+            m["terminal_punct_lines_fraction"], t.min_terminal_punct_lines_fraction
         ),
-        (
-            "quality:line_punctuation",
-            _below(m["terminal_punct_lines_fraction"], t.min_terminal_punct_lines_fraction),
-        ),
-        ("quality:alpha_words", _below(m["alpha_words_fraction"], t.min_alpha_words_fraction)),
-        ("quality:stopwords", _below(m.get("stopwords", m["chars"]), t.min_stopwords)),
-        (
-            "quality:repetition_lines",
+    ),
+    (
+        "quality:alpha_words",
+        1,
+        lambda m, t: _below(m["alpha_words_fraction"], t.min_alpha_words_fraction),
+    ),
+    ("quality:stopwords", 1, lambda m, t: _below(m.get("stopwords", m["chars"]), t.min_stopwords)),
+    (
+        "quality:repetition_lines",
+        2,
+        lambda m, t: (
             _above(m["duplicate_lines_fraction"], t.max_duplicate_lines_fraction)
-            | _above(m["duplicate_line_chars_fraction"], t.max_duplicate_line_chars_fraction),
+            | _above(m["duplicate_line_chars_fraction"], t.max_duplicate_line_chars_fraction)
         ),
-        (
-            "quality:repetition_paragraphs",
+    ),
+    (
+        "quality:repetition_paragraphs",
+        2,
+        lambda m, t: (
             _above(m["duplicate_paragraphs_fraction"], t.max_duplicate_paragraphs_fraction)
             | _above(
                 m["duplicate_paragraph_chars_fraction"], t.max_duplicate_paragraph_chars_fraction
-            ),
+            )
         ),
-        ("quality:repetition_top_ngram", _ngram_rule(m, "top", t.max_top_ngram_chars_fraction)),
-        (
-            "quality:repetition_dup_ngram",
-            _ngram_rule(m, "dup", t.max_duplicate_ngram_chars_fraction),
-        ),
-    ]
+    ),
+    (
+        "quality:repetition_top_ngram",
+        3,
+        lambda m, t: _ngram_rule(m, "top", t.max_top_ngram_chars_fraction),
+    ),
+    (
+        "quality:repetition_dup_ngram",
+        3,
+        lambda m, t: _ngram_rule(m, "dup", t.max_duplicate_ngram_chars_fraction),
+    ),
+]
+_STAGES = 4
+# After stage k, the rules before the first one that reads a later stage are decided.
+_DECIDED_AFTER = [
+    next((i for i, (_, stage, _) in enumerate(_RULES) if stage > k), len(_RULES))
+    for k in range(_STAGES)
+]
+assert _RULES[_DECIDED_AFTER[0]][0] == "quality:too_few_words"  # see staged_first_failure
+
+
+def rule_failures(m: dict[str, np.ndarray], t: Thresholds) -> list[tuple[str, np.ndarray]]:
+    """(reason, failing mask) per rule, in the documented order."""
+    return [(reason, check(m, t)) for reason, _, check in _RULES]
+
+
+def _first_of(m: dict[str, np.ndarray], t: Thresholds, n_rules: int) -> np.ndarray:
+    reasons = np.full(len(m["chars"]), None, dtype=object)
+    for reason, _, check in reversed(_RULES[:n_rules]):
+        reasons[check(m, t)] = reason
+    return reasons
 
 
 def first_failure(m: dict[str, np.ndarray], t: Thresholds) -> np.ndarray:
     """The reason of the first failing rule per doc (object array; ``None`` = keep)."""
-    reasons = np.full(len(m["chars"]), None, dtype=object)
-    for reason, fail in reversed(rule_failures(m, t)):
-        reasons[fail] = reason
+    return _first_of(m, t, len(_RULES))
+
+
+def staged_first_failure(text: pa.Array, t: Thresholds) -> np.ndarray:
+    """``first_failure(quality_metrics(text, t), t)``, measuring less: each stage of
+    measures (characters, words, lines, n-grams) runs only on the documents that no
+    decided rule has dropped yet, so the costly n-gram statistics skip most of the
+    documents that fail cheap rules. Per-document measures do not depend on the other
+    documents of the batch, so the reasons are the same.
+    """
+    reasons = np.full(len(text), None, dtype=object)
+    rows = np.arange(len(text))
+    stopwords = load_stopwords(t.stopwords) if t.stopwords else None
+    m: dict[str, np.ndarray] = {}
+    words = None
+    for stage in range(_STAGES):
+        if stage == 0:
+            m = char_stats(text)
+        elif stage == 1:
+            words = segment_words(text, t.segmenter)
+            m.update(word_stats(text, words, stopwords))
+        elif stage == 2:
+            m.update(line_stats(text, m["chars"]))
+        else:
+            m.update(ngram_stats(words, m["chars"], _ngram_sizes(t)))
+        found = _first_of(m, t, _DECIDED_AFTER[stage])
+        if stage == 0:
+            # Every word holds a non-space character: with fewer of those than min_words the
+            # next rule (too_few_words) fails whatever the segmentation, which is skipped.
+            short = np.equal(found, None) & _below(m["non_space_chars"], t.min_words)
+            found[short] = _RULES[_DECIDED_AFTER[0]][0]
+        undecided = np.equal(found, None)
+        reasons[rows[~undecided]] = found[~undecided]
+        if not undecided.any():
+            break
+        rows, text = rows[undecided], text.filter(pa.array(undecided))
+        m = {key: value[undecided] for key, value in m.items()}
+        words = words.select(undecided) if words is not None else None
     return reasons
 
 
@@ -351,6 +451,5 @@ class QualityFilter(Filter):
         for lang in pc.unique(langs).to_pylist():
             rows = np.flatnonzero(pc.equal(langs, lang).to_numpy(False))
             thresholds = self.thresholds_for(lang)
-            metrics = quality_metrics(text.take(rows), thresholds)
-            reasons[rows] = first_failure(metrics, thresholds)
+            reasons[rows] = staged_first_failure(text.take(rows), thresholds)
         return reasons.tolist()
