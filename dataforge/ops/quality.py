@@ -58,6 +58,7 @@ from dataforge.text.stats import (
     line_stats,
     load_stopwords,
     ngram_stats,
+    paragraph_stats,
     segment_words,
     word_stats,
 )
@@ -253,7 +254,7 @@ def _ngram_rule(
 
 
 # (reason, stage whose measures the rule reads, check) in the documented order. Stages:
-# 0 characters (one byte pass), 1 words (segmentation), 2 lines and paragraphs, 3 n-grams.
+# 0 characters (one byte pass), 1 words (segmentation), 2 lines, 3 paragraphs, 4 n-grams.
 _RULES: list[tuple[str, int, Callable[[dict[str, np.ndarray], Thresholds], np.ndarray]]] = [
     ("quality:too_short", 0, lambda m, t: _below(m["chars"], t.min_chars)),
     ("quality:too_long", 0, lambda m, t: _above(m["chars"], t.max_chars)),
@@ -314,7 +315,7 @@ _RULES: list[tuple[str, int, Callable[[dict[str, np.ndarray], Thresholds], np.nd
     ),
     (
         "quality:repetition_paragraphs",
-        2,
+        3,
         lambda m, t: (
             _above(m["duplicate_paragraphs_fraction"], t.max_duplicate_paragraphs_fraction)
             | _above(
@@ -324,16 +325,16 @@ _RULES: list[tuple[str, int, Callable[[dict[str, np.ndarray], Thresholds], np.nd
     ),
     (
         "quality:repetition_top_ngram",
-        3,
+        4,
         lambda m, t: _ngram_rule(m, "top", t.max_top_ngram_chars_fraction),
     ),
     (
         "quality:repetition_dup_ngram",
-        3,
+        4,
         lambda m, t: _ngram_rule(m, "dup", t.max_duplicate_ngram_chars_fraction),
     ),
 ]
-_STAGES = 4
+_STAGES = 5
 # After stage k, the rules before the first one that reads a later stage are decided.
 _DECIDED_AFTER = [
     next((i for i, (_, stage, _) in enumerate(_RULES) if stage > k), len(_RULES))
@@ -361,7 +362,7 @@ def first_failure(m: dict[str, np.ndarray], t: Thresholds) -> np.ndarray:
 
 def staged_first_failure(text: pa.Array, t: Thresholds) -> np.ndarray:
     """``first_failure(quality_metrics(text, t), t)``, measuring less: each stage of
-    measures (characters, words, lines, n-grams) runs only on the documents that no
+    measures (characters, words, lines, paragraphs, n-grams) runs only on the documents that no
     decided rule has dropped yet, so the costly n-gram statistics skip most of the
     documents that fail cheap rules. Per-document measures do not depend on the other
     documents of the batch, so the reasons are the same.
@@ -376,9 +377,11 @@ def staged_first_failure(text: pa.Array, t: Thresholds) -> np.ndarray:
             m = char_stats(text)
         elif stage == 1:
             words = segment_words(text, t.segmenter)
-            m.update(word_stats(text, words, stopwords))
+            m.update(word_stats(text, words, m["hash_signs"], stopwords))
         elif stage == 2:
             m.update(line_stats(text, m["chars"]))
+        elif stage == 3:
+            m.update(paragraph_stats(text, m["chars"]))
         else:
             m.update(ngram_stats(words, m["chars"], _ngram_sizes(t)))
         found = _first_of(m, t, _DECIDED_AFTER[stage])

@@ -46,18 +46,21 @@ def ngram_repetition(
     prefix_chars = np.concatenate([[0.0], np.cumsum(lengths, dtype=np.float64)])
     vocab = int(codes.max()) + 1
     starts = np.arange(total, dtype=np.int64)
-    order, group_start, counts, groups = _group(parents.astype(np.int64) * vocab + codes)
+    grouped = _group(parents.astype(np.int64) * vocab + codes)
     for size in range(1, max(sizes) + 1):
         if size in sizes:
-            out[size] = _size_stats(
-                starts, order, group_start, counts, parents, prefix_chars, size, n_docs
-            )
+            out[size] = _size_stats(starts, grouped, parents, prefix_chars, size, n_docs)
+        if size == max(sizes):
+            break
         # Only n-grams that repeat can start a repeated (n+1)-gram.
-        repeated = counts[groups] >= 2
-        starts, keys = _extend(starts[repeated], groups[repeated], codes, parents, size + 1, vocab)
+        _, _, counts, group_of = grouped
+        repeated = counts[group_of] >= 2
+        starts, keys = _extend(
+            starts[repeated], group_of[repeated], codes, parents, size + 1, vocab
+        )
         if len(starts) == 0:
             break
-        order, group_start, counts, groups = _group(keys)
+        grouped = _group(keys)
     return out
 
 
@@ -96,21 +99,20 @@ def _group(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 
 def _size_stats(
     starts: np.ndarray,
-    order: np.ndarray,
-    group_start: np.ndarray,
-    counts: np.ndarray,
+    groups: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     parents: np.ndarray,
     prefix_chars: np.ndarray,
     size: int,
     n_docs: int,
 ) -> tuple[np.ndarray, np.ndarray]:
+    order, group_start, counts, group_of = groups
     top = np.zeros(n_docs)
     positions = starts[order]
-    window_chars = prefix_chars[positions + size] - prefix_chars[positions]
-    repeated = group_start[counts >= 2]
-    np.maximum.at(top, parents[positions[repeated]], counts[counts >= 2] * window_chars[repeated])
+    first = positions[group_start[counts >= 2]]
+    window_chars = prefix_chars[first + size] - prefix_chars[first]
+    np.maximum.at(top, parents[first], counts[counts >= 2] * window_chars)
     earliest = np.minimum.reduceat(positions, group_start)
-    later = np.sort(positions[positions != np.repeat(earliest, counts)])
+    later = starts[starts != earliest[group_of]]  # ascending, as starts are
     # Later occurrences as intervals [start, start + size) sorted by start: each covers up to
     # the next one's start, so the pieces are disjoint and their union is the covered words.
     # Intervals never cross a document, so a piece never reaches into the next document.

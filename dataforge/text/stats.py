@@ -26,6 +26,7 @@ __all__ = [
     "line_stats",
     "load_stopwords",
     "ngram_stats",
+    "paragraph_stats",
     "segment_words",
     "word_stats",
 ]
@@ -54,21 +55,23 @@ def _byte_counts(strings: pa.Array, classes: np.ndarray, n_classes: int) -> list
     """Per string, how many UTF-8 bytes fall in each class 1..``n_classes`` of the
     256-entry byte-to-class table ``classes`` (0 = no class).
 
-    One table lookup over the Arrow data buffer, then per class the sorted positions of its
-    bytes, cut at the string offsets by binary search (5x faster than one cumulative sum
-    per class; RE2 counting is 10-30x slower still when most characters match).
+    One table lookup over the Arrow data buffer, then per class an int32 running count read
+    at the string offsets (int32 suffices: Arrow ``string`` offsets are int32). RE2
+    counting (``count_substring_regex``) is 10-30x slower when most characters match.
     """
     strings = strings.cast(pa.string()) if strings.type != pa.string() else strings
     offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32)
-    offsets = offsets[strings.offset : strings.offset + len(strings) + 1].astype(np.int64)
+    offsets = offsets[strings.offset : strings.offset + len(strings) + 1]
     data = strings.buffers()[2]
     data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
     codes = classes[data[offsets[0] : offsets[-1]]]
     bounds = offsets - offsets[0]
-    return [
-        np.diff(np.searchsorted(np.flatnonzero(codes == k), bounds)).astype(np.float64)
-        for k in range(1, n_classes + 1)
-    ]
+    running = np.zeros(len(codes) + 1, dtype=np.int32)
+    out = []
+    for k in range(1, n_classes + 1):
+        np.cumsum(codes == k, out=running[1:])
+        out.append(np.diff(running[bounds]).astype(np.float64))
+    return out
 
 
 def _byte_classes(*classes: tuple[tuple[int, int], ...]) -> np.ndarray:
@@ -88,6 +91,7 @@ _CHAR_CLASSES = _byte_classes(
     ((0x30, 0x39),),
     ((0xE4, 0xE9),),
     ((0x41, 0x5A), (0x61, 0x7A), (0xC3, 0xC9)),
+    ((0x23, 0x23),),  # '#', counted as a symbol
 )
 _LETTER_CLASS = _byte_classes(((0x41, 0x5A), (0x61, 0x7A), (0xC3, 0xDB), (0xE4, 0xED)))
 
@@ -108,11 +112,11 @@ def _duplicates(units: pa.Array, parents: np.ndarray, n: int) -> tuple[np.ndarra
     """Per doc: how many units repeat an earlier unit of the same doc, and their chars."""
     codes = pc.dictionary_encode(units).indices.to_numpy(False).astype(np.int64)
     lengths = pc.utf8_length(units).to_numpy(False).astype(np.float64)
-    order = np.lexsort((np.arange(len(codes)), codes, parents))
-    key_p, key_c = parents[order], codes[order]
-    repeat = np.zeros(len(order), dtype=bool)
-    repeat[1:] = (key_p[1:] == key_p[:-1]) & (key_c[1:] == key_c[:-1])
-    dup_idx = order[repeat]
+    # Which copy of a unit counts as the repeat does not matter: copies have equal lengths.
+    keys = parents.astype(np.int64) * (int(codes.max(initial=0)) + 1) + codes
+    order = np.argsort(keys)
+    sorted_keys = keys[order]
+    dup_idx = order[1:][sorted_keys[1:] == sorted_keys[:-1]]
     return _per_doc(parents[dup_idx], n), _per_doc(parents[dup_idx], n, lengths[dup_idx])
 
 
@@ -132,7 +136,10 @@ class _Units(NamedTuple):
 
 
 def _units(text: pa.Array, separator: str, n: int) -> _Units:
-    units, parents = _flat(pc.split_pattern_regex(text, pattern=separator))
+    if separator == "\n":  # a literal split is 2x cheaper than the regex one
+        units, parents = _flat(pc.split_pattern(text, pattern=separator))
+    else:
+        units, parents = _flat(pc.split_pattern_regex(text, pattern=separator))
     units = pc.utf8_trim_whitespace(units)
     keep = pc.greater(pc.utf8_length(units), 0)
     units, parents = units.filter(keep), parents[keep.to_numpy(False)]
@@ -140,9 +147,14 @@ def _units(text: pa.Array, separator: str, n: int) -> _Units:
 
 
 class Words(NamedTuple):
-    """The word tokens of a batch of documents, flattened."""
+    """The word tokens of a batch of documents, flattened, as ids into their distinct
+    strings: every per-word string kernel (length, letters, lower case, stopword lookup)
+    runs once per distinct word, not once per token."""
 
-    tokens: pa.Array
+    codes: np.ndarray
+    """Index into ``vocabulary`` of every token (int64)."""
+    vocabulary: pa.Array
+    """The distinct tokens."""
     parents: np.ndarray
     """Document index of every token (non-decreasing)."""
     lengths: np.ndarray
@@ -154,20 +166,23 @@ class Words(NamedTuple):
         in_kept = keep[self.parents]
         renumbered = np.cumsum(keep) - 1
         return Words(
-            self.tokens.filter(pa.array(in_kept)),
+            self.codes[in_kept],
+            self.vocabulary,
             renumbered[self.parents[in_kept]],
             self.lengths[in_kept],
             int(keep.sum()),
         )
+
+    def per_word(self, values: np.ndarray) -> np.ndarray:
+        """A value per distinct word, spread to every token."""
+        return values[self.codes]
 
 
 def segment_words(text: pa.Array, segmenter: str) -> Words:
     """Word tokens of every doc: whitespace tokens, or jieba (rjieba) tokens that are not
     whitespace or punctuation."""
     if segmenter == "whitespace":
-        flat, parents = _flat(pc.utf8_split_whitespace(text))
-        # Leading/trailing whitespace yields empty tokens.
-        keep = pc.greater(pc.utf8_length(flat), 0)
+        tokens = pc.utf8_split_whitespace(text)
     else:
         import rjieba
 
@@ -179,42 +194,53 @@ def segment_words(text: pa.Array, segmenter: str) -> Words:
             # a list array from Python lists.
             joined = pa.array([_TOKEN_SEPARATOR.join(rjieba.cut(t)) for t in docs], pa.string())
             tokens = pc.split_pattern(joined, _TOKEN_SEPARATOR)
-        flat, parents = _flat(tokens)
-        keep = pc.invert(pc.match_substring_regex(flat, pattern=_NON_WORD_TOKEN))
-    flat = flat.filter(keep)
-    lengths = pc.utf8_length(flat).to_numpy(False).astype(np.float64)
-    return Words(flat, parents[keep.to_numpy(False)], lengths, len(text))
+    flat, parents = _flat(tokens)
+    encoded = pc.dictionary_encode(flat)
+    vocabulary = encoded.dictionary
+    codes = encoded.indices.to_numpy(False).astype(np.int64)
+    lengths = pc.utf8_length(vocabulary).to_numpy(False).astype(np.float64)
+    if segmenter == "whitespace":
+        # Leading/trailing whitespace yields empty tokens.
+        is_word = lengths > 0
+    else:
+        is_word = pc.invert(pc.match_substring_regex(vocabulary, pattern=_NON_WORD_TOKEN))
+        is_word = is_word.to_numpy(False)
+    keep = is_word[codes]
+    codes = codes[keep]
+    return Words(codes, vocabulary, parents[keep], lengths[codes], len(text))
 
 
 def char_stats(text: pa.Array) -> dict[str, np.ndarray]:
-    """chars, cjk_fraction, digit_fraction, non_space_chars (one pass over the UTF-8
-    bytes)."""
+    """chars, cjk_fraction, digit_fraction, non_space_chars, hash_signs (one pass over the
+    UTF-8 bytes)."""
     chars = pc.utf8_length(text).to_numpy(False).astype(np.float64)
-    spaces, digits, han, latin = _byte_counts(text, _CHAR_CLASSES, 4)
+    spaces, digits, han, latin, hashes = _byte_counts(text, _CHAR_CLASSES, 5)
     return {
         "chars": chars,
         "cjk_fraction": _ratio(han, han + latin),
         "digit_fraction": _ratio(digits, chars - spaces),
         "non_space_chars": chars - spaces,
+        "hash_signs": hashes,
     }
 
 
 def word_stats(
-    text: pa.Array, words: Words, stopwords: tuple[str, ...] | None
+    text: pa.Array, words: Words, hash_signs: np.ndarray, stopwords: tuple[str, ...] | None
 ) -> dict[str, np.ndarray]:
     """words, mean_word_length, symbol_word_ratio, alpha_words_fraction and (when a
-    stopword list is given) stopwords: the distinct stopwords found."""
+    stopword list is given) stopwords: the distinct stopwords found. ``hash_signs``: the
+    ``#`` count per doc (from :func:`char_stats`)."""
     n, parents = words.n_docs, words.parents
     m = {"words": _per_doc(parents, n)}
     m["mean_word_length"] = _ratio(_per_doc(parents, n, words.lengths), m["words"])
-    symbols = sum(pc.count_substring(text, s).to_numpy(False) for s in ("#", "...", "…"))
+    symbols = hash_signs + sum(pc.count_substring(text, s).to_numpy(False) for s in ("...", "…"))
     m["symbol_word_ratio"] = _ratio(np.asarray(symbols, np.float64), m["words"])
-    has_letter = _byte_counts(words.tokens, _LETTER_CLASS, 1)[0] > 0
+    has_letter = words.per_word(_byte_counts(words.vocabulary, _LETTER_CLASS, 1)[0] > 0)
     m["alpha_words_fraction"] = _ratio(_per_doc(parents[has_letter], n), m["words"])
     if stopwords is not None:
-        lower = pc.utf8_lower(words.tokens)
+        lower = pc.utf8_lower(words.vocabulary)
         stop_idx = pc.index_in(lower, value_set=pa.array(stopwords, pa.string()))
-        stop_idx = pc.fill_null(stop_idx, -1).to_numpy(False).astype(np.int64)
+        stop_idx = words.per_word(pc.fill_null(stop_idx, -1).to_numpy(False).astype(np.int64))
         hit = stop_idx >= 0
         pairs = np.unique(parents[hit].astype(np.int64) * len(stopwords) + stop_idx[hit])
         m["stopwords"] = _per_doc(pairs // len(stopwords), n)
@@ -222,11 +248,10 @@ def word_stats(
 
 
 def line_stats(text: pa.Array, chars: np.ndarray) -> dict[str, np.ndarray]:
-    """Bullet, ellipsis and terminal-punctuation line shares; duplicate line and paragraph
-    shares (of units and of ``chars``)."""
+    """Bullet, ellipsis and terminal-punctuation line shares; duplicate line shares (of
+    lines and of ``chars``)."""
     n = len(text)
-    lines = _units(text, r"\n", n)
-    paragraphs = _units(text, r"\n\s*\n", n)
+    lines = _units(text, "\n", n)
     return {
         "bullet_lines_fraction": _ratio(lines.matching(_BULLET, n), lines.count),
         "ellipsis_lines_fraction": _ratio(lines.matching(_ELLIPSIS_END, n), lines.count),
@@ -235,6 +260,13 @@ def line_stats(text: pa.Array, chars: np.ndarray) -> dict[str, np.ndarray]:
         ),
         "duplicate_lines_fraction": _ratio(lines.duplicates, lines.count),
         "duplicate_line_chars_fraction": _ratio(lines.duplicate_chars, chars),
+    }
+
+
+def paragraph_stats(text: pa.Array, chars: np.ndarray) -> dict[str, np.ndarray]:
+    """Duplicate paragraph shares (of paragraphs, split at blank lines, and of ``chars``)."""
+    paragraphs = _units(text, r"\n\s*\n", len(text))
+    return {
         "duplicate_paragraphs_fraction": _ratio(paragraphs.duplicates, paragraphs.count),
         "duplicate_paragraph_chars_fraction": _ratio(paragraphs.duplicate_chars, chars),
     }
@@ -242,9 +274,8 @@ def line_stats(text: pa.Array, chars: np.ndarray) -> dict[str, np.ndarray]:
 
 def ngram_stats(words: Words, chars: np.ndarray, sizes: set[int]) -> dict[str, np.ndarray]:
     """``top_<n>gram_fraction`` and ``dup_<n>gram_fraction`` per n in ``sizes``."""
-    codes = pc.dictionary_encode(words.tokens).indices.to_numpy(False).astype(np.int64)
     m = {}
-    repetition = ngram_repetition(codes, words.lengths, words.parents, words.n_docs, sizes)
+    repetition = ngram_repetition(words.codes, words.lengths, words.parents, words.n_docs, sizes)
     for size, (top, covered) in sorted(repetition.items()):
         # Shares of all characters, as in Gopher (and datatrove): whitespace and punctuation
         # count in the denominator, not in the n-grams.
@@ -262,7 +293,7 @@ def document_stats(
     """The measures of every document in ``text`` (float64 arrays, one value per doc).
 
     Keys: chars, cjk_fraction, digit_fraction, non_space_chars (characters other than ASCII
-    whitespace: an upper bound of words), words, mean_word_length,
+    whitespace: an upper bound of words), hash_signs, words, mean_word_length,
     symbol_word_ratio, alpha_words_fraction, stopwords (distinct stopwords found, only when
     ``stopwords`` is given), bullet_lines_fraction, ellipsis_lines_fraction,
     terminal_punct_lines_fraction,
@@ -271,11 +302,12 @@ def document_stats(
     ``top_<n>gram_fraction`` / ``dup_<n>gram_fraction`` (word characters in the most
     frequent repeated n-gram times its count / in repeated n-grams, as shares of ``chars``).
     The parts (:func:`char_stats`, :func:`word_stats`, :func:`line_stats`,
-    :func:`ngram_stats`) can be computed apart, on fewer documents each.
+    :func:`paragraph_stats`, :func:`ngram_stats`) can be computed apart, on fewer documents each.
     """
     m = char_stats(text)
     words = segment_words(text, segmenter)
-    m.update(word_stats(text, words, stopwords))
+    m.update(word_stats(text, words, m["hash_signs"], stopwords))
     m.update(line_stats(text, m["chars"]))
+    m.update(paragraph_stats(text, m["chars"]))
     m.update(ngram_stats(words, m["chars"], set(ngram_sizes)))
     return m
