@@ -11,7 +11,7 @@ import dataclasses
 import typing
 from typing import Literal
 
-from dataforge.typed_config import check_choices
+from dataforge.typed_config import check_choices, check_range
 
 __all__ = ["INPUT_FORMATS", "InputConfig", "ReadConfig"]
 
@@ -43,6 +43,10 @@ class InputConfig:
         check_choices(self)
 
 
+MAX_BATCH_ROWS = 1 << 22
+MAX_DOC_CHARS = 1 << 28  # the reader's line cap is a few times this, kept inside memory
+
+
 @dataclasses.dataclass(frozen=True)
 class ReadConfig:
     """Reader limits shared by all sources."""
@@ -55,6 +59,6 @@ class ReadConfig:
     """``replace``: U+FFFD and count ``invalid_utf8_replaced``; ``drop``: reason ``invalid_utf8``."""
 
     def __post_init__(self) -> None:
-        if self.batch_rows < 1 or self.max_doc_chars < 1:
-            raise ValueError("batch_rows and max_doc_chars must be >= 1")
+        check_range("read.batch_rows", self.batch_rows, 1, MAX_BATCH_ROWS)
+        check_range("read.max_doc_chars", self.max_doc_chars, 1, MAX_DOC_CHARS)
         check_choices(self)

@@ -119,9 +119,14 @@ def run_on_ray(
     overwrite: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """``dataforge run``: start or join Ray, then run the pipeline on it."""
-    where = init_ray(config, address)
+    """``dataforge run``: claim and lock ``out``, then start or join Ray and run the
+    pipeline on it (a refused or already complete run never starts Ray)."""
     kwargs = {"log": log} if log else {}
-    if log:
-        log(f"running on {where}")
-    return run_pipeline(config, out, RayExecutor(config), overwrite=overwrite, **kwargs)
+
+    def start_ray() -> RayExecutor:
+        where = init_ray(config, address)
+        if log:
+            log(f"running on {where}")
+        return RayExecutor(config)
+
+    return run_pipeline(config, out, start_ray, overwrite=overwrite, **kwargs)
