@@ -397,14 +397,21 @@ def _collect_rejects(out: Path, work: Path, n_segments: int, task_ids: list[str]
 
 
 def _stage_report(config, seg_stats, barrier_summaries) -> list[dict[str, Any]]:
-    seconds: dict[str, float] = {}
+    """Per stage: CPU seconds (thread CPU time of the tasks running it) and wall seconds
+    (summed over tasks, so with N tasks at once up to N times the elapsed time)."""
+    totals: dict[str, dict[str, float]] = {"op_cpu_seconds": {}, "op_seconds": {}}
     for stats_list in seg_stats:
         for stats in stats_list:
-            for key, value in stats.get("op_seconds", {}).items():
-                seconds[key] = seconds.get(key, 0.0) + value
+            for kind, seconds in totals.items():
+                for key, value in stats.get(kind, {}).items():
+                    seconds[key] = seconds.get(key, 0.0) + value
     report = []
     for i, stage in enumerate(config.stages):
-        entry: dict[str, Any] = {"op": stage.op, "cpu_seconds": round(seconds.get(str(i), 0.0), 3)}
+        entry: dict[str, Any] = {
+            "op": stage.op,
+            "cpu_seconds": round(totals["op_cpu_seconds"].get(str(i), 0.0), 3),
+            "wall_seconds": round(totals["op_seconds"].get(str(i), 0.0), 3),
+        }
         if i in barrier_summaries:
             entry["summary"] = barrier_summaries[i]
         report.append(entry)
