@@ -37,6 +37,7 @@ from dataforge.io.sinks import PartWriter, write_json_atomic
 from dataforge.ops.base import BarrierOp, Op, OpContext, op_class
 from dataforge.records import DROP
 from dataforge.runtime.failures import RunFailed, clear_task_failure, record_task_failure
+from dataforge.runtime.histograms import Distributions
 
 __all__ = ["Segment", "SegmentRunner", "build_segments", "make_op", "op_context"]
 
@@ -77,14 +78,25 @@ def build_segments(config: PipelineConfig) -> list[Segment]:
     return segments
 
 
-def op_context(config: PipelineConfig) -> OpContext:
+def op_context(config: PipelineConfig, stage: StageConfig | None = None) -> OpContext:
+    """What the op of ``stage`` may know: seed, sources and, after a ``lang_id`` stage,
+    the languages its records can carry."""
+    record_langs = None
+    for earlier in config.stages:
+        if earlier is stage:
+            break
+        if earlier.op == "lang_id":
+            record_langs = tuple(earlier.params.keep) or ("*",)
     return OpContext(
-        seed=config.seed, sources={s.name: s.lang for s in config.inputs}, base_dir=config.base_dir
+        seed=config.seed,
+        sources={s.name: s.lang for s in config.inputs},
+        base_dir=config.base_dir,
+        record_langs=record_langs if stage is not None else None,
     )
 
 
 def make_op(stage: StageConfig, config: PipelineConfig) -> Op:
-    return op_class(stage.op)(stage.params, op_context(config))
+    return op_class(stage.op)(stage.params, op_context(config, stage))
 
 
 def declared_encodings(config: PipelineConfig) -> dict[str, str]:
@@ -155,6 +167,7 @@ class SegmentRunner:
             reader = TaskReader(InputTask(**task["input"]), source, self.config.read)
             yield from reader.batches()
             stats["events"] = dict(reader.events)
+            stats["decoding"] = reader.decoding_report()
             return
         previous = Path(task["previous"])
         live = pq.read_table(previous) if previous.exists() else None
@@ -175,19 +188,14 @@ class SegmentRunner:
             yield live.slice(offset, size)
 
     def _time(self, stats: dict[str, Any], stage_index: int, started: tuple[float, float]) -> None:
-        """Add the wall and CPU seconds since ``started`` (a :func:`_clock`) to the stage."""
-        key, (wall, cpu) = str(stage_index), started
-        stats["op_seconds"][key] = stats["op_seconds"].get(key, 0.0) + time.perf_counter() - wall
-        cpu_seconds = stats["op_cpu_seconds"]
-        cpu_seconds[key] = cpu_seconds.get(key, 0.0) + time.thread_time() - cpu
+        key = str(stage_index)
+        wall, cpu = _clock()
+        stats["op_seconds"][key] = stats["op_seconds"].get(key, 0.0) + wall - started[0]
+        stats["op_cpu_seconds"][key] = stats["op_cpu_seconds"].get(key, 0.0) + cpu - started[1]
 
     def _process(self, task: dict[str, Any], tmp: Path) -> dict[str, Any]:
-        stats: dict[str, Any] = {
-            "task_id": task["task_id"],
-            "op_seconds": {},  # wall
-            "op_cpu_seconds": {},  # CPU time of this thread (ops run in it)
-            "events": {},
-        }
+        stats: dict[str, Any] = {"task_id": task["task_id"], "events": {}}
+        stats |= {"op_seconds": {}, "op_cpu_seconds": {}}  # wall; CPU of this thread
         counts: dict[str, dict[str, Any]] = defaultdict(
             lambda: {
                 "input": 0,
@@ -200,16 +208,22 @@ class SegmentRunner:
             }
         )
         sinks = _PartSinks(tmp, self.config, self.segment.final, self.declared)
+        dists = Distributions()
+        for _, _, op in self.ops:
+            op.events.clear()
         started_all = _clock()
         for batch in self._input_batches(task, stats):
             self._records_read += batch.num_rows
             if self.segment.index == 0:
                 for src, n in Counter(batch.column("source").to_pylist()).items():
                     counts[src]["input"] += n
+                dists.observe_input(batch)
             for stage_index, stage, op in self.ops:
                 started = _clock()
                 batch = _run_op_isolating_errors(op, batch, stage.batch_size)
                 self._time(stats, stage_index, started)
+                if stage.op == "perplexity_filter":
+                    dists.observe_perplexity(batch)
             mask = pc.is_null(batch.column(DROP))
             dropped = batch.filter(pc.invert(mask))
             live = batch.filter(mask)
@@ -218,14 +232,25 @@ class SegmentRunner:
                 live = self.barrier_out.prepare(live)
                 self._time(stats, self.segment.barrier_out[0], started)
             _count(counts, live, dropped)
+            if self.segment.final:
+                dists.observe_output(live)
             sinks.write(live, dropped)
+        for _, _, op in self.ops:
+            _merge_events(stats, op)
         stats["rows_written"] = sinks.close()
         stats["seconds"] = time.perf_counter() - started_all[0]
         stats["cpu_seconds"] = time.thread_time() - started_all[1]
+        stats["distributions"] = dists.to_json()
         stats["by_source"] = {
             src: {**c, "dropped": dict(c["dropped"])} for src, c in sorted(counts.items())
         }
         return stats
+
+
+def _merge_events(stats: dict[str, Any], op: Op) -> None:
+    events = stats.setdefault("events", {})
+    for key, n in op.events.items():
+        events[key] = events.get(key, 0) + n
 
 
 def _run_op_isolating_errors(op: Op, batch: pa.Table, batch_size: int | None) -> pa.Table:
@@ -239,9 +264,13 @@ def _run_op_isolating_errors(op: Op, batch: pa.Table, batch_size: int | None) ->
             ],
             promote_options="default",
         )
+    events_before = Counter(op.events)
     try:
         return op(batch)
     except Exception:  # noqa: BLE001 - isolated and counted per record below
+        # The rows are redone one by one below: forget what the failed call counted.
+        op.events.clear()
+        op.events.update(events_before)
         if batch.num_rows == 1:
             reason = f"error:{op.name}"
             return batch.set_column(

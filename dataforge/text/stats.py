@@ -23,6 +23,7 @@ __all__ = [
     "Words",
     "char_stats",
     "document_stats",
+    "han_latin_counts",
     "line_stats",
     "load_stopwords",
     "ngram_stats",
@@ -94,6 +95,13 @@ _CHAR_CLASSES = _byte_classes(
     ((0x23, 0x23),),  # '#', counted as a symbol
 )
 _LETTER_CLASS = _byte_classes(((0x41, 0x5A), (0x61, 0x7A), (0xC3, 0xDB), (0xE4, 0xED)))
+
+
+def han_latin_counts(text: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per document: Han characters (U+4000..U+9FFF) and Latin letters (ASCII plus accented
+    Latin-1..Latin Extended), the two counts behind ``cjk_fraction``."""
+    _, _, han, latin, _ = _byte_counts(text, _CHAR_CLASSES, 5)
+    return han, latin
 
 
 def _flat(lists: pa.Array) -> tuple[pa.Array, np.ndarray]:
