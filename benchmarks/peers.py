@@ -233,6 +233,10 @@ def main() -> int:
     print(f"load average (1 min) during the runs: {min(loads):.1f} .. {max(loads):.1f}")
     for name, value in median.items():
         print(f"{name:<22} median {value:6.1f} s  ({', '.join(f'{s:.1f}' for s in seconds[name])})")
+    kept = json.loads((out / "ray" / "manifest.json").read_text())["counts"]["total"]["kept"]
+    peer_kept = sum(1 for f in (out / "datatrove" / "output").glob("*.jsonl") for _ in open(f))
+    print(f"kept: dataforge {kept}, datatrove {peer_kept} (the rules differ; each side does its")
+    print("  recipe's full work on every document: filters, signatures, index, output)")
     ray, local, peer = (
         median["dataforge on Ray"],
         median["dataforge in-process"],
