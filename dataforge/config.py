@@ -97,7 +97,7 @@ class RayConfig:
     object_store_memory: int | None = None
     """Bytes for embedded Ray's object store (default: Ray's)."""
     actors: int | None = None
-    """Actor-pool size of each segment (default: the cluster's CPUs)."""
+    """Size of the run's actor pool, shared by all segments (default: the cluster's CPUs)."""
     cpus_per_actor: float = 1.0
     max_task_retries: int = 2
 

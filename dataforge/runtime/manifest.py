@@ -253,9 +253,9 @@ def check_inputs_unchanged(tasks: list[InputTask]) -> None:
 
 
 def stage_report(config, seg_stats, barrier_summaries) -> list[dict[str, Any]]:
-    """Per stage of ``config``: its op, ``seconds`` spent in it inside the tasks (summed
-    over tasks, so actor-seconds), ``cpu_seconds`` of CPU those calls used, and the
-    barrier's summary (dedup clusters, sampling mixture)."""
+    """Per stage of ``config``: its op, ``seconds`` spent in it inside the tasks (wall,
+    summed over tasks, so actor-seconds), ``cpu_seconds`` of CPU those calls used (thread
+    CPU time), and the barrier's summary (dedup clusters, sampling mixture)."""
     sums: dict[str, dict[str, float]] = {"op_seconds": {}, "op_cpu_seconds": {}}
     for stats_list in seg_stats:
         for stats in stats_list:

@@ -1,11 +1,15 @@
-"""Ray execution: each segment's tasks run on a pool of Ray actors.
+"""Ray execution: one pool of long-lived actors per run, fed task by task.
 
 ``dataforge run`` starts embedded local Ray (``ray.init`` with CPUs and object-store
-memory from the config or detected), or joins a cluster given by ``--address``,
-``ray.address`` or ``RAY_ADDRESS``. Each segment's task descriptors are handed to a pool
-of :class:`_SegmentActor`: every actor loads the segment's ops once (jieba, KenLM,
-tokenizer) and processes whole input files, committing one part per task. The fused per-actor op chain avoids an Arrow hand-off between stages,
-which on small machines costs more than the stages themselves.
+memory from the config or detected, no dashboard), or joins a cluster given by
+``--address``, ``ray.address`` or ``RAY_ADDRESS``. The first segment starts a pool of
+:class:`_TaskActor` (``ray.actors``, default one per CPU) and every later segment of the
+run reuses it: an actor builds a segment's :class:`SegmentRunner` (its ops: jieba, KenLM,
+tokenizer) on its first task of that segment and keeps it for the segment's other tasks.
+Each task processes one input file (or one part of the previous segment) and commits one
+part; the fused per-actor op chain avoids an Arrow hand-off between stages, which on small
+machines costs more than the stages themselves. The driver keeps one task in flight per
+actor and hands the next pending task to whichever actor finishes first.
 """
 
 from __future__ import annotations
@@ -54,21 +58,31 @@ def init_ray(config: PipelineConfig, address: str | None, verbose: bool = False)
     return f"embedded local Ray ({int(ray.cluster_resources().get('CPU', 0))} CPUs)"
 
 
-class _SegmentActor:
-    """One SegmentRunner per actor: the segment's ops load once and serve many tasks."""
+class _TaskActor:
+    """Runs tasks of any segment of one run; keeps the current segment's runner (its ops
+    loaded once per actor and segment)."""
 
-    def __init__(self, config: PipelineConfig, segment: Segment, work_dir: str) -> None:
-        self.runner = SegmentRunner(config, segment, work_dir)
+    def __init__(self, config: PipelineConfig, work_dir: str) -> None:
+        self.config, self.work_dir = config, work_dir
+        self.segment_index: int | None = None
+        self.runner: SegmentRunner | None = None
 
-    def run_task(self, task: dict[str, Any]) -> dict[str, Any]:
+    def run_task(self, segment: Segment, task: dict[str, Any]) -> dict[str, Any]:
+        if self.segment_index != segment.index:
+            self.runner = None  # free the previous segment's ops before loading the next
+            self.runner = SegmentRunner(self.config, segment, self.work_dir)
+            self.segment_index = segment.index
         return self.runner.run_task(task)
 
 
 class RayExecutor:
-    """Runs a segment's tasks on a pool of Ray actors sized from the config or cluster.
+    """Runs segments' tasks on one pool of Ray actors per run, created on first use and
+    sized from the config or the cluster's CPUs; :meth:`close` stops it.
 
-    Plain actors rather than a Ray Data ``map_batches`` pool: the pool hands each idle actor
-    the next task and reports every committed task at once (live progress). The constructor
+    Plain actors rather than a Ray Data ``map_batches`` pool: tasks are whole files, so
+    there is nothing to stream, and a pool per segment (with Ray Data's coordinator actors)
+    was start-up cost paid again at every segment. The pool hands each idle actor the next
+    task and reports every committed task at once (live progress). The constructor
     arguments are small enough for Ray to inline, so actor restarts (``max_restarts``) never
     depend on objects in the object store.
     """
@@ -78,6 +92,18 @@ class RayExecutor:
     def __init__(self, config: PipelineConfig) -> None:
         self.config = config
         self.num_cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.actors: list[Any] = []
+
+    def _pool(self, config: PipelineConfig, work_dir: Path, wanted: int) -> list[Any]:
+        size = config.ray.actors or max(1, int(self.num_cpus // config.ray.cpus_per_actor))
+        missing = min(size, wanted) - len(self.actors)
+        if missing > 0:
+            retries = config.ray.max_task_retries
+            actor_class = ray.remote(
+                num_cpus=config.ray.cpus_per_actor, max_restarts=retries, max_task_retries=retries
+            )(_TaskActor)
+            self.actors += [actor_class.remote(config, str(work_dir)) for _ in range(missing)]
+        return self.actors[: min(size, wanted)]
 
     def run_segment(
         self,
@@ -87,29 +113,28 @@ class RayExecutor:
         tasks: list[dict[str, Any]],
         on_task: Callable[[dict[str, Any]], None],
     ) -> None:
-        cpus_per_actor = config.ray.cpus_per_actor
-        size = config.ray.actors or max(1, int(self.num_cpus // cpus_per_actor))
-        retries = config.ray.max_task_retries
-        actor_class = ray.remote(
-            num_cpus=cpus_per_actor, max_restarts=retries, max_task_retries=retries
-        )(_SegmentActor)
-        actors = [
-            actor_class.remote(config, segment, str(work_dir)) for _ in range(min(size, len(tasks)))
-        ]
         queue = deque(tasks)
         running: dict[ray.ObjectRef, Any] = {}
         try:
-            for actor in actors:
-                running[actor.run_task.remote(queue.popleft())] = actor
+            for actor in self._pool(config, work_dir, len(tasks)):
+                running[actor.run_task.remote(segment, queue.popleft())] = actor
             while running:
                 (ready,), _ = ray.wait(list(running), num_returns=1)
                 actor = running.pop(ready)
                 on_task(ray.get(ready))
                 if queue:
-                    running[actor.run_task.remote(queue.popleft())] = actor
-        finally:
-            for actor in actors:
-                ray.kill(actor)
+                    running[actor.run_task.remote(segment, queue.popleft())] = actor
+        except BaseException:
+            # The pool is shared by the run's segments: stop it, so that no task still in
+            # flight writes into the work directory after the failure is reported.
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop the pool (a joined cluster's actors would otherwise outlive the run)."""
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []
 
 
 def run_on_ray(
@@ -126,6 +151,7 @@ def run_on_ray(
     kwargs = {"log": log} if log else {}
     progress = progress or RunProgress.silent()
     connected_here = []
+    executors: list[RayExecutor] = []
 
     def start_ray() -> RayExecutor:
         if not ray.is_initialized():
@@ -134,13 +160,16 @@ def run_on_ray(
         if log:
             log(f"running on {where}")
         progress.listeners = (*progress.listeners, RayMetrics(config))
-        return RayExecutor(config)
+        executors.append(RayExecutor(config))
+        return executors[0]
 
     try:
         return run_pipeline(
             config, out, start_ray, overwrite=overwrite, progress=progress, **kwargs
         )
     finally:
+        for executor in executors:
+            executor.close()
         # Stops the worker-log relay too, so that Ray's copies of a failed task's trace do
         # not trail after the one-line error the CLI prints next.
         if connected_here and ray.is_initialized():
