@@ -52,27 +52,32 @@ _NON_WORD_TOKEN = r"^[\s\p{P}\p{S}]*$"
 _TOKEN_SEPARATOR = "\x00"  # removed by the clean op; checked for before it is used
 
 
-def _byte_counts(strings: pa.Array, classes: np.ndarray, n_classes: int) -> list[np.ndarray]:
-    """Per string, how many UTF-8 bytes fall in each class 1..``n_classes`` of the
-    256-entry byte-to-class table ``classes`` (0 = no class).
-
-    One table lookup over the Arrow data buffer, then per class an int32 running count read
-    at the string offsets (int32 suffices: Arrow ``string`` offsets are int32). RE2
-    counting (``count_substring_regex``) is 10-30x slower when most characters match.
-    """
+def _utf8_bytes(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The UTF-8 bytes of all strings (uint8, no copy) and each string's bounds in them
+    (int64, ``len(strings) + 1`` values starting at 0)."""
     strings = strings.cast(pa.string()) if strings.type != pa.string() else strings
     offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32)
     offsets = offsets[strings.offset : strings.offset + len(strings) + 1]
     data = strings.buffers()[2]
     data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-    codes = classes[data[offsets[0] : offsets[-1]]]
-    bounds = offsets - offsets[0]
-    running = np.zeros(len(codes) + 1, dtype=np.int32)
-    out = []
-    for k in range(1, n_classes + 1):
-        np.cumsum(codes == k, out=running[1:])
-        out.append(np.diff(running[bounds]).astype(np.float64))
-    return out
+    return data[offsets[0] : offsets[-1]], (offsets - offsets[0]).astype(np.int64)
+
+
+def _byte_counts(strings: pa.Array, classes: np.ndarray, n_classes: int) -> list[np.ndarray]:
+    """Per string, how many UTF-8 bytes fall in each class 1..``n_classes`` of the
+    256-entry byte-to-class table ``classes`` (0 = no class).
+
+    One table lookup over the Arrow data buffer, then per class the positions of its bytes,
+    counted per string by a binary search of the string bounds (2x cheaper than a running
+    count per class). RE2 counting (``count_substring_regex``) is 10-30x slower when most
+    characters match.
+    """
+    data, bounds = _utf8_bytes(strings)
+    codes = classes[data]
+    return [
+        np.diff(np.searchsorted(np.flatnonzero(codes == k), bounds)).astype(np.float64)
+        for k in range(1, n_classes + 1)
+    ]
 
 
 def _byte_classes(*classes: tuple[tuple[int, int], ...]) -> np.ndarray:
@@ -195,7 +200,7 @@ def segment_words(text: pa.Array, segmenter: str) -> Words:
         import rjieba
 
         docs = text.to_pylist()
-        if pc.any(pc.match_substring(text, _TOKEN_SEPARATOR)).as_py():
+        if (_utf8_bytes(text)[0] == ord(_TOKEN_SEPARATOR)).any():
             tokens = pa.array([rjieba.cut(t) for t in docs], pa.list_(pa.string()))
         else:
             # One joined string per doc, split by Arrow: 3x cheaper than building
@@ -241,7 +246,9 @@ def word_stats(
     n, parents = words.n_docs, words.parents
     m = {"words": _per_doc(parents, n)}
     m["mean_word_length"] = _ratio(_per_doc(parents, n, words.lengths), m["words"])
-    symbols = hash_signs + sum(pc.count_substring(text, s).to_numpy(False) for s in ("...", "…"))
+    # str.count per document: 2.5x cheaper than two Arrow count_substring passes.
+    ellipses = [d.count("...") + d.count("…") if d else 0 for d in text.to_pylist()]
+    symbols = hash_signs + np.asarray(ellipses, np.float64)
     m["symbol_word_ratio"] = _ratio(np.asarray(symbols, np.float64), m["words"])
     has_letter = words.per_word(_byte_counts(words.vocabulary, _LETTER_CLASS, 1)[0] > 0)
     m["alpha_words_fraction"] = _ratio(_per_doc(parents[has_letter], n), m["words"])
