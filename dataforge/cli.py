@@ -39,6 +39,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     out = Path(args.output) if args.output else config.resolve(config.output.path)
+    from dataforge.runtime.cluster import ClusterError
     from dataforge.runtime.ray_runner import run_on_ray
 
     try:
@@ -52,7 +53,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except AccountingError as exc:
+    except (AccountingError, ClusterError) as exc:
         print(f"error: run failed: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001 - a task error arrives wrapped by Ray; report it, exit 1

@@ -42,6 +42,9 @@ class Executor(Protocol):
 
     num_cpus: int
 
+    def check_paths(self, config: PipelineConfig, work: Path, tasks: list[InputTask]) -> None:
+        """Raise before any work if the workers cannot see the run's paths."""
+
     def run_segment(
         self,
         config: PipelineConfig,
@@ -57,6 +60,9 @@ class LocalExecutor:
 
     num_cpus = 1
     ray_available = False
+
+    def check_paths(self, config, work, tasks) -> None:
+        """Tasks run in this process, which sees what the driver sees."""
 
     def run_segment(self, config, segment, work_dir, tasks, log) -> None:
         runner = SegmentRunner(config, segment, str(work_dir))
@@ -93,6 +99,7 @@ def run_pipeline(
     work = out / "_work"
     started = time.time()
     input_tasks = plan_input_tasks(config)
+    executor.check_paths(config, work, input_tasks)
     segments = build_segments(config)
     run = _Run(config, out, work, sha, started, log, input_tasks, segments)
     timings, barrier_summaries, seg_stats = run.timings, run.barrier_summaries, run.seg_stats

@@ -1,8 +1,7 @@
 """Ray execution: each segment's tasks run on a Ray Data actor pool.
 
-``dataforge run`` starts embedded local Ray (``ray.init`` with CPUs and object-store
-memory from the config or detected), or joins a cluster given by ``--address``,
-``ray.address`` or ``RAY_ADDRESS``. One Ray Data dataset of task descriptors per segment
+``dataforge run`` starts embedded local Ray or joins a cluster
+(:mod:`dataforge.runtime.cluster`: connection, authentication, path checks). One Ray Data dataset of task descriptors per segment
 is mapped by :class:`_SegmentActor` (``compute=ActorPoolStrategy``): every actor loads the
 segment's ops once (jieba, KenLM, tokenizer) and processes whole input files, committing
 one part per task. The fused per-actor op chain avoids an Arrow hand-off between stages,
@@ -12,9 +11,6 @@ which on small machines costs more than the stages themselves.
 from __future__ import annotations
 
 import json
-import logging
-import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,36 +19,17 @@ import pyarrow as pa
 import ray
 
 from dataforge.config import PipelineConfig
+from dataforge.io.readers import InputTask
+from dataforge.runtime.cluster import (
+    check_nodes_see_paths,
+    connect,
+    resolve_address,
+    resolve_run_paths,
+)
 from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.segments import Segment, SegmentRunner
 
-__all__ = ["RayExecutor", "init_ray", "run_on_ray"]
-
-
-def init_ray(config: PipelineConfig, address: str | None) -> str:
-    """Connect to the cluster (``address``, ``ray.address``, ``RAY_ADDRESS``) or start
-    embedded local Ray. Returns a description for the log."""
-    if not sys.stderr.isatty():
-        # Without a terminal Ray Data logs a progress table every few seconds; keep the
-        # log readable (our own per-task lines remain).
-        logging.getLogger("ray.data").setLevel(logging.WARNING)
-        ray.data.DataContext.get_current().enable_progress_bars = False
-    if ray.is_initialized():
-        return "already initialized Ray"
-    address = address or config.ray.address or os.environ.get("RAY_ADDRESS")
-    # Quiet, deterministic-enough Ray Data output; progress bars stay on.
-    env = {"env_vars": {"PYTHONHASHSEED": "0"}}
-    if address:
-        ray.init(address=address, runtime_env=env, log_to_driver=True)
-        return f"Ray cluster at {address}"
-    ray.init(
-        num_cpus=config.ray.num_cpus or os.cpu_count() or 1,
-        object_store_memory=config.ray.object_store_memory,
-        include_dashboard=False,
-        runtime_env=env,
-        log_to_driver=True,
-    )
-    return f"embedded local Ray ({int(ray.cluster_resources().get('CPU', 0))} CPUs)"
+__all__ = ["RayExecutor", "run_on_ray"]
 
 
 class _SegmentActor:
@@ -74,9 +51,16 @@ class RayExecutor:
 
     ray_available = True
 
-    def __init__(self, config: PipelineConfig) -> None:
+    def __init__(self, config: PipelineConfig, cluster: bool = False) -> None:
         self.config = config
+        self.cluster = cluster
         self.num_cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    def check_paths(self, config: PipelineConfig, work: Path, tasks: list[InputTask]) -> None:
+        """On a cluster, fail before any work if a node cannot see a path of the run
+        (embedded Ray runs on the driver's machine and sees what it sees)."""
+        if self.cluster:
+            check_nodes_see_paths(config, work, tasks)
 
     def run_segment(
         self,
@@ -119,9 +103,11 @@ def run_on_ray(
     overwrite: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """``dataforge run``: start or join Ray, then run the pipeline on it."""
-    where = init_ray(config, address)
+    """``dataforge run``: resolve the run's paths, start or join Ray, run the pipeline."""
+    config, out = resolve_run_paths(config, out)
+    where = connect(config, address)
     kwargs = {"log": log} if log else {}
     if log:
         log(f"running on {where}")
-    return run_pipeline(config, out, RayExecutor(config), overwrite=overwrite, **kwargs)
+    executor = RayExecutor(config, cluster=resolve_address(config, address) is not None)
+    return run_pipeline(config, out, executor, overwrite=overwrite, **kwargs)

@@ -1,0 +1,224 @@
+"""Starting or joining Ray, and checking that every node sees the run's paths.
+
+Joining a cluster: the address comes from ``--address``, ``ray.address`` or
+``RAY_ADDRESS``. Ray 2.60 turns token authentication on for a ``ray start`` cluster
+whenever a token exists on that machine (``~/.ray/auth_token``, made by any earlier
+``ray.init``), but ``ray.init(address=...)`` only looks for a token when
+``RAY_AUTH_MODE=token`` is set, so a plain client retries with ``InvalidAuthToken`` and
+gives up. We do what ``ray.init(address="auto")`` and ``ray start`` do: with
+``RAY_AUTH_MODE`` unset and a token available (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``
+or ``~/.ray/auth_token``, Ray's own precedence), the client runs in token mode. A cluster
+without authentication accepts a token-mode client, so this is safe either way. An
+explicit ``RAY_AUTH_MODE`` is always respected.
+
+Path check: nodes that share no filesystem with the driver would read nothing or write
+their parts where the driver never looks. Before any work, one zero-CPU task per alive
+node stats every input file (same size as the driver saw), reads a probe file the driver
+wrote under ``OUT/_work`` and writes its own beside it, and runs each stage's
+``validate()`` (models, tokenizers, ``against:``). Any problem fails the run at once with
+the node and the path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from dataforge.config import PipelineConfig
+from dataforge.io.readers import InputTask
+from dataforge.runtime.segments import make_op
+
+__all__ = [
+    "ClusterError",
+    "auth_token_available",
+    "check_nodes_see_paths",
+    "connect",
+    "node_path_problems",
+    "resolve_address",
+    "resolve_run_paths",
+]
+
+_CHECK_TIMEOUT_S = 120
+_PROBE = ".node-probe"
+# Where Ray unpacks a job's --working-dir (the job's driver runs there).
+_RAY_WORKING_DIR = "/runtime_resources/working_dir_files/"
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot be joined, or a node cannot see a path of the run."""
+
+
+def resolve_address(config: PipelineConfig, address: str | None) -> str | None:
+    """The cluster to join: ``--address``, else ``ray.address``, else ``RAY_ADDRESS``."""
+    return address or config.ray.address or os.environ.get("RAY_ADDRESS") or None
+
+
+def resolve_run_paths(config: PipelineConfig, out: Path) -> tuple[PipelineConfig, Path]:
+    """Make the run's paths absolute on the driver, before any task ships.
+
+    Every path of a pipeline (inputs, models, tokenizers, ``against:``) resolves against
+    ``config.base_dir``, so making that and ``out`` absolute is enough: workers have
+    other working directories. (Paths are not rewritten in the config itself, whose hash
+    decides resume.)
+
+    Raises:
+        ClusterError: ``out`` lies inside the working directory that ``ray job submit
+            --working-dir`` uploaded, which Ray deletes with the job's environment.
+    """
+    out = Path(os.path.abspath(Path(out).expanduser()))
+    base = os.path.abspath(Path(config.base_dir).expanduser())
+    uploaded = Path.cwd()
+    if _RAY_WORKING_DIR in str(uploaded) and out.is_relative_to(uploaded):
+        raise ClusterError(
+            f"output {out} is inside the copy of --working-dir that Ray made for this job and "
+            "deletes later; give an absolute -o on storage every node shares"
+        )
+    return dataclasses.replace(config, base_dir=base), out
+
+
+def auth_token_available() -> bool:
+    """Whether this machine holds a Ray auth token, in Ray's own lookup order."""
+    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return True
+    token_path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if token_path:
+        return Path(token_path).expanduser().is_file()
+    return (Path.home() / ".ray" / "auth_token").is_file()
+
+
+def connect(config: PipelineConfig, address: str | None) -> str:
+    """Join the cluster (see :func:`resolve_address`) or start embedded local Ray.
+    Returns a description for the log.
+
+    Raises:
+        ClusterError: the cluster at the address cannot be joined (the message says why,
+            with the authentication settings in force).
+    """
+    if not sys.stderr.isatty():
+        # Without a terminal Ray Data logs a progress table every few seconds; keep the
+        # log readable (our own per-task lines remain).
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        ray.data.DataContext.get_current().enable_progress_bars = False
+    if ray.is_initialized():
+        return "already initialized Ray"
+    address = resolve_address(config, address)
+    env = {"env_vars": {"PYTHONHASHSEED": "0"}}
+    if address:
+        if "RAY_AUTH_MODE" not in os.environ and auth_token_available():
+            _use_token_auth()
+        try:
+            ray.init(address=address, runtime_env=env, log_to_driver=True)
+        except (ConnectionError, RuntimeError) as exc:
+            mode = os.environ.get("RAY_AUTH_MODE", "disabled")
+            raise ClusterError(
+                f"cannot join the Ray cluster at {address}: {exc} (RAY_AUTH_MODE={mode}; a "
+                "cluster with token authentication needs its token here: RAY_AUTH_TOKEN, "
+                "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token, as `ray get-auth-token` prints it)"
+            ) from exc
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        return f"Ray cluster at {address} ({len(nodes)} nodes, {_cpus()} CPUs)"
+    ray.init(
+        num_cpus=config.ray.num_cpus or os.cpu_count() or 1,
+        object_store_memory=config.ray.object_store_memory,
+        include_dashboard=False,
+        runtime_env=env,
+        log_to_driver=True,
+    )
+    return f"embedded local Ray ({_cpus()} CPUs)"
+
+
+def _use_token_auth() -> None:
+    os.environ["RAY_AUTH_MODE"] = "token"
+    # Ray copies RAY_AUTH_MODE into its C++ config when it is imported; refresh that copy,
+    # as ray.init(address="auto") does (ray._private.authentication's _enable_token_auth).
+    from ray._raylet import Config
+
+    Config.initialize("")
+
+
+def _cpus() -> int:
+    return int(ray.cluster_resources().get("CPU", 0))
+
+
+def node_path_problems(spec: dict[str, Any]) -> list[str]:
+    """What this machine cannot see of a run: runs on each node (Ray-free, testable).
+
+    ``spec``: ``inputs`` [(path, bytes)], ``work`` (dir), ``probe`` (the text the driver
+    wrote to ``work/.node-probe``), ``node`` (a name for the probe this node writes),
+    ``config`` (the pipeline, whose stages are validated here).
+    """
+    problems = []
+    for path, size in spec["inputs"]:
+        if "://" in path:
+            continue  # object storage: read through its own client, not the local filesystem
+        try:
+            seen = os.stat(path).st_size
+        except OSError as exc:
+            problems.append(f"cannot see input {path} ({exc.strerror})")
+            continue
+        if seen != size:
+            problems.append(f"sees input {path} with {seen} bytes, the driver saw {size}")
+    work = Path(spec["work"])
+    try:
+        if (work / _PROBE).read_text() != spec["probe"]:
+            raise OSError("it holds another run's probe")
+        mine = work / f"{_PROBE}-{spec['node']}"
+        mine.write_text(spec["probe"])
+        mine.unlink()
+    except OSError as exc:
+        problems.append(
+            f"cannot see or write the output directory {work.parent} as the driver does ({exc})"
+        )
+    config: PipelineConfig = spec["config"]
+    for i, stage in enumerate(config.stages):
+        problems += [f"stages[{i}] ({stage.op}): {p}" for p in make_op(stage, config).validate()]
+    return problems
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _remote_problems(spec: dict[str, Any]) -> list[str]:
+    return node_path_problems(spec)
+
+
+def check_nodes_see_paths(config: PipelineConfig, work: Path, tasks: list[InputTask]) -> None:
+    """Run :func:`node_path_problems` once on every alive node with CPUs.
+
+    Raises:
+        ClusterError: a node cannot see a path (all problems of all nodes, one per line),
+            or did not answer within two minutes.
+    """
+    probe = uuid.uuid4().hex
+    (work / _PROBE).write_text(probe)
+    inputs = sorted({(t.path, t.bytes) for t in tasks})
+    nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
+    refs = {}
+    for node in nodes:
+        name = f"{node['NodeManagerAddress']} ({node['NodeID'][:8]})"
+        spec = {"inputs": inputs, "work": str(work), "probe": probe, "node": node["NodeID"]}
+        strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        refs[name] = _remote_problems.options(scheduling_strategy=strategy).remote(
+            {**spec, "config": config}
+        )
+    problems = []
+    try:
+        for name, ref in refs.items():
+            try:
+                found = ray.get(ref, timeout=_CHECK_TIMEOUT_S)
+            except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as exc:
+                found = [f"did not answer the path check ({type(exc).__name__})"]
+            problems += [f"node {name}: {p}" for p in found]
+    finally:
+        (work / _PROBE).unlink(missing_ok=True)
+    if problems:
+        raise ClusterError(
+            "some nodes cannot see the run's paths (inputs, output, models and tokenizers "
+            "must be on a filesystem every node shares):\n  " + "\n  ".join(problems)
+        )
