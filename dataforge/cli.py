@@ -105,9 +105,34 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     tasks = plan_input_tasks(config)
     print(
         f"ok: {config.name}: {len(config.inputs)} sources, {len(tasks)} files, "
-        f"{sum(t.bytes for t in tasks)} bytes, stages: {[s.op for s in config.stages]}"
+        f"{sum(t.bytes for t in tasks)} bytes, {_split_summary(config, tasks)}, "
+        f"stages: {[s.op for s in config.stages]}"
     )
     return 0
+
+
+def _split_summary(config, tasks) -> str:
+    """How many tasks the files make, and which large files cannot be split."""
+    from dataforge.io.splits import estimated_task_count, unsplittable_reason
+
+    split_bytes = config.read.split_bytes
+    if split_bytes is None:
+        return f"{len(tasks)} tasks (read.split_bytes: null, one task per file)"
+    sources = {s.name: s for s in config.inputs}
+    count = sum(estimated_task_count(t, sources[t.source], split_bytes) for t in tasks)
+    summary = f"about {count} tasks of <= {split_bytes} bytes (read.split_bytes)"
+    whole = [
+        (t, reason)
+        for t in tasks
+        if t.bytes > split_bytes and (reason := unsplittable_reason(t, sources[t.source]))
+    ]
+    if whole:
+        t, reason = whole[0]
+        summary += (
+            f"; {len(whole)} larger file(s) stay one task each, e.g. {t.path} ({reason}: "
+            "write it as several files to spread it over cores)"
+        )
+    return summary
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:

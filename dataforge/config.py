@@ -39,6 +39,7 @@ class ConfigError(ValueError):
 
 
 INPUT_FORMATS = ("jsonl", "parquet", "txt")
+MIN_SPLIT_BYTES = 1024
 OUTPUT_FORMATS = ("mds", "parquet", "jsonl")
 
 
@@ -77,10 +78,18 @@ class ReadConfig:
     """Longer documents are dropped with reason ``too_long`` without being held in memory."""
     invalid_utf8: Literal["replace", "drop"] = "replace"
     """``replace``: U+FFFD and count ``invalid_utf8_replaced``; ``drop``: reason ``invalid_utf8``."""
+    split_bytes: int | None = 128 << 20
+    """Uncompressed JSONL/txt files larger than this are split into tasks of about this
+    many bytes at line boundaries, parquet files by row groups; null: one task per file.
+    Compressed files are always one task. The output does not depend on it."""
 
     def __post_init__(self) -> None:
         if self.batch_rows < 1 or self.max_doc_chars < 1:
             raise ValueError("batch_rows and max_doc_chars must be >= 1")
+        if self.split_bytes is not None and self.split_bytes < MIN_SPLIT_BYTES:
+            raise ValueError(
+                f"split_bytes must be null (no splits) or >= {MIN_SPLIT_BYTES}: {self.split_bytes}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,13 +41,24 @@ class ReadError(RuntimeError):
 
 @dataclass(frozen=True)
 class InputTask:
-    """One input file of one source; the unit of work, commit and resume."""
+    """One input file of one source, or one split of it; the unit of work, commit and
+    resume. A split (:mod:`dataforge.io.splits`) numbers its records from ``first_record``
+    so that ids are those of the whole file."""
 
     task_id: str
     source: str
     path: str
     relpath: str
     bytes: int
+    """Size of the whole file."""
+    offset: int = 0
+    """Line files: byte offset of the split's first line."""
+    length: int | None = None
+    """Line files: bytes in the split (None: to the end of the file)."""
+    first_record: int = 0
+    """Lines (or parquet rows) of the file before the split."""
+    row_groups: tuple[int, ...] | None = None
+    """Parquet: the split's row groups (None: all)."""
 
 
 def _glob_root(pattern: str) -> Path:
@@ -103,6 +114,34 @@ def _open_binary(path: str) -> BinaryIO:
     if path.endswith(".zst") or path.endswith(".zstd"):
         return io.BufferedReader(_ZstdFrames(path), buffer_size=1 << 20)
     return open(path, "rb")  # noqa: SIM115
+
+
+def _open_task(task: InputTask) -> BinaryIO:
+    if task.length is None:
+        return _open_binary(task.path)
+    return io.BufferedReader(_ByteRange(task.path, task.offset, task.length), 1 << 20)
+
+
+class _ByteRange(io.RawIOBase):
+    """``length`` bytes of an uncompressed file from ``offset`` (one split)."""
+
+    def __init__(self, path: str, offset: int, length: int) -> None:
+        self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._file.seek(offset)
+        self._left = length
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        view = memoryview(buffer)[: self._left]
+        n = self._file.readinto(view)
+        self._left -= n
+        return n
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
 
 
 class _ZstdFrames(io.RawIOBase):
@@ -200,10 +239,10 @@ class TaskReader:
 
     def _lines(self) -> Iterator[tuple[int, str, bool]]:
         limit = self.read.max_doc_chars * (_LINE_SLACK if self.source.format == "jsonl" else 1) + 2
-        with _open_binary(self.task.path) as raw:
+        with _open_task(self.task) as raw:
             # newline=None: \r\n, \r and \n all end a line (CR-only files are common in old corpora)
             text = io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape", newline=None)
-            lineno = 0
+            lineno = self.task.first_record
             while True:
                 line = text.readline(limit)
                 if not line:
@@ -357,8 +396,13 @@ class TaskReader:
             raise ReadError(
                 f"{self.task.path}: parquet file has no column(s) {missing}; columns: {sorted(names)}"
             )
-        index = 0
-        for batch in pf.iter_batches(batch_size=self.read.batch_rows, columns=sorted(set(wanted))):
+        index = self.task.first_record
+        batches = pf.iter_batches(
+            batch_size=self.read.batch_rows,
+            columns=sorted(set(wanted)),
+            row_groups=self.task.row_groups,
+        )
+        for batch in batches:
             for obj in batch.to_pylist():
                 row = self._base_row(str(index))
                 index += 1

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from dataforge.config import PipelineConfig, config_sha256, to_plain
 from dataforge.io.readers import InputTask, plan_input_tasks
 from dataforge.io.sinks import merge_mds_indexes, write_json_atomic
+from dataforge.io.splits import split_input_tasks
 from dataforge.runtime.barriers import BarrierContext, run_planner
 from dataforge.runtime.manifest import (
     AccountingError,
@@ -98,7 +99,7 @@ def run_pipeline(
     log(f"{'resuming' if state == 'resume' else 'starting'} run {config.name!r} into {out}")
     work = out / "_work"
     started = time.time()
-    input_tasks = plan_input_tasks(config)
+    input_tasks = split_input_tasks(plan_input_tasks(config), config)
     executor.check_paths(config, work, input_tasks)
     segments = build_segments(config)
     run = _Run(config, out, work, sha, started, log, input_tasks, segments)
