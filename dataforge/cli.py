@@ -58,6 +58,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 1
     except Exception as exc:  # noqa: BLE001 - a task error arrives wrapped by Ray; report it, exit 1
         print(f"error: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(
+            f"the tasks committed so far are kept: rerun the same command to resume into {out}",
+            file=sys.stderr,
+        )
         return 1
     total = manifest["counts"]["total"]
     print(

@@ -107,6 +107,8 @@ def connect(config: PipelineConfig, address: str | None) -> str:
         # log readable (our own per-task lines remain).
         logging.getLogger("ray.data").setLevel(logging.WARNING)
         ray.data.DataContext.get_current().enable_progress_bars = False
+        # ...which Ray Data would otherwise announce with a warning on every run.
+        logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     if ray.is_initialized():
         return "already initialized Ray"
     address = resolve_address(config, address)
@@ -126,6 +128,8 @@ def connect(config: PipelineConfig, address: str | None) -> str:
         nodes = [n for n in ray.nodes() if n["Alive"]]
         return f"Ray cluster at {address} ({len(nodes)} nodes, {_cpus()} CPUs)"
     ray.init(
+        # "local": without it ray.init() joins any cluster already running on this machine.
+        address="local",
         num_cpus=config.ray.num_cpus or os.cpu_count() or 1,
         object_store_memory=config.ray.object_store_memory,
         include_dashboard=False,
@@ -212,6 +216,10 @@ def check_nodes_see_paths(config: PipelineConfig, work: Path, tasks: list[InputT
         for name, ref in refs.items():
             try:
                 found = ray.get(ref, timeout=_CHECK_TIMEOUT_S)
+            except ray.exceptions.TaskUnschedulableError:
+                # The node died after ray.nodes() listed it (Ray notices within seconds to a
+                # minute): it will run no task of this run either.
+                found = []
             except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as exc:
                 found = [f"did not answer the path check ({type(exc).__name__})"]
             problems += [f"node {name}: {p}" for p in found]

@@ -11,12 +11,14 @@ which on small machines costs more than the stages themselves.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import ray
+from ray.util.annotations import RayDeprecationWarning
 
 from dataforge.config import PipelineConfig
 from dataforge.io.readers import InputTask
@@ -76,16 +78,24 @@ class RayExecutor:
         ds = ray.data.from_items(
             [{"task": json.dumps(t)} for t in tasks], override_num_blocks=len(tasks)
         )
-        ds = ds.map_batches(
-            _SegmentActor,
-            fn_constructor_kwargs={"config": config, "segment": segment, "work_dir": str(work_dir)},
-            batch_size=1,
-            batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=size),
-            num_cpus=cpus_per_actor,
-            max_restarts=config.ray.max_task_retries,
-            max_task_retries=config.ray.max_task_retries,
-        )
+        with warnings.catch_warnings():
+            # Ray 2.60 has no named parameter for the actors' restart limits yet and warns
+            # about passing them as remote args; the limits matter more than the warning.
+            warnings.simplefilter("ignore", RayDeprecationWarning)
+            ds = ds.map_batches(
+                _SegmentActor,
+                fn_constructor_kwargs={
+                    "config": config,
+                    "segment": segment,
+                    "work_dir": str(work_dir),
+                },
+                batch_size=1,
+                batch_format="pyarrow",
+                compute=ray.data.ActorPoolStrategy(size=size),
+                num_cpus=cpus_per_actor,
+                max_restarts=config.ray.max_task_retries,
+                max_task_retries=config.ray.max_task_retries,
+            )
         done = 0
         for row in ds.iter_rows():
             done += 1
