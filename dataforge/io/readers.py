@@ -59,6 +59,8 @@ class InputTask:
     """Lines (or parquet rows) of the file before the split."""
     row_groups: tuple[int, ...] | None = None
     """Parquet: the split's row groups (None: all)."""
+    known_ids: tuple[str, ...] = ()
+    """Ids that an earlier split of the file holds: records with them are ``duplicate_id``."""
 
 
 def _glob_root(pattern: str) -> Path:
@@ -206,8 +208,12 @@ class TaskReader:
         self.source = source
         self.read = read
         self.events: Counter[str] = Counter()
-        self._seen_ids: set[str] = set()
+        self._seen_ids: set[str] = set(task.known_ids)
         self._ord_counter = -1
+
+    def accepted_ids(self) -> set[str]:
+        """Ids of the records read so far that were not dropped while reading."""
+        return self._seen_ids.difference(self.task.known_ids)
 
     def batches(self) -> Iterator[pa.Table]:
         rows: list[dict[str, Any]] = []

@@ -34,6 +34,7 @@ from dataforge.runtime.manifest import (
     versions,
 )
 from dataforge.runtime.segments import Segment, SegmentRunner, build_segments, make_op
+from dataforge.runtime.split_ids import settle_split_ids
 
 __all__ = ["Executor", "LocalExecutor", "run_pipeline"]
 
@@ -123,6 +124,15 @@ def run_pipeline(
         t0 = time.time()
         if pending:
             executor.run_segment(config, segment, work, pending, log)
+        if segment.index == 0:
+            run.input_tasks = input_tasks = settle_split_ids(
+                work / "seg0",
+                input_tasks,
+                config,
+                lambda redo, seg=segment: executor.run_segment(
+                    config, seg, work, _segment_tasks(seg, redo, work), log
+                ),
+            )
         timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
         seg_stats.append([_read_marker(work, segment.index, t["task_id"]) for t in tasks])
     return _commit(run)

@@ -36,6 +36,7 @@ from dataforge.io.readers import InputTask, TaskReader
 from dataforge.io.sinks import PartWriter, write_json_atomic
 from dataforge.ops.base import BarrierOp, Op, OpContext, op_class
 from dataforge.records import DROP
+from dataforge.runtime.split_ids import is_split_with_ids, write_split_ids
 
 __all__ = ["Segment", "SegmentRunner", "build_segments", "make_op", "op_context"]
 
@@ -105,6 +106,7 @@ class SegmentRunner:
         self.barrier_in = make_op(segment.barrier_in[1], config) if segment.barrier_in else None
         self.barrier_out = make_op(segment.barrier_out[1], config) if segment.barrier_out else None
         self.declared = declared_encodings(config) if segment.final else {}
+        self._split_ids: set[str] | None = None  # what a split of a file with id_key accepted
         for _, _, op in self.ops:
             op.setup()
         for op in (self.barrier_in, self.barrier_out):
@@ -138,9 +140,12 @@ class SegmentRunner:
     def _input_batches(self, task: dict[str, Any], stats: dict[str, Any]):
         if self.segment.index == 0:
             source = next(s for s in self.config.inputs if s.name == task["source"])
-            reader = TaskReader(InputTask(**task["input"]), source, self.config.read)
+            input_task = InputTask(**task["input"])
+            reader = TaskReader(input_task, source, self.config.read)
             yield from reader.batches()
             stats["events"] = dict(reader.events)
+            if is_split_with_ids(input_task, self.config):
+                self._split_ids = reader.accepted_ids()
             return
         previous = Path(task["previous"])
         live = pq.read_table(previous) if previous.exists() else None
@@ -166,6 +171,7 @@ class SegmentRunner:
 
     def _process(self, task: dict[str, Any], tmp: Path) -> dict[str, Any]:
         stats: dict[str, Any] = {"task_id": task["task_id"], "op_seconds": {}, "events": {}}
+        self._split_ids = None
         counts: dict[str, dict[str, Any]] = defaultdict(
             lambda: {
                 "input": 0,
@@ -197,6 +203,9 @@ class SegmentRunner:
             _count(counts, live, dropped)
             sinks.write(live, dropped)
         stats["rows_written"] = sinks.close()
+        if self._split_ids is not None:
+            write_split_ids(tmp, self._split_ids)
+            self._split_ids = None
         stats["seconds"] = time.perf_counter() - started_all
         stats["by_source"] = {
             src: {**c, "dropped": dict(c["dropped"])} for src, c in sorted(counts.items())

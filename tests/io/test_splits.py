@@ -122,7 +122,9 @@ def big_corpus(root: Path) -> None:
     (root / "big.jsonl").write_bytes(("\r\n".join(lines) + "\r\n").encode())
     with gzip.open(root / "small.jsonl.gz", "wt", encoding="utf-8") as f:
         for i in range(400):
-            f.write(json.dumps({"text": f"Compressed document {i * 7919 % 4099} on trains."}) + "\n")
+            f.write(
+                json.dumps({"text": f"Compressed document {i * 7919 % 4099} on trains."}) + "\n"
+            )
     texts = [f"Parquet row {i} describes a package for parsing data files." for i in range(600)]
     pq.write_table(pa.table({"text": texts}), root / "rows.parquet", row_group_size=100)
 
@@ -194,3 +196,42 @@ def test_validate_says_which_files_stay_one_task(tmp_path: Path, write_pipeline,
     assert main(["validate", str(path), "--set", "read.split_bytes=1024"]) == 0
     out = capsys.readouterr().out
     assert "3 files" in out and "small.jsonl.gz (compressed single stream" in out
+
+
+def test_duplicate_ids_across_splits_drop_as_in_the_whole_file(
+    tmp_path: Path, write_pipeline
+) -> None:
+    records = [
+        {"id": f"doc{i}", "text": f"Text number {i} about a quiet walk."} for i in range(600)
+    ]
+    records[550]["id"] = "doc3"  # a repeat far from the first: another split
+    records[551]["id"] = "doc549"  # ...and one near its first
+    records[20]["id"] = "doc19"  # a repeat within the first split
+    records[570] = {"id": "doc571", "text": "{broken"}  # dropped while reading: no claim
+    lines = [
+        json.dumps(r) if "{" not in r["text"] else '{"id": "doc571", "text": ' for r in records
+    ]
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "ids.jsonl").write_text("\n".join(lines) + "\n")
+    path = write_pipeline(
+        tmp_path,
+        """
+        name: ids
+        max_error_rate: 0.5
+        inputs: [{name: s, path: "corpus/ids.jsonl", id_key: id}]
+        output: {path: out, format: jsonl}
+        """,
+    )
+    results = {}
+    for split in ("null", "1024", "4096"):
+        config = load_pipeline(path, [f"read.split_bytes={split}"])
+        manifest = run_pipeline(config, tmp_path / split, LocalExecutor(), log=lambda m: None)
+        results[split] = (manifest["counts"], list(iter_samples_jsonl(tmp_path / split)))
+    counts, rows = results["null"]
+    assert counts["by_source"]["s"]["dropped"] == {"duplicate_id": 3, "error:json": 1}
+    assert results["1024"] == results["null"] == results["4096"]
+    assert [r["id"] for r in rows].count("s/doc3") == 1 and len(rows) == 596
+
+
+def iter_samples_jsonl(out: Path) -> list[dict]:
+    return [json.loads(line) for p in sorted(out.glob("jsonl/**/data.jsonl")) for line in open(p)]
