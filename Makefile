@@ -41,3 +41,4 @@ test-fast: setup $(TEST_DEPS)
 lint: setup
 	.venv/bin/ruff check dataforge trainer tests benchmarks scripts
 	.venv/bin/ruff format --check dataforge trainer tests benchmarks scripts
+	.venv/bin/lint-imports --no-logo  # import rules: docs/architecture.md, pyproject.toml

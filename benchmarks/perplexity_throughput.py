@@ -29,11 +29,11 @@ sys.path.insert(0, str(ROOT))
 
 from dataforge.lm.card import read_card  # noqa: E402
 from dataforge.lm.corpus import read_documents  # noqa: E402
-from dataforge.lm.normalize import normalize_documents  # noqa: E402
 from dataforge.lm.score import PerplexityScorer  # noqa: E402
 from dataforge.ops.base import OpContext  # noqa: E402
 from dataforge.ops.perplexity import PerplexityFilter  # noqa: E402
 from dataforge.records import BASE_SCHEMA  # noqa: E402
+from dataforge.text.normalize import normalize_documents  # noqa: E402
 
 
 def load_texts(pattern: str, limit: int) -> list[str]:

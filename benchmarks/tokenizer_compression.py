@@ -29,10 +29,10 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dataforge.ops.clean import Clean  # noqa: E402
+from dataforge.text.cjk import cjk_mask  # noqa: E402
+from dataforge.text.clean import CleanConfig, clean_text  # noqa: E402
 from dataforge.tokenization import TokenizerSpec, train_tokenizer  # noqa: E402
 from dataforge.tokenization.corpus import iter_records  # noqa: E402
-from dataforge.tokenization.segment import cjk_mask  # noqa: E402
 from dataforge.tokenization.tokenizer import split_long  # noqa: E402
 from dataforge.tokenization.train import _train_sentencepiece  # noqa: E402
 
@@ -44,11 +44,13 @@ SOURCES = {
 
 
 def _clean(texts: list[str]) -> list[str]:
-    op = Clean(Clean.Config())
+    config = CleanConfig()
     out: list[str] = []
     for i in range(0, len(texts), 1000):
         out += [
-            t for t in op.clean_text(pa.array(texts[i : i + 1000], pa.string())).to_pylist() if t
+            t
+            for t in clean_text(pa.array(texts[i : i + 1000], pa.string()), config).to_pylist()
+            if t
         ]
     return out
 

@@ -40,9 +40,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from tokenizer_compression import SOURCES, _clean  # noqa: E402
 
+from dataforge.text.cjk import has_cjk  # noqa: E402
 from dataforge.tokenization import DEFAULT_ENGINE, Tokenizer  # noqa: E402
 from dataforge.tokenization.corpus import iter_records  # noqa: E402
-from dataforge.tokenization.segment import has_cjk  # noqa: E402
 from dataforge.tokenization.tokenizer import read_tokenizer_json  # noqa: E402
 
 

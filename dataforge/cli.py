@@ -21,10 +21,11 @@ def _checked_config(args: argparse.Namespace):
     """Load the pipeline and run every validation check; print the problems and return
     None if there are any."""
     from dataforge.config import ConfigError, load_pipeline
+    from dataforge.runtime.validate import validate_pipeline
 
     try:
         config = load_pipeline(args.pipeline, args.set)
-        problems = _problems(config)
+        problems = validate_pipeline(config)
     except ConfigError as exc:
         problems = [str(exc)]
     for p in problems:
@@ -79,29 +80,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _problems(config) -> list[str]:
-    """Everything ``validate`` checks beyond the YAML itself: input paths, op resources,
-    cross-stage rules."""
-    from dataforge.config import ConfigError
-    from dataforge.io.readers import plan_input_tasks
-    from dataforge.runtime.segments import make_op
-
-    problems = []
-    try:
-        plan_input_tasks(config)
-    except ConfigError as exc:
-        problems.append(str(exc))
-    for i, stage in enumerate(config.stages):
-        op = make_op(stage, config)
-        problems += [f"stages[{i}] ({stage.op}): {p}" for p in op.validate()]
-        check = getattr(importlib.import_module(type(op).__module__), "check_pipeline", None)
-        if check is not None:
-            problems += [f"stages[{i}] ({stage.op}): {p}" for p in check(list(config.stages), i)]
-    return problems
-
-
 def _cmd_validate(args: argparse.Namespace) -> int:
     from dataforge.io.readers import plan_input_tasks
+    from dataforge.io.splits import split_summary
 
     config = _checked_config(args)
     if config is None:
@@ -109,34 +90,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     tasks = plan_input_tasks(config)
     print(
         f"ok: {config.name}: {len(config.inputs)} sources, {len(tasks)} files, "
-        f"{sum(t.bytes for t in tasks)} bytes, {_split_summary(config, tasks)}, "
+        f"{sum(t.bytes for t in tasks)} bytes, {split_summary(tasks, config.inputs, config.read.split_bytes)}, "
         f"stages: {[s.op for s in config.stages]}"
     )
     return 0
-
-
-def _split_summary(config, tasks) -> str:
-    """How many tasks the files make, and which large files cannot be split."""
-    from dataforge.io.splits import estimated_task_count, unsplittable_reason
-
-    split_bytes = config.read.split_bytes
-    if split_bytes is None:
-        return f"{len(tasks)} tasks (read.split_bytes: null, one task per file)"
-    sources = {s.name: s for s in config.inputs}
-    count = sum(estimated_task_count(t, sources[t.source], split_bytes) for t in tasks)
-    summary = f"about {count} tasks of <= {split_bytes} bytes (read.split_bytes)"
-    whole = [
-        (t, reason)
-        for t in tasks
-        if t.bytes > split_bytes and (reason := unsplittable_reason(t, sources[t.source]))
-    ]
-    if whole:
-        t, reason = whole[0]
-        summary += (
-            f"; {len(whole)} larger file(s) stay one task each, e.g. {t.path} ({reason}: "
-            "write it as several files to spread it over cores)"
-        )
-    return summary
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:

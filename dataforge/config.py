@@ -1,9 +1,10 @@
 """Pipeline YAML -> typed, frozen dataclasses.
 
-Loading is strict: ``yaml.safe_load`` only (a ``!!python/...`` tag is refused), unknown
-keys and op names are errors that list the valid choices, and each op's parameters are
-checked against that op's own ``Config`` dataclass (its ``__post_init__`` enforces
-cross-field rules). Errors are :class:`ConfigError` naming the file and key path.
+Loading follows :mod:`dataforge.typed_config` (safe YAML with YAML 1.2 numbers, strict
+typed coercion): unknown keys and op names are errors that list the valid choices, and each
+op's parameters are checked against that op's own ``Config`` dataclass (its
+``__post_init__`` enforces cross-field rules). Errors are :class:`ConfigError` naming the
+file and key path.
 """
 
 from __future__ import annotations
@@ -11,14 +12,22 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import types
 import typing
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
+from dataforge.io.input_config import INPUT_FORMATS, InputConfig, ReadConfig
+from dataforge.typed_config import (
+    ConfigError,
+    apply_overrides,
+    check_choices,
+    from_mapping,
+    read_yaml_file,
+    to_plain,
+)
 
 __all__ = [
+    "INPUT_FORMATS",
     "ConfigError",
     "InputConfig",
     "OutputConfig",
@@ -34,62 +43,8 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
-    """A pipeline file (or override) that does not describe a valid pipeline."""
-
-
-INPUT_FORMATS = ("jsonl", "parquet", "txt")
-MIN_SPLIT_BYTES = 1024
-OUTPUT_FORMATS = ("mds", "parquet", "jsonl")
-
-
-@dataclasses.dataclass(frozen=True)
-class InputConfig:
-    """One named source."""
-
-    name: str
-    path: str
-    """File path or glob; relative paths resolve against the pipeline file's directory."""
-    format: Literal["jsonl", "parquet", "txt"] = "jsonl"
-    """``jsonl`` also reads ``.jsonl.gz`` and ``.jsonl.zst`` (by suffix)."""
-    lang: str = "en"
-    text_key: str = "text"
-    id_key: str | None = None
-    """Key holding a stable id; None derives ``<source>/<relpath>:<line>``."""
-    meta_keys: tuple[str, ...] = ()
-    """Input keys copied into the record's ``meta``."""
-    txt_unit: Literal["line", "file", "paragraph"] = "line"
-    """For ``txt``: one document per line, per file, or per blank-line-separated paragraph."""
-
-    def __post_init__(self) -> None:
-        if not self.name or "/" in self.name:
-            raise ValueError(f"input name must be non-empty without '/': {self.name!r}")
-        if self.format not in INPUT_FORMATS:
-            raise ValueError(f"format {self.format!r}; valid: {', '.join(INPUT_FORMATS)}")
-
-
-@dataclasses.dataclass(frozen=True)
-class ReadConfig:
-    """Reader limits shared by all sources."""
-
-    batch_rows: int = 1000
-    """Records per batch handed to the ops."""
-    max_doc_chars: int = 1_000_000
-    """Longer documents are dropped with reason ``too_long`` without being held in memory."""
-    invalid_utf8: Literal["replace", "drop"] = "replace"
-    """``replace``: U+FFFD and count ``invalid_utf8_replaced``; ``drop``: reason ``invalid_utf8``."""
-    split_bytes: int | None = 128 << 20
-    """Uncompressed JSONL/txt files larger than this are split into tasks of about this
-    many bytes at line boundaries, parquet files by row groups; null: one task per file.
-    Compressed files are always one task. The output does not depend on it."""
-
-    def __post_init__(self) -> None:
-        if self.batch_rows < 1 or self.max_doc_chars < 1:
-            raise ValueError("batch_rows and max_doc_chars must be >= 1")
-        if self.split_bytes is not None and self.split_bytes < MIN_SPLIT_BYTES:
-            raise ValueError(
-                f"split_bytes must be null (no splits) or >= {MIN_SPLIT_BYTES}: {self.split_bytes}"
-            )
+OutputFormat = Literal["mds", "parquet", "jsonl"]
+OUTPUT_FORMATS: tuple[str, ...] = typing.get_args(OutputFormat)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,11 +72,18 @@ class StageConfig:
     batch_size: int | None = None
     """Rows per call of this op (default: ``read.batch_rows``)."""
 
+    def to_plain(self) -> dict[str, Any]:
+        """The YAML view: ``op``, the op's parameters, then runtime keys."""
+        out = {"op": self.op, **to_plain(self.params)}
+        if self.batch_size is not None:
+            out["batch_size"] = self.batch_size
+        return out
+
 
 @dataclasses.dataclass(frozen=True)
 class OutputConfig:
     path: str
-    format: Literal["mds", "parquet", "jsonl"] = "mds"
+    format: OutputFormat = "mds"
     compression: str | None = "zstd"
     """MDS: ``zstd`` or null; parquet: any codec pyarrow knows."""
     size_limit: int = 1 << 26
@@ -135,8 +97,7 @@ class OutputConfig:
     """Keep ``_work/`` after success (debugging)."""
 
     def __post_init__(self) -> None:
-        if self.format not in OUTPUT_FORMATS:
-            raise ValueError(f"format {self.format!r}; valid: {', '.join(OUTPUT_FORMATS)}")
+        check_choices(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,16 +141,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> Pipel
             wrong types, or a failed cross-field rule; the message names file and key.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read pipeline file: {exc.strerror}") from exc
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(
-            f"{path}: invalid YAML (only plain YAML is accepted, no python tags): {exc}"
-        ) from exc
+    raw = read_yaml_file(path, "pipeline file")
     if not isinstance(raw, dict):
         raise ConfigError(
             f"{path}: the top level must be a mapping with keys {sorted(_PIPELINE_KEYS)}"
@@ -250,141 +202,6 @@ def _stage_from_mapping(raw: Any, where: str) -> StageConfig:
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ConfigError(f"{where}: batch_size must be a positive integer, got {batch_size!r}")
     return StageConfig(op=name, params=op_config, batch_size=batch_size)
-
-
-def from_mapping(cls: type, raw: Any, where: str) -> Any:
-    """Build dataclass ``cls`` from a mapping, strictly: unknown keys, missing required
-    keys and wrong types are :class:`ConfigError` naming ``where`` and the key."""
-    if isinstance(raw, cls):
-        return raw
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__} {raw!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = set(raw) - set(fields)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid: {sorted(fields)}")
-    kwargs = {}
-    for name, field in fields.items():
-        if name in raw:
-            kwargs[name] = _coerce(hints[name], raw[name], f"{where}.{name}")
-        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            raise ConfigError(f"{where}: missing required key {name!r}")
-    try:
-        return cls(**kwargs)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{where}: {exc}") from exc
-
-
-def _coerce(tp: Any, value: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if tp is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(arg, value, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(
-            errors[0] if len(errors) == 1 else f"{where}: {value!r} matches none of {args}"
-        )
-    if origin is Literal:
-        if value not in args:
-            raise ConfigError(
-                f"{where}: {value!r} is not valid; valid: {', '.join(map(repr, args))}"
-            )
-        return value
-    if dataclasses.is_dataclass(tp):
-        return from_mapping(tp, value, where)
-    if origin in (tuple, list):
-        if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        item_type = args[0] if args else Any
-        items = [_coerce(item_type, v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-        key_t, val_t = args if args else (Any, Any)
-        return {
-            _coerce(key_t, k, where): _coerce(val_t, v, f"{where}.{k}") for k, v in value.items()
-        }
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
-        return value
-    return value
-
-
-def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> dict[str, Any]:
-    """Apply ``--set a.b.c=value`` overrides (value parsed as YAML; list indices allowed:
-    ``stages.2.threshold=0.7``)."""
-    for item in overrides:
-        key, sep, value_text = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected key.path=value")
-        try:
-            value = yaml.safe_load(value_text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item!r}: value is not valid YAML: {exc}") from exc
-        node: Any = raw
-        parts = key.split(".")
-        for i, part in enumerate(parts):
-            last = i == len(parts) - 1
-            if isinstance(node, list):
-                if not part.isdigit() or int(part) >= len(node):
-                    raise ConfigError(
-                        f"--set {key}: {part!r} is not an index of a {len(node)}-item list"
-                    )
-                if last:
-                    node[int(part)] = value
-                else:
-                    node = node[int(part)]
-            elif isinstance(node, dict):
-                if last:
-                    node[part] = value
-                else:
-                    node = node.setdefault(part, {})
-            else:
-                raise ConfigError(f"--set {key}: {'.'.join(parts[:i])} is not a mapping or list")
-    return raw
-
-
-def to_plain(obj: Any) -> Any:
-    """A JSON-ready view of a config (dataclasses -> dicts, tuples -> lists)."""
-    if isinstance(obj, StageConfig):
-        out = {"op": obj.op, **to_plain(obj.params)}
-        if obj.batch_size is not None:
-            out["batch_size"] = obj.batch_size
-        return out
-    if dataclasses.is_dataclass(obj):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, (list, tuple)):
-        return [to_plain(v) for v in obj]
-    if isinstance(obj, dict):
-        return {str(k): to_plain(v) for k, v in obj.items()}
-    return obj
 
 
 def config_sha256(config: PipelineConfig) -> str:

@@ -1,144 +1,42 @@
 """``dataforge inspect``: summarize, print and verify MDS datasets without streaming's
-shared-memory machinery (shards are read and decoded directly).
-
-An index whose shard paths escape the dataset directory, or that declares a ``pkl``
-column (unpickling runs code), is refused before any shard is opened.
+shared-memory machinery (shards are read and decoded by :mod:`dataforge.io.mds`, which
+refuses unsafe indexes before any shard is opened).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xxhash
-import zstandard
 
-__all__ = ["InspectError", "inspect_path", "iter_samples", "load_index", "verify_dataset"]
+from dataforge.io.mds import (
+    MDSFormatError,
+    dataset_dir,
+    iter_samples,
+    iter_shard_samples,
+    read_index,
+    shard_bytes,
+    shard_hash,
+)
+
+__all__ = ["InspectError", "inspect_path", "summarize", "verify_dataset"]
 
 HIST_EDGES = [0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536, 1 << 62]
 
 
-class InspectError(ValueError):
-    """PATH is not a readable, safe MDS dataset."""
-
-
-def _dataset_dir(path: Path) -> Path:
-    if (path / "index.json").exists():
-        return path
-    if (path / "mds" / "index.json").exists():
-        return path / "mds"
-    if (path / "manifest.json").exists():
-        raise InspectError(f"{path}: run has no MDS index (failed, incomplete, or not MDS output)")
-    raise InspectError(f"{path}: no index.json here or in {path / 'mds'}")
-
-
-def load_index(root: Path) -> dict[str, Any]:
-    """Read and sanity-check ``root/index.json``."""
-    try:
-        index = json.loads((root / "index.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InspectError(f"{root / 'index.json'}: unreadable index ({exc})") from exc
-    for i, shard in enumerate(index.get("shards", [])):
-        if shard.get("format") != "mds":
-            raise InspectError(
-                f"shard {i}: format {shard.get('format')!r} is not supported (only mds)"
-            )
-        if "pkl" in shard.get("column_encodings", []):
-            raise InspectError(
-                f"shard {i}: refusing a pkl column (unpickling can run arbitrary code)"
-            )
-        for key in ("raw_data", "zip_data"):
-            info = shard.get(key)
-            if info:
-                rel = PurePosixPath(info["basename"])
-                if rel.is_absolute() or ".." in rel.parts:
-                    raise InspectError(
-                        f"shard {i}: path {info['basename']!r} escapes the dataset directory"
-                    )
-    return index
-
-
-def _shard_bytes(root: Path, shard: dict[str, Any]) -> bytes:
-    if shard.get("zip_data"):
-        data = (root / shard["zip_data"]["basename"]).read_bytes()
-        if shard.get("compression", "").split(":")[0] != "zstd":
-            raise InspectError(f"compression {shard['compression']!r} is not supported by inspect")
-        return zstandard.ZstdDecompressor().decompress(
-            data, max_output_size=shard["raw_data"]["bytes"]
-        )
-    return (root / shard["raw_data"]["basename"]).read_bytes()
-
-
-def _decode(encoding: str, data: bytes) -> Any:
-    if encoding == "str":
-        return data.decode("utf-8")
-    if encoding == "json":
-        return json.loads(data.decode("utf-8"))
-    if encoding.startswith("ndarray"):
-        # MDS ndarray payloads carry a dtype/shape header unless the encoding fixes both.
-        from streaming.base.format.mds.encodings import mds_decode
-
-        return mds_decode(encoding, data)
-    if encoding in ("int", "int64"):
-        return int(np.frombuffer(data, np.int64)[0])
-    if encoding in ("float64",):
-        return float(np.frombuffer(data, np.float64)[0])
-    if encoding in ("int32", "uint16", "uint32", "uint64", "int16", "uint8", "int8", "float32"):
-        return np.frombuffer(data, np.dtype(encoding))[0].item()
-    if encoding == "bytes":
-        return data
-    raise InspectError(f"column encoding {encoding!r} is not supported by inspect")
-
-
-def _shard_samples(raw: bytes, shard: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    n = int(np.frombuffer(raw, np.uint32, 1, 0)[0])
-    offsets = np.frombuffer(raw, np.uint32, n + 1, 4)
-    names, encodings, sizes = (
-        shard["column_names"],
-        shard["column_encodings"],
-        shard["column_sizes"],
-    )
-    n_var = sum(1 for s in sizes if s is None)
-    for i in range(n):
-        sample = raw[offsets[i] : offsets[i + 1]]
-        var_sizes = iter(np.frombuffer(sample, np.uint32, n_var, 0).tolist())
-        pos = 4 * n_var
-        record = {}
-        for name, enc, size in zip(names, encodings, sizes, strict=True):
-            length = next(var_sizes) if size is None else size
-            record[name] = _decode(enc, sample[pos : pos + length])
-            pos += length
-        yield record
-
-
-def iter_samples(path: Path) -> Iterator[dict[str, Any]]:
-    """Every sample of the dataset at ``path`` (run dir or MDS dir), in order."""
-    root = _dataset_dir(path)
-    for shard in load_index(root)["shards"]:
-        yield from _shard_samples(_shard_bytes(root, shard), shard)
-
-
-def _hash(algo: str, data: bytes) -> str:
-    if algo == "xxh64":
-        return xxhash.xxh64_hexdigest(data)
-    if algo == "xxh3_64":
-        return xxhash.xxh3_64_hexdigest(data)
-    if algo in hashlib.algorithms_available:
-        return hashlib.new(algo, data).hexdigest()
-    raise InspectError(f"hash {algo!r} is not supported")
+InspectError = MDSFormatError
+"""PATH is not a readable, safe MDS dataset (the MDS codec's error)."""
 
 
 def verify_dataset(path: Path) -> list[str]:
     """Check every shard's size, recorded hashes and sample count. Returns the problems."""
-    root = _dataset_dir(path)
+    root = dataset_dir(path)
     problems = []
-    for i, shard in enumerate(load_index(root)["shards"]):
+    for i, shard in enumerate(read_index(root)["shards"]):
         for key in ("zip_data", "raw_data"):
             info = shard.get(key)
             if not info or (
@@ -157,13 +55,13 @@ def verify_dataset(path: Path) -> list[str]:
                     f"shard {i}: {info['basename']} has {len(data)} bytes, index says {info['bytes']}"
                 )
             for algo, expected in (info.get("hashes") or {}).items():
-                if _hash(algo, data) != expected:
+                if shard_hash(algo, data) != expected:
                     problems.append(f"shard {i}: {info['basename']} {algo} mismatch")
         if any(p.startswith(f"shard {i}:") for p in problems):
             continue
         try:
-            raw = _shard_bytes(root, shard)
-            count = sum(1 for _ in _shard_samples(raw, shard))
+            raw = shard_bytes(root, shard)
+            count = sum(1 for _ in iter_shard_samples(raw, shard))
         except Exception as exc:  # noqa: BLE001 - any decode failure is corruption to report
             problems.append(f"shard {i}: cannot decode ({type(exc).__name__}: {exc})")
             continue
@@ -182,8 +80,8 @@ def _histogram(values: list[int]) -> list[dict[str, int]]:
 
 
 def summarize(path: Path) -> dict[str, Any]:
-    root = _dataset_dir(path)
-    index = load_index(root)
+    root = dataset_dir(path)
+    index = read_index(root)
     shards = index["shards"]
     per_source: Counter[str] = Counter()
     text_lengths: dict[str, list[int]] = {}
@@ -286,7 +184,7 @@ def _decode_tokens(root: Path, tokens: np.ndarray) -> str | None:
 
 def inspect_path(path: Path, head: int = 0, verify: bool = False, as_json: bool = False) -> int:
     """Run ``dataforge inspect``. Returns the exit code (1 when --verify finds corruption)."""
-    root = _dataset_dir(path)
+    root = dataset_dir(path)
     problems = verify_dataset(root) if verify else []
     if problems:  # a corrupt shard cannot be summarized; report what is wrong
         if as_json:

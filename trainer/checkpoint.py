@@ -32,7 +32,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from dataforge.config import from_mapping
+from dataforge.typed_config import from_mapping
 from trainer.config import CheckpointConfig, ConfigError, ModelConfig, to_plain
 from trainer.parallel import DistEnv, barrier
 

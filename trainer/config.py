@@ -1,6 +1,7 @@
 """Trainer YAML -> typed, frozen dataclasses.
 
-Loading follows the pipeline config's rules (``dataforge.config``): ``yaml.safe_load`` only,
+Loading follows the shared typed-config rules (:mod:`dataforge.typed_config`): safe YAML
+with YAML 1.2 numbers (``lr: 3e-4`` is a float),
 unknown keys are errors listing the valid ones, and each dataclass checks its own
 cross-field rules in ``__post_init__``. A ``model.preset`` name expands to a size from
 :data:`MODEL_PRESETS`; keys given next to it override the preset. Relative paths resolve
@@ -15,9 +16,13 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
-from dataforge.config import ConfigError, apply_overrides, from_mapping, to_plain
+from dataforge.typed_config import (
+    ConfigError,
+    apply_overrides,
+    from_mapping,
+    read_yaml_file,
+    to_plain,
+)
 
 __all__ = [
     "MODEL_PRESETS",
@@ -286,12 +291,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Trainer
             :func:`config_from_mapping`); the message names the file and key.
     """
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read trainer config: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    raw = read_yaml_file(path, "trainer config")
     raw = apply_overrides(raw if isinstance(raw, dict) else {}, overrides or [], str(path))
     return config_from_mapping(raw, str(path))
 

@@ -113,8 +113,8 @@ def build_batch_source(
             seed=config.train.seed,
             rank=rank,
         )
-    from dataforge.config import from_mapping
     from dataforge.loader import LoaderConfig, build_dataloader
+    from dataforge.typed_config import from_mapping
 
     raw = dict(config.data.loader)
     if raw.setdefault("mode", stage) != stage:

@@ -1,6 +1,11 @@
-"""A writer for MosaicML MDS shards that does not import ``streaming``.
+"""MosaicML MDS samples, written and read without importing ``streaming``.
 
-``import streaming`` loads torch and transformers (about 7 s per process here), which every
+The one place that knows the MDS byte layout: the sink writes with :class:`MDSShardWriter`,
+``dataforge inspect`` and the tokenizer's run-directory input read with
+:func:`iter_samples`, and the loader decodes single samples (:func:`decode_sample`) and
+whole ``num_tokens`` columns (:func:`int_column`) from raw shard bytes.
+
+Writing: ``import streaming`` loads torch and transformers (about 7 s per process here), which every
 Ray actor of the final segment paid before writing its first record: on small machines
 that start-up dominated the run. This writer produces the same bytes as
 ``streaming.MDSWriter`` (index entries and shard files; ``tests/io/test_mds_writer.py``
@@ -10,6 +15,9 @@ falls back to ``MDSWriter`` itself.
 Shard layout (``MDSWriter.encode_joint_shard``): ``uint32 n | uint32 offsets[n+1] |
 config JSON | samples``; a sample is ``uint32 size`` per variable-size column, then the
 column payloads in sorted column order.
+
+Reading refuses an index whose shard paths escape the dataset directory, or that declares
+a ``pkl`` column (unpickling runs code), before any shard is opened.
 """
 
 from __future__ import annotations
@@ -17,21 +25,42 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 import xxhash
+import zstandard
 
-__all__ = ["MDSShardWriter", "supports"]
+__all__ = [
+    "MDSFormatError",
+    "MDSShardWriter",
+    "dataset_dir",
+    "decode_sample",
+    "decode_value",
+    "int_column",
+    "iter_samples",
+    "iter_shard_samples",
+    "read_index",
+    "shard_bytes",
+    "shard_hash",
+    "shard_layout",
+    "supports",
+]
 
 _SCALARS = {
     "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
     "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
     "float16": np.float16, "float32": np.float32, "float64": np.float64,
 }  # fmt: skip
+_FIXED_SCALARS = {"int32", "uint16", "uint32", "uint64", "int16", "uint8", "int8", "float32"}
 _NDARRAY_DTYPES = {"uint8", "int8", "uint16", "int16", "float16", "uint32", "int32", "float32",
                    "uint64", "int64", "float64"}  # fmt: skip
+
+
+class MDSFormatError(ValueError):
+    """A path that is not a readable, safe MDS dataset."""
 
 
 def supports(columns: dict[str, str], compression: str | None) -> bool:
@@ -77,10 +106,13 @@ def _encode(encoding: str, value: Any) -> bytes:
     )
 
 
-def _hash(algo: str, data: bytes) -> str:
-    if algo.startswith("xxh"):
+def shard_hash(algo: str, data: bytes) -> str:
+    """Hex digest of ``data`` with an MDS index hash name (``xxh64``, ``sha1``, ...)."""
+    if algo.startswith("xxh") and hasattr(xxhash, algo):
         return getattr(xxhash, algo)(data).hexdigest()
-    return hashlib.new(algo, data).hexdigest()
+    if algo in hashlib.algorithms_available:
+        return hashlib.new(algo, data).hexdigest()
+    raise MDSFormatError(f"hash {algo!r} is not supported")
 
 
 class MDSShardWriter:
@@ -144,7 +176,7 @@ class MDSShardWriter:
         raw = n.tobytes() + offsets.tobytes() + self.config_data + b"".join(self.samples)
         raw_name = f"shard.{len(self.shards):05}.mds"
         raw_info = {"basename": raw_name, "bytes": len(raw),
-                    "hashes": {a: _hash(a, raw) for a in self.hashes}}  # fmt: skip
+                    "hashes": {a: shard_hash(a, raw) for a in self.hashes}}  # fmt: skip
         zip_info = None
         data, name = raw, raw_name
         if self.compression:
@@ -152,7 +184,7 @@ class MDSShardWriter:
 
             data, name = zstd.compress(raw, self.level), f"{raw_name}.zstd"
             zip_info = {"basename": name, "bytes": len(data),
-                        "hashes": {a: _hash(a, data) for a in self.hashes}}  # fmt: skip
+                        "hashes": {a: shard_hash(a, data) for a in self.hashes}}  # fmt: skip
         with open(self.out_dir / name, "wb") as f:
             f.write(data)
         self.shards.append({"samples": len(self.samples), "raw_data": raw_info,
@@ -165,3 +197,144 @@ class MDSShardWriter:
             self._reset()
         with open(self.out_dir / "index.json", "w") as f:
             json.dump({"version": 2, "shards": self.shards}, f, sort_keys=True)
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+def dataset_dir(path: Path) -> Path:
+    """The MDS directory of ``path``: itself, or ``path/mds`` for a run directory."""
+    path = Path(path)
+    if (path / "index.json").exists():
+        return path
+    if (path / "mds" / "index.json").exists():
+        return path / "mds"
+    if (path / "manifest.json").exists():
+        raise MDSFormatError(
+            f"{path}: run has no MDS index (failed, incomplete, or not MDS output)"
+        )
+    raise MDSFormatError(f"{path}: no index.json here or in {path / 'mds'}")
+
+
+def read_index(root: Path) -> dict[str, Any]:
+    """Read and sanity-check ``root/index.json`` (formats, no pkl, no escaping paths)."""
+    try:
+        index = json.loads((root / "index.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise MDSFormatError(f"{root / 'index.json'}: unreadable index ({exc})") from exc
+    for i, shard in enumerate(index.get("shards", [])):
+        if shard.get("format") != "mds":
+            raise MDSFormatError(
+                f"shard {i}: format {shard.get('format')!r} is not supported (only mds)"
+            )
+        if "pkl" in shard.get("column_encodings", []):
+            raise MDSFormatError(
+                f"shard {i}: refusing a pkl column (unpickling can run arbitrary code)"
+            )
+        for key in ("raw_data", "zip_data"):
+            info = shard.get(key)
+            if info:
+                rel = PurePosixPath(info["basename"])
+                if rel.is_absolute() or ".." in rel.parts:
+                    raise MDSFormatError(
+                        f"shard {i}: path {info['basename']!r} escapes the dataset directory"
+                    )
+    return index
+
+
+def shard_bytes(root: Path, shard: dict[str, Any]) -> bytes:
+    """The raw (decompressed) bytes of one shard of index entry ``shard``."""
+    if shard.get("zip_data"):
+        data = (root / shard["zip_data"]["basename"]).read_bytes()
+        if shard.get("compression", "").split(":")[0] != "zstd":
+            raise MDSFormatError(f"compression {shard['compression']!r} is not supported")
+        return zstandard.ZstdDecompressor().decompress(
+            data, max_output_size=shard["raw_data"]["bytes"]
+        )
+    return (root / shard["raw_data"]["basename"]).read_bytes()
+
+
+def decode_value(encoding: str, data: bytes) -> Any:
+    """One column value from its MDS bytes (scalars as Python numbers)."""
+    if encoding == "str":
+        return data.decode("utf-8")
+    if encoding == "json":
+        return json.loads(data.decode("utf-8"))
+    if encoding.startswith("ndarray"):
+        # MDS ndarray payloads carry a dtype/shape header unless the encoding fixes both.
+        from streaming.base.format.mds.encodings import mds_decode
+
+        return mds_decode(encoding, data)
+    if encoding in ("int", "int64"):
+        return int(np.frombuffer(data, np.int64)[0])
+    if encoding == "float64":
+        return float(np.frombuffer(data, np.float64)[0])
+    if encoding in _FIXED_SCALARS:
+        return np.frombuffer(data, np.dtype(encoding))[0].item()
+    if encoding == "bytes":
+        return data
+    raise MDSFormatError(f"column encoding {encoding!r} is not supported")
+
+
+def decode_sample(
+    sample: bytes, layout: tuple[list, list, list], columns: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """Decode one sample's bytes; ``layout`` is (column names, encodings, sizes) of its
+    shard (a size is None for a variable-size column). ``columns`` limits what is decoded."""
+    names, encodings, sizes = layout
+    n_var = sum(1 for s in sizes if not s)
+    var_sizes = iter(np.frombuffer(sample, np.uint32, n_var, 0).tolist())
+    position = 4 * n_var
+    record = {}
+    for name, encoding, size in zip(names, encodings, sizes, strict=True):
+        length = size or next(var_sizes)
+        if columns is None or name in columns:
+            record[name] = decode_value(encoding, bytes(sample[position : position + length]))
+        position += length
+    return record
+
+
+def shard_layout(shard: dict[str, Any]) -> tuple[list, list, list]:
+    """(column names, encodings, sizes) of an index entry."""
+    return shard["column_names"], shard["column_encodings"], shard["column_sizes"]
+
+
+def iter_shard_samples(raw: bytes, shard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every sample of one raw shard, in order."""
+    n = int(np.frombuffer(raw, np.uint32, 1, 0)[0])
+    offsets = np.frombuffer(raw, np.uint32, n + 1, 4)
+    layout = shard_layout(shard)
+    for i in range(n):
+        yield decode_sample(raw[offsets[i] : offsets[i + 1]], layout)
+
+
+def iter_samples(path: Path) -> Iterator[dict[str, Any]]:
+    """Every sample of the dataset at ``path`` (run dir or MDS dir), in order."""
+    root = dataset_dir(path)
+    for shard in read_index(root)["shards"]:
+        yield from iter_shard_samples(shard_bytes(root, shard), shard)
+
+
+def int_column(data: np.ndarray, layout: tuple[list, list, list], column: str) -> np.ndarray:
+    """Values of ``int`` column ``column`` for every sample of a raw shard (uint8 array),
+    gathered with numpy from the layout above, without decoding any other column."""
+    names, encodings, sizes = layout
+    if column not in names or encodings[names.index(column)] != "int":
+        raise ValueError(
+            f"column {column!r} is not an MDS 'int' column here: {dict(zip(names, encodings, strict=True))}"
+        )
+    n = int(data[:4].view(np.uint32)[0])
+    offsets = data[4 : 4 * (n + 2)].view(np.uint32)[:n].astype(np.int64)
+    var_cols = [i for i, s in enumerate(sizes) if not s]
+    headers = offsets[:, None] + 4 * np.arange(len(var_cols))[None, :]
+    var_sizes = (
+        data[(headers[..., None] + np.arange(4)).reshape(-1)]
+        .view(np.uint32)
+        .reshape(n, len(var_cols))
+    )
+    position = offsets + 4 * len(var_cols)
+    target = names.index(column)
+    for i in range(target):
+        position = position + (var_sizes[:, var_cols.index(i)] if not sizes[i] else sizes[i])
+    raw = data[(position[:, None] + np.arange(8)).reshape(-1)]
+    return raw.view("<i8").astype(np.int64)

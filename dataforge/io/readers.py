@@ -8,7 +8,6 @@ Lines are read with a bounded ``readline`` so a 100 MB line never sits in memory
 
 from __future__ import annotations
 
-import glob
 import gzip
 import io
 import json
@@ -16,16 +15,20 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from dataforge.config import ConfigError, InputConfig, PipelineConfig, ReadConfig
-from dataforge.ops.clean import replace_lone_surrogates
+from dataforge.io.files import match_files
+from dataforge.io.input_config import InputConfig, ReadConfig
 from dataforge.records import BASE_SCHEMA
+from dataforge.typed_config import ConfigError
+
+if TYPE_CHECKING:  # the pipeline config sits above io; only its type is used here
+    from dataforge.config import PipelineConfig
+from dataforge.text.surrogates import replace_lone_surrogates
 
 __all__ = ["InputTask", "TaskReader", "ReadError", "plan_input_tasks"]
 
@@ -63,48 +66,28 @@ class InputTask:
     """Ids that an earlier split of the file holds: records with them are ``duplicate_id``."""
 
 
-def _glob_root(pattern: str) -> Path:
-    parts = Path(pattern).parts
-    fixed = [p for p in _takewhile_plain(parts)]
-    root = Path(*fixed) if fixed else Path(".")
-    return root if root.is_dir() else root.parent
-
-
-def _takewhile_plain(parts: tuple[str, ...]) -> Iterator[str]:
-    for part in parts:
-        if glob.has_magic(part):
-            return
-        yield part
-
-
 def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
-    """Expand every source's path/glob into sorted tasks.
+    """Expand every source's path/glob into sorted tasks (:func:`~dataforge.io.files.match_files`).
 
     Raises:
         ConfigError: a source's path matches no file.
     """
     tasks = []
     for s_idx, source in enumerate(config.inputs):
-        pattern = str(config.resolve(source.path))
-        files = sorted(p for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
-        if not files:
+        try:
+            files = match_files(str(config.resolve(source.path)))
+        except FileNotFoundError:
             raise ConfigError(
                 f"inputs[{s_idx}] ({source.name}): path {source.path!r} matches no file"
-            )
-        root = _glob_root(pattern)
+            ) from None
         for f_idx, file in enumerate(files):
-            rel = (
-                Path(file).relative_to(root).as_posix()
-                if Path(file).is_relative_to(root)
-                else Path(file).name
-            )
             tasks.append(
                 InputTask(
                     task_id=f"{s_idx:03d}-{f_idx:06d}",
                     source=source.name,
-                    path=str(Path(file).resolve()),
-                    relpath=rel,
-                    bytes=Path(file).stat().st_size,
+                    path=file.path,
+                    relpath=file.relpath,
+                    bytes=file.bytes,
                 )
             )
     return tasks

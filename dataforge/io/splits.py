@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import pyarrow.parquet as pq
 
-from dataforge.config import InputConfig, PipelineConfig
+from dataforge.io.input_config import InputConfig
 from dataforge.io.readers import InputTask
 
 __all__ = [
     "COMPRESSED_SUFFIXES",
     "estimated_task_count",
     "split_input_tasks",
+    "split_summary",
     "split_task",
     "unsplittable_reason",
 ]
@@ -48,12 +50,14 @@ def unsplittable_reason(task: InputTask, source: InputConfig) -> str | None:
     return None
 
 
-def split_input_tasks(tasks: list[InputTask], config: PipelineConfig) -> list[InputTask]:
-    """Replace every splittable file larger than ``read.split_bytes`` by its splits."""
-    split_bytes = config.read.split_bytes
+def split_input_tasks(
+    tasks: list[InputTask], inputs: Sequence[InputConfig], split_bytes: int | None
+) -> list[InputTask]:
+    """Replace every splittable file larger than ``split_bytes`` (``read.split_bytes``)
+    by its splits."""
     if split_bytes is None:
         return tasks
-    sources = {s.name: s for s in config.inputs}
+    sources = {s.name: s for s in inputs}
     out: list[InputTask] = []
     for task in tasks:
         out += split_task(task, sources[task.source], split_bytes)
@@ -76,6 +80,30 @@ def estimated_task_count(task: InputTask, source: InputConfig, split_bytes: int 
     if source.format == "parquet":
         return len(_parquet_splits(task, split_bytes))
     return math.ceil(task.bytes / split_bytes)
+
+
+def split_summary(
+    tasks: list[InputTask], inputs: Sequence[InputConfig], split_bytes: int | None
+) -> str:
+    """``validate``'s line on tasks: how many the files make, and which large files
+    cannot be split (without reading the files)."""
+    if split_bytes is None:
+        return f"{len(tasks)} tasks (read.split_bytes: null, one task per file)"
+    sources = {s.name: s for s in inputs}
+    count = sum(estimated_task_count(t, sources[t.source], split_bytes) for t in tasks)
+    summary = f"about {count} tasks of <= {split_bytes} bytes (read.split_bytes)"
+    whole = [
+        (t, reason)
+        for t in tasks
+        if t.bytes > split_bytes and (reason := unsplittable_reason(t, sources[t.source]))
+    ]
+    if whole:
+        t, reason = whole[0]
+        summary += (
+            f"; {len(whole)} larger file(s) stay one task each, e.g. {t.path} ({reason}: "
+            "write it as several files to spread it over cores)"
+        )
+    return summary
 
 
 def _named(task: InputTask, k: int, **fields) -> InputTask:

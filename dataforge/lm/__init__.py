@@ -4,14 +4,14 @@ Heavy modules (kenlm, the tokenizer) load only when a scorer or a training run n
 """
 
 from dataforge.lm.card import ModelCard, read_card, write_card
-from dataforge.lm.normalize import (
+from dataforge.lm.score import PerplexityScorer, perplexity
+from dataforge.lm.train import find_kenlm_tool, train_lm
+from dataforge.text.normalize import (
     NORMALIZATION,
     normalize_documents,
     normalize_line,
     normalize_lines,
 )
-from dataforge.lm.score import PerplexityScorer, perplexity
-from dataforge.lm.train import find_kenlm_tool, train_lm
 
 __all__ = [
     "NORMALIZATION",

@@ -26,7 +26,7 @@ class ModelCard:
         lang: language code the model is for.
         order: n-gram order.
         prune: lmplz ``--prune`` thresholds per order (empty: no pruning).
-        normalization: normalization rules id (:data:`dataforge.lm.normalize.NORMALIZATION`).
+        normalization: normalization rules id (:data:`dataforge.text.normalize.NORMALIZATION`).
         tokenizer_path: tokenizer directory, relative to the model's ("" for ``chars``).
         tokenizer_fingerprint: sha256 of the tokenizer's ``spm.model`` ("" for ``chars``).
         token_rendering: how tokens are spelled in the model's vocabulary (``ids``, or

@@ -1,46 +1,23 @@
-"""Reading LM training/reference text through the pipeline's own readers.
+"""Reading LM training/reference text, and the id-hash train/held-out split.
 
-Documents are split into train and held-out sets by a hash of their id, so the split does
-not depend on file order, sharding or how many documents there are.
+Documents come from :func:`dataforge.io.documents.iter_documents` (the pipeline's own readers
+and id rule). They are split into train and held-out sets by a hash of their id, so the
+split does not depend on file order, sharding or how many documents there are.
 """
 
 from __future__ import annotations
 
-import glob
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import xxhash
 
-from dataforge.config import InputConfig, ReadConfig
-from dataforge.io.readers import InputTask, TaskReader
+from dataforge.io.documents import iter_documents
 
-__all__ = ["corpus_files", "id_hash_percent", "read_documents"]
+__all__ = ["id_hash_percent", "read_documents"]
 
 _HASH_SEED = 0x6C6D  # "lm": fixed, so that splits are the same on every machine
-
-
-def corpus_files(pattern: str) -> list[str]:
-    """Files matching ``pattern`` (recursive glob), sorted.
-
-    Raises:
-        FileNotFoundError: nothing matches.
-    """
-    files = sorted(p for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
-    if not files:
-        raise FileNotFoundError(f"input {pattern!r} matches no file")
-    return files
-
-
-def _input_format(path: str) -> str:
-    if path.endswith(".parquet"):
-        return "parquet"
-    if path.endswith(".txt"):
-        return "txt"
-    return "jsonl"
 
 
 def id_hash_percent(ids: list[str]) -> np.ndarray:
@@ -60,29 +37,9 @@ def read_documents(
 ) -> Iterator[pa.Table]:
     """Yield batches (columns ``id``, ``text``) of the usable documents under ``pattern``.
 
-    Formats follow the suffix (``.parquet``, ``.txt`` one document per line, else JSON
-    lines, also ``.gz``/``.zst``). Records the reader would drop (malformed, missing
-    text or id) are skipped. Ids are ``lm/<id>`` (or ``lm/<file>:<line>`` without
-    ``id_key``), so the held-out split is a function of the input's own ids.
+    Ids are ``lm/<id>`` (or ``lm/<relpath>:<line>`` without ``id_key``), so the held-out
+    split is a function of the input's own ids.
     """
-    read = ReadConfig(batch_rows=batch_rows)
-    for path in corpus_files(pattern):
-        fmt = _input_format(path)
-        source = InputConfig(
-            name="lm",
-            path=path,
-            format=fmt,
-            text_key=text_key,
-            id_key=id_key if fmt != "txt" else None,
-        )
-        task = InputTask(
-            task_id="lm",
-            source="lm",
-            path=path,
-            relpath=Path(path).name,
-            bytes=Path(path).stat().st_size,
-        )
-        for batch in TaskReader(task, source, read).batches():
-            usable = batch.filter(pc.is_null(batch.column("drop")))
-            if usable.num_rows:
-                yield usable.select(["id", "text"])
+    return iter_documents(
+        pattern, source="lm", text_key=text_key, id_key=id_key, batch_rows=batch_rows
+    )

@@ -1,6 +1,6 @@
 """Document perplexity under a KenLM model, CCNet-style, over a batch of documents.
 
-A document is split on ``"\\n"``; every line is normalized (:mod:`dataforge.lm.normalize`)
+A document is split on ``"\\n"``; every line is normalized (:mod:`dataforge.text.normalize`)
 and tokenized (as the model card's segmentation says, :mod:`dataforge.lm.tokens`); KenLM
 scores each line as a sentence (with ``<s>`` and ``</s>``), and
 
@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from dataforge.lm.card import read_card
-from dataforge.lm.normalize import normalize_documents
 from dataforge.lm.tokens import CharRenderer, PieceTokenizer, load_encoder, make_renderer
+from dataforge.text.normalize import normalize_documents
 
 __all__ = ["DocumentScores", "PerplexityScorer", "perplexity"]
 

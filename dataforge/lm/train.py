@@ -22,12 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
+from dataforge.io.files import match_files
 from dataforge.lm import tokens as lm_tokens
 from dataforge.lm.card import ModelCard, write_card
-from dataforge.lm.corpus import corpus_files, id_hash_percent, read_documents
-from dataforge.lm.normalize import NORMALIZATION, normalize_documents
+from dataforge.lm.corpus import id_hash_percent, read_documents
 from dataforge.lm.score import PerplexityScorer
 from dataforge.lm.tokens import DEFAULT_SEGMENTATION, PieceTokenizer, TokenRenderer, make_renderer
+from dataforge.text.normalize import NORMALIZATION, normalize_documents
 
 __all__ = ["MAX_ORDER", "find_kenlm_tool", "train_lm"]
 
@@ -195,7 +196,7 @@ def train_lm(
         find_kenlm_tool("lmplz", kenlm_bin),
         find_kenlm_tool("build_binary", kenlm_bin),
     )
-    files = [f for p in patterns for f in corpus_files(p)]
+    files = [f.path for p in patterns for f in match_files(p)]
     tok = lm_tokens.load_encoder(tokenizer, segmentation)
     if segmentation == "chars":
         tok_dir = ""

@@ -8,11 +8,15 @@ enter the resume fingerprint, so a checkpoint can only be resumed with the same 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any, Literal
+
+from dataforge.typed_config import check_choices
 
 __all__ = ["MODES", "MODE_COLUMNS", "LoaderConfig", "StreamSpec"]
 
-MODES = ("pretrain", "sft", "dpo")
+LoaderMode = Literal["pretrain", "sft", "dpo"]
+MODES: tuple[str, ...] = typing.get_args(LoaderMode)
 
 # Columns a stream must have for each mode (see docs/loader.md for their meaning).
 MODE_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -66,7 +70,7 @@ class LoaderConfig:
     """
 
     streams: tuple[Any, ...]
-    mode: Literal["pretrain", "sft", "dpo"] = "pretrain"
+    mode: LoaderMode = "pretrain"
     max_tokens: int = 16384
     """Token budget per batch, padding included: rows x padded length (DPO: 2 x pairs x length)."""
     max_seq_len: int = 2048
@@ -108,10 +112,7 @@ class LoaderConfig:
                 "LoaderConfig.streams: give at least one stream, e.g. [{'path': 'out/demo/mds'}]"
             )
         object.__setattr__(self, "streams", tuple(_stream_spec(s) for s in streams))
-        if self.mode not in MODES:
-            raise ValueError(f"mode {self.mode!r}; valid: {', '.join(MODES)}")
-        if self.long_samples not in ("truncate", "drop"):
-            raise ValueError(f"long_samples {self.long_samples!r}; valid: 'truncate', 'drop'")
+        check_choices(self)
         for name in (
             "max_tokens",
             "max_seq_len",

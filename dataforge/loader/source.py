@@ -21,12 +21,13 @@ import shutil
 import socket
 import tempfile
 import uuid
-from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dataforge.io.mds import decode_sample, int_column
+from dataforge.io.streaming_shm import dataset_shm_prefix, shm_locals, unlink_shm
 from dataforge.loader.config import MODE_COLUMNS, LoaderConfig
 from dataforge.loader.order import Layout
 
@@ -53,29 +54,10 @@ def _pid_alive(pid: int) -> bool:
 
 def _unlink_run_shm(prefix_int: int, run_dir: Path) -> int:
     """Unlink the shm segments of ``prefix_int`` if they belong to ``run_dir``; returns count."""
-    from streaming.base.constant import LOCALS, SHM_TO_CLEAN
-    from streaming.base.shared.prefix import _get_path, _unpack_locals
-
-    try:
-        locals_shm = SharedMemory(_get_path(prefix_int, LOCALS), create=False)
-    except FileNotFoundError:
-        return 0
-    try:
-        their_locals, _ = _unpack_locals(bytes(locals_shm.buf))
-    finally:
-        locals_shm.close()
+    their_locals = shm_locals(prefix_int)
     if not their_locals or not all(Path(p).is_relative_to(run_dir) for p in their_locals):
         return 0  # the prefix was reused by another live dataset: not ours to remove
-    removed = 0
-    for name in SHM_TO_CLEAN:
-        try:
-            shm = SharedMemory(_get_path(prefix_int, name), create=False)
-        except FileNotFoundError:
-            continue
-        shm.close()
-        shm.unlink()
-        removed += 1
-    return removed
+    return unlink_shm(prefix_int)
 
 
 def cleanup_dead_runs(cache_dir: Path) -> int:
@@ -148,7 +130,7 @@ class StreamSource:
                 streams.append(Stream(local=str(local)))
         self.dataset = StreamingDataset(streams=streams, shuffle=False, batch_size=1)
         if self._owner:
-            self._write_owner(int(self.dataset._shm_prefix_int))
+            self._write_owner(dataset_shm_prefix(self.dataset))
         self.layout = Layout(
             samples_per_shard=np.asarray(self.dataset.samples_per_shard, np.int64),
             shards_per_stream=np.asarray(self.dataset.shards_per_stream, np.int64),
@@ -212,7 +194,7 @@ class StreamSource:
             view = self._open_shard(shard_id, int(sample_id))
         data, layout = view
         begin, end = data[4 + 4 * index : 12 + 4 * index].view(np.uint32)
-        return decode_columns(data[begin:end], layout, columns)
+        return decode_sample(data[begin:end], layout, columns)
 
     def _open_shard(self, shard_id: int, sample_id: int) -> tuple[np.ndarray, tuple]:
         reader = self.dataset.shards[shard_id]
@@ -255,68 +237,19 @@ class StreamSource:
         self.dataset.get_item(first)  # makes the raw shard file local (download / unzip)
         path = os.path.join(reader.dirname, reader.split or "", reader.raw_data.basename)
         data = np.fromfile(path, np.uint8)
-        return mds_column_int(
-            data,
+        layout = (
             list(reader.column_names),
             list(reader.column_encodings),
             list(reader.column_sizes),
-            "num_tokens",
         )
+        return int_column(data, layout, "num_tokens")
 
     def close(self) -> None:
         """Drop the dataset and remove this run's directory (the owner process only)."""
         dataset = getattr(self, "dataset", None)
         if dataset is not None and self._owner:
-            prefix = int(dataset._shm_prefix_int)
+            prefix = dataset_shm_prefix(dataset)
             del self.dataset
             _unlink_run_shm(prefix, self.run_dir)
         if self._owner:
             shutil.rmtree(self.run_dir, ignore_errors=True)
-
-
-def decode_columns(sample: np.ndarray, layout: tuple, columns: tuple[str, ...]) -> dict[str, Any]:
-    """Decode ``columns`` of one raw MDS sample (bytes as uint8); see :func:`mds_column_int`."""
-    from streaming.base.format.mds.encodings import mds_decode
-
-    names, encodings, sizes = layout
-    var_sizes = iter(sample[: 4 * sum(1 for s in sizes if not s)].view(np.uint32).tolist())
-    spans = []
-    for size in sizes:
-        spans.append(size or next(var_sizes))
-    position = 4 * sum(1 for s in sizes if not s)
-    out = {}
-    for name, encoding, size in zip(names, encodings, spans, strict=True):
-        if name in columns:
-            out[name] = mds_decode(encoding, sample[position : position + size].tobytes())
-        position += size
-    return out
-
-
-def mds_column_int(
-    data: np.ndarray, names: list[str], encodings: list[str], sizes: list, column: str
-) -> np.ndarray:
-    """Values of int column ``column`` for every sample of a raw (uncompressed) MDS shard.
-
-    Layout (streaming's MDS format): ``uint32 n``, ``uint32 offsets[n + 1]`` (byte offset of
-    each sample), then per sample one ``uint32`` size per variable-size column followed by
-    the column values in column order; ``int`` is a fixed 8-byte little-endian int64.
-    """
-    if column not in names or encodings[names.index(column)] != "int":
-        raise ValueError(
-            f"column {column!r} is not an MDS 'int' column here: {dict(zip(names, encodings, strict=True))}"
-        )
-    n = int(data[:4].view(np.uint32)[0])
-    offsets = data[4 : 4 * (n + 2)].view(np.uint32)[:n].astype(np.int64)
-    var_cols = [i for i, s in enumerate(sizes) if not s]
-    headers = offsets[:, None] + 4 * np.arange(len(var_cols))[None, :]
-    var_sizes = (
-        data[(headers[..., None] + np.arange(4)).reshape(-1)]
-        .view(np.uint32)
-        .reshape(n, len(var_cols))
-    )
-    position = offsets + 4 * len(var_cols)
-    target = names.index(column)
-    for i in range(target):
-        position = position + (var_sizes[:, var_cols.index(i)] if not sizes[i] else sizes[i])
-    raw = data[(position[:, None] + np.arange(8)).reshape(-1)]
-    return raw.view("<i8").astype(np.int64)

@@ -82,6 +82,15 @@ class Op:
         ``dataforge validate``. Runs without ray and without ``setup()``."""
         return []
 
+    def check_pipeline(self, stages: Sequence[Any], index: int) -> list[str]:
+        """Problems of this op as stage ``stages[index]`` that depend on the other stages
+        (e.g. a column an earlier stage must add), for ``dataforge validate``.
+
+        ``stages`` are ``dataforge.config.StageConfig`` (``.op`` name, ``.params`` Config);
+        messages carry no stage prefix (validation adds ``stages[i] (<op>):``).
+        """
+        return []
+
 
 class Mapper(Op):
     """An op that rewrites live records; subclasses implement :meth:`transform`."""
@@ -122,9 +131,15 @@ class BarrierOp(Op):
     """A stage that needs all records before it can decide (dedup, sample).
 
     The runtime calls ``prepare`` per batch before the barrier, builds the global decision
-    with the barrier's planner in ``dataforge.runtime`` (the only code that may use ray),
+    with the planner the op declares (:attr:`planner`, in ``dataforge.runtime``, the only
+    code that may use ray),
     then calls ``apply(batch, decision)`` per batch after it.
     """
+
+    planner: ClassVar[str] = ""
+    """The runtime function that makes the global decision, as ``"module:function"`` (a
+    module of ``dataforge.runtime.barriers``): named, not imported, because ops never import
+    the runtime. It is called as ``plan(op, BarrierContext) -> summary dict``."""
 
     def prepare(self, batch: pa.Table) -> pa.Table:
         """Add the columns the global plan needs (signatures, units). Default: none."""

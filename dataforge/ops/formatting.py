@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from dataforge.ops.base import Mapper
 from dataforge.records import DROP, meta_dicts
+from dataforge.typed_config import check_choices
 
 __all__ = ["CHAT_MARKERS", "FormatDPO", "FormatSFT"]
 
@@ -245,10 +246,7 @@ class FormatSFT(_ChatOp):
         def __post_init__(self) -> None:
             if not self.tokenizer:
                 raise ValueError("tokenizer: give the path of a trained tokenizer directory")
-            if self.train_on not in ("all_assistant", "last_assistant"):
-                raise ValueError(
-                    f"train_on {self.train_on!r}; valid: 'all_assistant', 'last_assistant'"
-                )
+            check_choices(self)
 
     def mds_encodings(self) -> dict[str, str]:
         return {

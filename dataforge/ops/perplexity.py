@@ -26,11 +26,11 @@ import pyarrow as pa
 
 from dataforge.lm.card import ModelCard, card_path, read_card
 from dataforge.lm.cutoffs import BUCKETS, assign_buckets, estimate_cutoffs
-from dataforge.lm.normalize import NORMALIZATION
 from dataforge.lm.tokens import SEGMENTATIONS
 from dataforge.lm.train import sha256_file
 from dataforge.ops.base import Filter, set_drop_reasons
 from dataforge.records import live_mask
+from dataforge.text.normalize import NORMALIZATION
 
 __all__ = ["PerplexityFilter"]
 

@@ -1,6 +1,6 @@
 """The ``quality_filter`` op: Gopher/C4-style heuristic document filters, per language.
 
-Each record is measured (:mod:`dataforge.ops.textstats`) and checked against the thresholds
+Each record is measured (:mod:`dataforge.text.stats`) and checked against the thresholds
 of its ``lang`` (built-in defaults for ``en`` and ``zh``; any other language falls back
 to :data:`DEFAULT_THRESHOLDS`; YAML overrides any field per language). A threshold set
 to ``None`` (``null`` in YAML) disables its rule. The first failing rule, in the order
@@ -43,6 +43,7 @@ batch with Arrow kernels and numpy.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any, ClassVar
 
 import numpy as np
@@ -50,7 +51,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dataforge.ops.base import Filter, OpContext
-from dataforge.ops.textstats import document_stats, load_stopwords
+from dataforge.text.stats import document_stats, load_stopwords
+from dataforge.typed_config import coerce
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
@@ -66,6 +68,7 @@ __all__ = [
 SEGMENTERS = ("whitespace", "jieba")
 STOPWORD_LISTS = ("en", "zh")
 
+_NGRAM_TABLES = ("max_top_ngram_chars_fraction", "max_duplicate_ngram_chars_fraction")
 GOPHER_TOP_NGRAM = {2: 0.20, 3: 0.18, 4: 0.16}
 GOPHER_DUP_NGRAM = {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
 
@@ -101,7 +104,7 @@ class Thresholds:
     min_alpha_words_fraction: float | None = None
     """Share of words containing at least one letter."""
     stopwords: str | None = None
-    """Stopword list (``en`` or ``zh``, shipped in ``ops/resources``)."""
+    """Stopword list (``en`` or ``zh``, shipped in ``text/resources``)."""
     min_stopwords: int | None = None
     """Distinct stopwords of the list that must occur."""
     min_cjk_fraction: float | None = None
@@ -175,25 +178,34 @@ def resolve_thresholds(
     Raises:
         ValueError: unknown threshold names (listing the valid ones) or bad values.
     """
-    valid = {f.name for f in dataclasses.fields(Thresholds)}
+    hints = typing.get_type_hints(Thresholds)
 
     def merged(base: Thresholds, overrides: dict[str, Any], where: str) -> Thresholds:
         if not isinstance(overrides, dict):
             raise ValueError(f"quality_filter.{where} must be a mapping, got {overrides!r}")
-        unknown = sorted(set(overrides) - valid)
+        unknown = sorted(set(overrides) - set(hints))
         if unknown:
             raise ValueError(
-                f"quality_filter.{where}: unknown keys {unknown}; valid: {', '.join(sorted(valid))}"
+                f"quality_filter.{where}: unknown keys {unknown}; valid: {', '.join(sorted(hints))}"
             )
-        return dataclasses.replace(base, **overrides)
+        # Typed like any config value, so `min_words: "abc"` fails at load with its key path
+        # (the n-gram tables accept "2" keys too; __post_init__ normalizes and checks them).
+        typed = {
+            key: value
+            if key in _NGRAM_TABLES
+            else coerce(hints[key], value, f"quality_filter.{where}.{key}")
+            for key, value in overrides.items()
+        }
+        return dataclasses.replace(base, **typed)
 
     fallback = merged(DEFAULT_THRESHOLDS, default, "default")
     per_lang = {
-        lang: merged(t, languages.get(lang, {}), lang) for lang, t in LANGUAGE_THRESHOLDS.items()
+        lang: merged(t, languages.get(lang, {}), f"languages.{lang}")
+        for lang, t in LANGUAGE_THRESHOLDS.items()
     }
     for lang, overrides in languages.items():
         if lang not in per_lang:
-            per_lang[lang] = merged(fallback, overrides, lang)
+            per_lang[lang] = merged(fallback, overrides, f"languages.{lang}")
     return per_lang, fallback
 
 

@@ -59,6 +59,7 @@ class Sample(BarrierOp):
     """Temperature sampling (see the module docstring)."""
 
     name: ClassVar[str] = "sample"
+    planner: ClassVar[str] = "dataforge.runtime.barriers.sample:plan"
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -130,6 +131,9 @@ class Sample(BarrierOp):
         elif sources and all(self.config.weights.get(s, 1.0) == 0 for s in sources):
             problems.append("every source has weight 0, so nothing could be sampled")
         return problems
+
+    def check_pipeline(self, stages: Sequence[Any], index: int) -> list[str]:
+        return check_pipeline(stages, index)
 
     def prepare(self, batch: pa.Table) -> pa.Table:
         """Add ``_units`` (int64, the document's size in ``unit``) and ``_hash`` (uint64)."""

@@ -100,7 +100,9 @@ def run_pipeline(
     log(f"{'resuming' if state == 'resume' else 'starting'} run {config.name!r} into {out}")
     work = out / "_work"
     started = time.time()
-    input_tasks = split_input_tasks(plan_input_tasks(config), config)
+    input_tasks = split_input_tasks(
+        plan_input_tasks(config), config.inputs, config.read.split_bytes
+    )
     executor.check_paths(config, work, input_tasks)
     segments = build_segments(config)
     run = _Run(config, out, work, sha, started, log, input_tasks, segments)

@@ -59,8 +59,8 @@ _OVERRIDES = (
 
 
 def _train(args: argparse.Namespace) -> int:
-    from dataforge.config import ConfigError
     from dataforge.tokenization.train import TokenizerSpec, load_spec, train_tokenizer
+    from dataforge.typed_config import ConfigError
 
     overrides = {k: getattr(args, k) for k in _OVERRIDES if getattr(args, k) is not None}
     try:

@@ -9,13 +9,15 @@ records.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from dataforge.io.documents import iter_documents
+from dataforge.io.mds import iter_samples
 
 __all__ = ["Sample", "iter_records", "sample_texts"]
 
@@ -31,59 +33,14 @@ class Sample:
     """Hash of the chosen (id, text) pairs in order: identifies the training data."""
 
 
-def _input_format(path: str) -> str:
-    name = path.lower()
-    if name.endswith(".parquet"):
-        return "parquet"
-    if name.endswith(".txt"):
-        return "txt"
-    if any(name.endswith(s) for s in (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".jsonl.zstd")):
-        return "jsonl"
-    raise ValueError(
-        f"{path}: unknown input format; valid suffixes: .jsonl[.gz|.zst], .parquet, .txt"
-    )
-
-
 def _iter_files(pattern: str, text_key: str, id_key: str | None) -> Iterator[tuple[str, str]]:
-    from dataforge.config import InputConfig, ReadConfig
-    from dataforge.io.readers import InputTask, TaskReader
-
-    files = sorted(p for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
-    if not files:
-        raise FileNotFoundError(f"input {pattern!r} matches no file")
-    # ids derived from paths are relative to the pattern's fixed prefix directory
-    fixed = []
-    for part in Path(pattern).parts:
-        if glob.has_magic(part):
-            break
-        fixed.append(part)
-    root = Path(*fixed) if fixed else Path(".")
-    root = root if root.is_dir() else root.parent
-    for file in files:
-        rel = (
-            Path(file).relative_to(root).as_posix()
-            if Path(file).is_relative_to(root)
-            else Path(file).name
+    for batch in iter_documents(pattern, source="tokenizer", text_key=text_key, id_key=id_key):
+        yield from zip(
+            batch.column("id").to_pylist(), batch.column("text").to_pylist(), strict=True
         )
-        fmt = _input_format(file)
-        source = InputConfig(
-            name="tokenizer",
-            path=pattern,
-            format=fmt,
-            text_key=text_key,
-            id_key=id_key if fmt != "txt" else None,
-        )
-        task = InputTask(task_id=rel, source="tokenizer", path=file, relpath=rel, bytes=0)
-        for batch in TaskReader(task, source, ReadConfig()).batches():
-            rows = batch.select(["id", "text", "drop"]).to_pydict()
-            for rid, text, drop in zip(rows["id"], rows["text"], rows["drop"], strict=True):
-                if drop is None and text:
-                    yield rid, text
 
 
 def _iter_run_dir(path: Path) -> Iterator[tuple[str, str]]:
-    from dataforge.inspect import iter_samples
-
     for sample in iter_samples(path):
         if sample.get("text"):
             yield str(sample["id"]), sample["text"]

@@ -10,18 +10,17 @@ spaces, punctuation) is left whole to sentencepiece, which does its own splittin
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from dataforge.text.cjk import cjk_mask, has_cjk
+
 __all__ = [
     "ENGINES",
     "MARKER",
     "Segmenter",
-    "cjk_mask",
-    "has_cjk",
 ]
 
 ENGINES = ("jieba", "rjieba")
@@ -29,25 +28,6 @@ ENGINES = ("jieba", "rjieba")
 MARKER = "\ue000"
 """Private-use code point marking a word boundary (a user-defined symbol in the model)."""
 _MARKER_CP = ord(MARKER)
-
-# CJK Unified Ideographs (+ Extension A, compatibility ideographs, Extensions B..F and the
-# supplement). Kana, Hangul and punctuation are not ideographs and get no boundaries.
-_CJK_RANGES = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x2FA1F))
-_CJK_CLASS = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES)
-_HAS_CJK = re.compile(f"[{_CJK_CLASS}]")
-
-
-def has_cjk(text: str) -> bool:
-    """True if ``text`` contains a CJK ideograph."""
-    return _HAS_CJK.search(text) is not None
-
-
-def cjk_mask(codepoints: np.ndarray) -> np.ndarray:
-    """Boolean mask of the CJK ideographs in an array of code points."""
-    mask = np.zeros(codepoints.shape, dtype=bool)
-    for lo, hi in _CJK_RANGES:
-        mask |= (codepoints >= lo) & (codepoints <= hi)
-    return mask
 
 
 def _load_user_dict(path: Path) -> list[tuple[str, int | None, str | None]]:
@@ -112,7 +92,7 @@ class Segmenter:
         :data:`MARKER` themselves (the tokenizer escapes it first).
         """
         out = list(texts)
-        idx = [i for i, t in enumerate(texts) if not t.isascii() and _HAS_CJK.search(t)]
+        idx = [i for i, t in enumerate(texts) if not t.isascii() and has_cjk(t)]
         if not idx:
             return out
         joined = "\n".join(texts[i] for i in idx)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from dataforge.text.surrogates import replace_each_surrogate
 from dataforge.tokenization.segment import MARKER, Segmenter
 
 __all__ = ["FORMAT_VERSION", "Tokenizer", "read_tokenizer_json"]
@@ -36,7 +37,6 @@ CHUNK_CHARS = 1 << 15
 
 _SP_SPACE = "\u2581"
 _ESCAPED = re.compile(f"([{MARKER}{_SP_SPACE}])")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _needs_escape(text: str) -> bool:
@@ -238,7 +238,7 @@ class Tokenizer:
                 parts_per_text.append(1)
                 continue
             # Lone surrogates cannot be UTF-8: they become U+FFFD (the one lossy case).
-            pieces = _ESCAPED.split(_SURROGATE.sub("\ufffd", text))  # [plain, escaped, ..., plain]
+            pieces = _ESCAPED.split(replace_each_surrogate(text))  # [plain, escaped, ..., plain]
             for k, piece in enumerate(pieces):
                 parts.append("" if k % 2 else piece)
                 part_escape.append(piece if k % 2 else None)

@@ -20,11 +20,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from dataforge.text.surrogates import replace_each_surrogate
 from dataforge.tokenization.corpus import Sample, sample_texts
 from dataforge.tokenization.segment import ENGINES, MARKER, Segmenter
-from dataforge.tokenization.tokenizer import _SURROGATE, FORMAT_VERSION, Tokenizer, split_long
+from dataforge.tokenization.tokenizer import FORMAT_VERSION, Tokenizer, split_long
+from dataforge.typed_config import ConfigError, from_mapping, read_yaml_file
 
 __all__ = ["DEFAULT_ENGINE", "TokenizerSpec", "load_spec", "train_tokenizer"]
 
@@ -104,15 +104,10 @@ def load_spec(path: str | Path) -> tuple[TokenizerSpec, Path]:
         the spec and the default output directory (``<spec dir>/<name>``).
 
     Raises:
-        dataforge.config.ConfigError: unknown keys, bad values or an unreadable file.
+        dataforge.typed_config.ConfigError: unknown keys, bad values or an unreadable file.
     """
-    from dataforge.config import ConfigError, from_mapping
-
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read tokenizer spec ({exc})") from exc
+    raw = read_yaml_file(path, "tokenizer spec")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a tokenizer spec is a mapping of keys to values")
     base = path.parent
@@ -132,7 +127,7 @@ def _training_sentences(texts: list[str], segmenter: Segmenter) -> list[str]:
     # The marker and U+2581 have special meaning to the model; a literal one in training
     # text would teach it wrong pieces (encoding escapes them as bytes instead).
     texts = [t.replace(MARKER, "").replace("\u2581", " ") for t in texts]
-    texts = [_SURROGATE.sub("\ufffd", t) for t in texts]  # as encoding does
+    texts = [replace_each_surrogate(t) for t in texts]  # as encoding does
     sentences: list[str] = []
     for start in range(0, len(texts), 1000):
         for marked in segmenter.mark_batch(texts[start : start + 1000]):
@@ -143,14 +138,16 @@ def _training_sentences(texts: list[str], segmenter: Segmenter) -> list[str]:
 def _clean(texts: list[str]) -> list[str]:
     import pyarrow as pa
 
-    from dataforge.ops.clean import Clean
+    from dataforge.text.clean import CleanConfig, clean_text
 
-    op = Clean(Clean.Config())
+    config = CleanConfig()
     out = []
     for start in range(0, len(texts), 1000):
         out.extend(
             t
-            for t in op.clean_text(pa.array(texts[start : start + 1000], pa.string())).to_pylist()
+            for t in clean_text(
+                pa.array(texts[start : start + 1000], pa.string()), config
+            ).to_pylist()
             if t
         )
     return out

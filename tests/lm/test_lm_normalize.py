@@ -8,7 +8,7 @@ import unicodedata
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataforge.lm.normalize import (
+from dataforge.text.normalize import (
     UNICODE_PUNCT,
     normalize_documents,
     normalize_line,

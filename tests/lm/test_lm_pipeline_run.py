@@ -9,7 +9,8 @@ from pathlib import Path
 from lm_testkit import NEWS_ZH, read_fixture
 
 from dataforge.config import load_pipeline
-from dataforge.inspect import iter_samples, summarize
+from dataforge.inspect import summarize
+from dataforge.io.mds import iter_samples
 from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
 
 

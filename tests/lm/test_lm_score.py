@@ -12,10 +12,10 @@ from lm_testkit import HOLDOUT_PERCENT, NEWS_ZH, SpmTokenizer, read_fixture
 
 from dataforge.lm.card import read_card
 from dataforge.lm.corpus import id_hash_percent, read_documents
-from dataforge.lm.normalize import normalize_documents
 from dataforge.lm.score import PerplexityScorer
 from dataforge.lm.tokens import TokenRenderer
 from dataforge.lm.train import train_lm
+from dataforge.text.normalize import normalize_documents
 
 DEMO_NEWS = Path(__file__).resolve().parents[2] / "data" / "demo" / "news_zh"
 DEMO_TOKENIZER = Path(__file__).resolve().parents[2] / "tokenizers" / "demo"

@@ -13,13 +13,13 @@ from lm_testkit import NEWS_ZH, SpmTokenizer, read_fixture
 from dataforge.config import ConfigError, from_mapping
 from dataforge.lm import tokens as lm_tokens
 from dataforge.lm.card import card_path, read_card
-from dataforge.lm.normalize import normalize_documents
 from dataforge.lm.score import PerplexityScorer
 from dataforge.lm.tokens import CharRenderer, SentencePieceEncoder, TokenRenderer, load_encoder
 from dataforge.lm.train import train_lm
 from dataforge.ops.base import OpContext
 from dataforge.ops.perplexity import PerplexityFilter
 from dataforge.records import BASE_SCHEMA
+from dataforge.text.normalize import normalize_documents
 
 LINES = ["国务院总理今天会见了外国代表团.", "hello world", "x"]
 

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataforge.ops.base import op_class
-from dataforge.ops.clean import Clean, replace_lone_surrogates
+from dataforge.ops.clean import Clean
 from dataforge.records import BASE_SCHEMA
+from dataforge.text.surrogates import replace_lone_surrogates
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffe\uffff]")

@@ -17,8 +17,8 @@ import dataforge.ops.quality as quality
 from dataforge.ops.base import op_class
 from dataforge.ops.clean import Clean
 from dataforge.ops.quality import QualityFilter, Thresholds, quality_metrics
-from dataforge.ops.textstats import load_stopwords
 from dataforge.records import BASE_SCHEMA
+from dataforge.text.stats import load_stopwords
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 
@@ -339,3 +339,31 @@ def test_empty_and_fully_dropped_batches_pass_through() -> None:
     assert op(batch([], [])).num_rows == 0
     dropped = batch(["short", "短"], ["en", "zh"], drops=["empty", "dedup:exact"])
     assert op(dropped).equals(dropped)
+
+
+@pytest.mark.parametrize(
+    ("languages", "message"),
+    [
+        (
+            {"zh": {"min_words": "abc"}},
+            "quality_filter.languages.zh.min_words: expected an integer",
+        ),
+        ({"de": {"max_digit_fraction": "x"}}, "quality_filter.languages.de.max_digit_fraction"),
+        ({"en": {"stopwords": 3}}, "quality_filter.languages.en.stopwords: expected a string"),
+    ],
+)
+def test_nested_thresholds_are_typed_at_load(languages: dict, message: str, tmp_path) -> None:
+    """A wrongly typed per-language threshold fails when the pipeline loads, naming its key
+    path, instead of as a numpy error in the middle of a run."""
+    from dataforge.config import ConfigError, load_pipeline
+
+    data = tmp_path / "a.jsonl"
+    data.write_text('{"text": "x"}\n')
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "name: t\ninputs: [{name: a, path: a.jsonl}]\noutput: {path: out}\n"
+        f"stages: [{{op: quality_filter, languages: {languages!r}}}]\n"
+    )
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        load_pipeline(path)
+    assert "stages[0] (quality_filter)" in str(info.value)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from dataforge.config import load_pipeline
-from dataforge.inspect import iter_samples, verify_dataset
+from dataforge.inspect import verify_dataset
+from dataforge.io.mds import iter_samples
 from dataforge.runtime.manifest import AccountingError, RunDirError
 from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dataforge.config import load_pipeline
-from dataforge.inspect import iter_samples
+from dataforge.io.mds import iter_samples
 from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
 
 pytestmark = pytest.mark.ray

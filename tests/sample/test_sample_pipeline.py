@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from dataforge.config import load_pipeline
-from dataforge.inspect import iter_samples
+from dataforge.io.mds import iter_samples
 from dataforge.ops.sample import stream_proportions
 from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
 

@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenization_testkit import fixture_texts
 
+from dataforge.text.cjk import cjk_mask
 from dataforge.tokenization import tokenizer as tokenizer_module
-from dataforge.tokenization.segment import MARKER, cjk_mask
+from dataforge.tokenization.segment import MARKER
 
 FULLWIDTH = list("，。！？：；（）「」『』、“”《》…—～　ＡＢＣ１２３")
 EMOJI = ["😀", "👍🏽", "🇨🇳", "❤️", "👨‍👩‍👧"]

@@ -95,7 +95,8 @@ def _loader_fields(run: dict, cache: Path) -> dict:
 
 
 def test_pipeline_writes_every_fixture_document_tokenized(pipeline_run: dict) -> None:
-    from dataforge.inspect import iter_samples, verify_dataset
+    from dataforge.inspect import verify_dataset
+    from dataforge.io.mds import iter_samples
 
     manifest, tok = pipeline_run["manifest"], pipeline_run["tokenizer"]
     assert manifest["status"] == "complete"
@@ -117,7 +118,7 @@ def test_pipeline_writes_every_fixture_document_tokenized(pipeline_run: dict) ->
 
 
 def test_loader_packs_the_pipeline_output_within_budget(pipeline_run: dict, tmp_path) -> None:
-    from dataforge.inspect import iter_samples
+    from dataforge.io.mds import iter_samples
     from dataforge.loader import LoaderConfig, build_dataloader
 
     lengths = [s["num_tokens"] for s in iter_samples(pipeline_run["root"] / "out")]

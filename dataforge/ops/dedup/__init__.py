@@ -141,6 +141,7 @@ class Dedup(BarrierOp):
     """Drop near-duplicates, keeping one representative per cluster."""
 
     name = "dedup"
+    planner = "dataforge.runtime.barriers.dedup:plan"
     Config = DedupConfig
 
     def setup(self) -> None:

@@ -1,19 +1,20 @@
 """Global barrier stages (dedup, sample): the context their planners receive.
 
-A barrier op (``dataforge.ops.base.BarrierOp``) runs in three steps: ``prepare`` per batch in
-the segment before the barrier, ``plan`` once over all prepared parts (the planner module
-``dataforge.runtime.barriers.<op name>``, which may use Ray), and ``apply`` per task in the
-segment after it, with the task's decision table.
+A barrier op (``dataforge.ops.base.BarrierOp``) runs in three steps: ``prepare`` per batch
+in the segment before the barrier, ``plan`` once over all prepared parts (the function the
+op declares as ``planner``, in a module of this package, which may use Ray), and ``apply``
+per task in the segment after it, with the task's decision table.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BarrierContext", "run_planner"]
+__all__ = ["BarrierContext", "planner_of", "run_planner"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +44,27 @@ class BarrierContext:
     ray_available: bool
 
 
+def planner_of(op: Any) -> Callable[[Any, BarrierContext], dict[str, Any]]:
+    """The planner function barrier op ``op`` declares (``BarrierOp.planner``).
+
+    Raises:
+        TypeError: the op declares none, or its reference does not name a function.
+    """
+    reference = getattr(op, "planner", "")
+    module_name, _, function_name = reference.partition(":")
+    if not module_name or not function_name:
+        raise TypeError(
+            f"barrier op {op.name!r} declares no planner (set planner = 'module:function')"
+        )
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise TypeError(f"barrier op {op.name!r}: planner {reference!r} not found ({exc})") from exc
+    if not callable(function):
+        raise TypeError(f"barrier op {op.name!r}: planner {reference!r} is not a function")
+    return function
+
+
 def run_planner(op: Any, ctx: BarrierContext) -> dict[str, Any]:
     """Run the planner of barrier op ``op`` and return its JSON-able summary."""
-    module = importlib.import_module(f"dataforge.runtime.barriers.{op.name}")
-    return module.plan(op, ctx)
+    return planner_of(op)(op, ctx)

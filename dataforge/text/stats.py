@@ -24,7 +24,7 @@ __all__ = ["document_stats", "load_stopwords"]
 def load_stopwords(name: str) -> tuple[str, ...]:
     """The shipped stopword list ``resources/stopwords_<name>.txt``."""
     text = (
-        resources.files("dataforge.ops")
+        resources.files("dataforge.text")
         .joinpath(f"resources/stopwords_{name}.txt")
         .read_text("utf-8")
     )

@@ -1,0 +1,81 @@
+"""Which files an input path names, what each one's id prefix is, and its format by suffix.
+
+One rule for every reader of documents (the pipeline's planner, ``lm train``,
+``tokenizer train``): a path or glob (``**`` recursive) expands to its regular files in
+sorted order; each file's ``relpath`` is its path relative to the glob's fixed prefix
+directory (the basename when the pattern names one file), and a derived record id is
+``<source>/<relpath>:<line>``.
+"""
+
+from __future__ import annotations
+
+import glob
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["FORMAT_SUFFIXES", "MatchedFile", "format_for_suffix", "glob_root", "match_files"]
+
+FORMAT_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "jsonl": (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".json"),
+    "parquet": (".parquet",),
+    "txt": (".txt",),
+}
+"""Input format -> the file name suffixes (lower case) that imply it."""
+
+
+@dataclass(frozen=True)
+class MatchedFile:
+    """One file of an input path: absolute path, id-forming relative path, size."""
+
+    path: str
+    relpath: str
+    bytes: int
+
+
+def glob_root(pattern: str) -> Path:
+    """The directory a glob's matches are relative to: its longest prefix without magic."""
+    fixed = []
+    for part in Path(pattern).parts:
+        if glob.has_magic(part):
+            break
+        fixed.append(part)
+    root = Path(*fixed) if fixed else Path(".")
+    return root if root.is_dir() else root.parent
+
+
+def match_files(pattern: str) -> list[MatchedFile]:
+    """The regular files ``pattern`` (a path or recursive glob) matches, sorted.
+
+    Raises:
+        FileNotFoundError: nothing matches.
+    """
+    files = sorted(p for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
+    if not files:
+        raise FileNotFoundError(f"input {pattern!r} matches no file")
+    root = glob_root(pattern)
+    return [
+        MatchedFile(
+            path=str(Path(file).resolve()),
+            relpath=(
+                Path(file).relative_to(root).as_posix()
+                if Path(file).is_relative_to(root)
+                else Path(file).name
+            ),
+            bytes=Path(file).stat().st_size,
+        )
+        for file in files
+    ]
+
+
+def format_for_suffix(path: str) -> str:
+    """The input format a file name implies (see :data:`FORMAT_SUFFIXES`).
+
+    Raises:
+        ValueError: no known suffix; the message lists the valid ones.
+    """
+    name = path.lower()
+    for fmt, suffixes in FORMAT_SUFFIXES.items():
+        if name.endswith(suffixes):
+            return fmt
+    valid = ", ".join(s for suffixes in FORMAT_SUFFIXES.values() for s in suffixes)
+    raise ValueError(f"{path}: unknown input format; valid suffixes: {valid}")

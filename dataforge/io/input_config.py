@@ -1,0 +1,69 @@
+"""What a reader needs to know about one input source, and reader limits.
+
+Part of the pipeline YAML (``inputs:`` and ``read:``), defined here, next to the readers
+that use them, so that ``io`` depends on no higher layer; :mod:`dataforge.config` builds
+them from YAML with the rest of the pipeline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Literal
+
+from dataforge.typed_config import check_choices
+
+__all__ = ["INPUT_FORMATS", "MIN_SPLIT_BYTES", "InputConfig", "ReadConfig"]
+
+InputFormat = Literal["jsonl", "parquet", "txt"]
+INPUT_FORMATS: tuple[str, ...] = typing.get_args(InputFormat)
+MIN_SPLIT_BYTES = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class InputConfig:
+    """One named source."""
+
+    name: str
+    path: str
+    """File path or glob; relative paths resolve against the pipeline file's directory."""
+    format: InputFormat = "jsonl"
+    """``jsonl`` also reads ``.jsonl.gz`` and ``.jsonl.zst`` (by suffix)."""
+    lang: str = "en"
+    text_key: str = "text"
+    id_key: str | None = None
+    """Key holding a stable id; None derives ``<source>/<relpath>:<line>``."""
+    meta_keys: tuple[str, ...] = ()
+    """Input keys copied into the record's ``meta``."""
+    txt_unit: Literal["line", "file", "paragraph"] = "line"
+    """For ``txt``: one document per line, per file, or per blank-line-separated paragraph."""
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name:
+            raise ValueError(f"input name must be non-empty without '/': {self.name!r}")
+        check_choices(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadConfig:
+    """Reader limits shared by all sources."""
+
+    batch_rows: int = 1000
+    """Records per batch handed to the ops."""
+    max_doc_chars: int = 1_000_000
+    """Longer documents are dropped with reason ``too_long`` without being held in memory."""
+    invalid_utf8: Literal["replace", "drop"] = "replace"
+    """``replace``: U+FFFD and count ``invalid_utf8_replaced``; ``drop``: reason ``invalid_utf8``."""
+    split_bytes: int | None = 128 << 20
+    """Uncompressed JSONL/txt files larger than this are split into tasks of about this
+    many bytes at line boundaries, parquet files by row groups; null: one task per file.
+    Compressed files are always one task. The output does not depend on it."""
+
+    def __post_init__(self) -> None:
+        if self.batch_rows < 1 or self.max_doc_chars < 1:
+            raise ValueError("batch_rows and max_doc_chars must be >= 1")
+        if self.split_bytes is not None and self.split_bytes < MIN_SPLIT_BYTES:
+            raise ValueError(
+                f"split_bytes must be null (no splits) or >= {MIN_SPLIT_BYTES}: {self.split_bytes}"
+            )
+        check_choices(self)

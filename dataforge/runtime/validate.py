@@ -1,0 +1,44 @@
+"""``validate_pipeline``: everything checkable about a loaded pipeline before any work.
+
+What ``dataforge validate`` (and ``dataforge run``, before it starts Ray) reports beyond
+the YAML itself, which :func:`dataforge.config.load_pipeline` already checked: every input
+path matches files, every op's resources are usable (:meth:`Op.validate`: model files,
+tokenizer directories, importable segmenters), cross-stage rules hold
+(:meth:`Op.check_pipeline`), and every barrier op names a planner that exists. Runs
+without Ray and without loading any model.
+"""
+
+from __future__ import annotations
+
+from dataforge.config import PipelineConfig
+from dataforge.io.readers import plan_input_tasks
+from dataforge.ops.base import BarrierOp
+from dataforge.runtime.barriers import planner_of
+from dataforge.runtime.segments import make_op
+from dataforge.typed_config import ConfigError
+
+__all__ = ["validate_pipeline"]
+
+
+def validate_pipeline(config: PipelineConfig) -> list[str]:
+    """The problems that would make a run of ``config`` fail; empty when it can start.
+
+    Each problem is one line naming the input or stage (``stages[2] (perplexity_filter):
+    ...``).
+    """
+    problems = []
+    try:
+        plan_input_tasks(config)
+    except ConfigError as exc:
+        problems.append(str(exc))
+    stages = list(config.stages)
+    for i, stage in enumerate(stages):
+        op = make_op(stage, config)
+        found = [*op.validate(), *op.check_pipeline(stages, i)]
+        if isinstance(op, BarrierOp):
+            try:
+                planner_of(op)
+            except TypeError as exc:
+                found.append(str(exc))
+        problems += [f"stages[{i}] ({stage.op}): {p}" for p in found]
+    return problems

@@ -1,0 +1,258 @@
+"""Typed configuration: YAML -> frozen dataclasses, shared by the pipeline and the trainer.
+
+One set of rules for every config file dataforge reads (pipelines, tokenizer specs, trainer
+configs, loader settings):
+
+* YAML is read by :class:`YamlLoader`: ``yaml.SafeLoader`` (a ``!!python/...`` tag is
+  refused) with YAML 1.2 numbers. PyYAML follows YAML 1.1, where ``1e-6`` and ``1E+3``
+  (no dot) are strings; here they are floats, as in YAML 1.2, JSON and Python.
+* :func:`from_mapping` builds a dataclass strictly: unknown keys, missing required keys
+  and values of the wrong type are :class:`ConfigError` naming the key path; the
+  dataclass's own ``__post_init__`` enforces cross-field rules (its ``ValueError`` becomes
+  a ``ConfigError`` with the path). Nested dataclasses, ``Literal``, unions, lists, tuples
+  and ``dict[K, V]`` are coerced recursively, so a nested value is checked at load time.
+* :func:`apply_overrides` applies ``--set a.b.c=value`` (value parsed as YAML).
+* :func:`to_plain` is the JSON-ready view used to dump a resolved config; an object may
+  shape its own view with a ``to_plain()`` method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+__all__ = [
+    "ConfigError",
+    "YamlLoader",
+    "apply_overrides",
+    "check_choices",
+    "from_mapping",
+    "load_yaml",
+    "read_yaml_file",
+    "to_plain",
+]
+
+
+class ConfigError(ValueError):
+    """A config file (or override) that does not describe a valid configuration."""
+
+
+class YamlLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that reads YAML 1.2 floats (``1e-6``, ``1E+3``, ``.5``)."""
+
+
+# The float resolver of YAML 1.2's core schema plus YAML 1.1's ``1_000.5`` separators, which
+# PyYAML users already rely on. The first characters list decides which scalars are tried.
+_FLOAT_12 = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+YamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:float"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML text with :class:`YamlLoader` (raises ``yaml.YAMLError``)."""
+    return yaml.load(text, Loader=YamlLoader)  # noqa: S506 - YamlLoader is a SafeLoader
+
+
+def read_yaml_file(path: str | Path, what: str) -> Any:
+    """Read and parse a YAML file; ``what`` names it in errors (``"pipeline file"``).
+
+    Raises:
+        ConfigError: the file cannot be read or is not valid (safe) YAML.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror}") from exc
+    try:
+        return load_yaml(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(
+            f"{path}: invalid YAML (only plain YAML is accepted, no python tags): {exc}"
+        ) from exc
+
+
+def from_mapping(cls: type, raw: Any, where: str) -> Any:
+    """Build dataclass ``cls`` from a mapping, strictly: unknown keys, missing required
+    keys and wrong types are :class:`ConfigError` naming ``where`` and the key."""
+    if isinstance(raw, cls):
+        return raw
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__} {raw!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = set(raw) - set(fields)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid: {sorted(fields)}")
+    kwargs = {}
+    for name, field in fields.items():
+        if name in raw:
+            kwargs[name] = coerce(hints[name], raw[name], f"{where}.{name}")
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{where}: missing required key {name!r}")
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def coerce(tp: Any, value: Any, where: str) -> Any:
+    """Check ``value`` against type hint ``tp`` (recursively) and return it typed.
+
+    Raises:
+        ConfigError: the value does not fit; the message names ``where``.
+    """
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        return _coerce_union(args, value, where)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(
+                f"{where}: {value!r} is not valid; valid: {', '.join(map(repr, args))}"
+            )
+        return value
+    if dataclasses.is_dataclass(tp):
+        return from_mapping(tp, value, where)
+    if origin in (tuple, list):
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        item_type = args[0] if args else Any
+        items = [coerce(item_type, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        key_t, val_t = args if args else (Any, Any)
+        return {coerce(key_t, k, where): coerce(val_t, v, f"{where}.{k}") for k, v in value.items()}
+    return _coerce_scalar(tp, value, where)
+
+
+def _coerce_union(args: tuple[Any, ...], value: Any, where: str) -> Any:
+    if value is None and type(None) in args:
+        return None
+    errors = []
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return coerce(arg, value, where)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    raise ConfigError(
+        errors[0] if len(errors) == 1 else f"{where}: {value!r} matches none of {args}"
+    )
+
+
+def _coerce_scalar(tp: Any, value: Any, where: str) -> Any:
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def check_choices(obj: Any) -> None:
+    """Check every ``Literal`` field of dataclass instance ``obj`` against its choices.
+
+    For ``__post_init__``: :func:`from_mapping` already checks choices when a config is
+    loaded, and this keeps code that builds a config directly to the same rule, so the
+    choices are written once, in the ``Literal``.
+
+    Raises:
+        ValueError: a value is not one of its field's choices (the message lists them).
+    """
+    hints = typing.get_type_hints(type(obj))
+    for field in dataclasses.fields(obj):
+        tp = hints[field.name]
+        if typing.get_origin(tp) is Literal:
+            value = getattr(obj, field.name)
+            if value not in typing.get_args(tp):
+                choices = ", ".join(map(repr, typing.get_args(tp)))
+                raise ValueError(f"{field.name}={value!r} is not valid; valid: {choices}")
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> dict[str, Any]:
+    """Apply ``--set a.b.c=value`` overrides (value parsed as YAML; list indices allowed:
+    ``stages.2.threshold=0.7``)."""
+    for item in overrides:
+        key, sep, value_text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected key.path=value")
+        try:
+            value = load_yaml(value_text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item!r}: value is not valid YAML: {exc}") from exc
+        _set_path(raw, key, value)
+    return raw
+
+
+def _set_path(raw: dict[str, Any], key: str, value: Any) -> None:
+    node: Any = raw
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(
+                    f"--set {key}: {part!r} is not an index of a {len(node)}-item list"
+                )
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                node = node.setdefault(part, {})
+        else:
+            raise ConfigError(f"--set {key}: {'.'.join(parts[:i])} is not a mapping or list")
+
+
+def to_plain(obj: Any) -> Any:
+    """A JSON-ready view of a config (dataclasses -> dicts, tuples -> lists). An object with
+    a ``to_plain()`` method gives its own view (e.g. a pipeline stage flattens its op's
+    parameters next to ``op``)."""
+    own = getattr(obj, "to_plain", None)
+    if callable(own) and not isinstance(obj, type):
+        return own()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_plain(v) for k, v in obj.items()}
+    return obj
