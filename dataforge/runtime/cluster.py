@@ -3,13 +3,14 @@
 Joining a cluster: the address comes from ``--address``, ``ray.address`` or
 ``RAY_ADDRESS``. Ray 2.60 turns token authentication on for a ``ray start`` cluster
 whenever a token exists on that machine (``~/.ray/auth_token``, made by any earlier
-``ray.init``), but ``ray.init(address=...)`` only looks for a token when
-``RAY_AUTH_MODE=token`` is set, so a plain client retries with ``InvalidAuthToken`` and
-gives up. We do what ``ray.init(address="auto")`` and ``ray start`` do: with
-``RAY_AUTH_MODE`` unset and a token available (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``
-or ``~/.ray/auth_token``, Ray's own precedence), the client runs in token mode. A cluster
-without authentication accepts a token-mode client, so this is safe either way. An
-explicit ``RAY_AUTH_MODE`` is always respected.
+``ray.init``), but ``ray.init(address=...)`` only uses a token when ``RAY_AUTH_MODE=token``
+is set, so a plain client retries with ``InvalidAuthToken`` and gives up. The client must
+be in the cluster's mode either way: the raylets of a cluster without authentication
+cannot call back into a token-mode driver (its actors die before they start). So, unless
+``RAY_AUTH_MODE`` is set, we ask the cluster's GCS (one unauthenticated ``GetClusterId``
+call: refused means token mode) and take the token where Ray's CLI does
+(``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``); without an answer
+(``auto``), Ray's own rule for local clusters applies: token mode if a token exists.
 
 Path check: nodes that share no filesystem with the driver would read nothing or write
 their parts where the driver never looks. Before any work, one zero-CPU task per alive
@@ -40,6 +41,7 @@ __all__ = [
     "ClusterError",
     "auth_token_available",
     "check_nodes_see_paths",
+    "cluster_wants_token",
     "connect",
     "node_path_problems",
     "resolve_address",
@@ -47,6 +49,7 @@ __all__ = [
 ]
 
 _CHECK_TIMEOUT_S = 120
+_PROBE_TIMEOUT_S = 10
 _PROBE = ".node-probe"
 # Where Ray unpacks a job's --working-dir (the job's driver runs there).
 _RAY_WORKING_DIR = "/runtime_resources/working_dir_files/"
@@ -114,8 +117,8 @@ def connect(config: PipelineConfig, address: str | None) -> str:
     address = resolve_address(config, address)
     env = {"env_vars": {"PYTHONHASHSEED": "0"}}
     if address:
-        if "RAY_AUTH_MODE" not in os.environ and auth_token_available():
-            _use_token_auth()
+        if "RAY_AUTH_MODE" not in os.environ:
+            _match_auth_mode(address)
         try:
             ray.init(address=address, runtime_env=env, log_to_driver=True)
         except (ConnectionError, RuntimeError) as exc:
@@ -139,8 +142,38 @@ def connect(config: PipelineConfig, address: str | None) -> str:
     return f"embedded local Ray ({_cpus()} CPUs)"
 
 
-def _use_token_auth() -> None:
-    os.environ["RAY_AUTH_MODE"] = "token"
+def cluster_wants_token(address: str) -> bool | None:
+    """Ask the cluster's GCS, without a token, whether it wants one: True (token
+    authentication on), False (off), None (no answer, or not a ``host:port`` address)."""
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    with grpc.insecure_channel(address) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        try:
+            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=_PROBE_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            return True if exc.code() == grpc.StatusCode.UNAUTHENTICATED else None
+    return False
+
+
+def _match_auth_mode(address: str) -> None:
+    """Put this process in the cluster's authentication mode. Both ways matter: a client
+    without a token is refused by a token cluster, and the raylets of a cluster without
+    authentication cannot call back into a driver that expects one (its actors die)."""
+    wanted = cluster_wants_token(address)
+    if wanted is None:  # no answer: Ray's own rule for a local cluster
+        wanted = auth_token_available()
+    if wanted and not auth_token_available():
+        raise ClusterError(
+            f"the Ray cluster at {address} requires token authentication and no token was "
+            "found here: set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH, or copy the token that "
+            "`ray get-auth-token` prints on the head node to ~/.ray/auth_token"
+        )
+    os.environ["RAY_AUTH_MODE"] = "token" if wanted else "disabled"
     # Ray copies RAY_AUTH_MODE into its C++ config when it is imported; refresh that copy,
     # as ray.init(address="auto") does (ray._private.authentication's _enable_token_auth).
     from ray._raylet import Config
