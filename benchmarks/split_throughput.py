@@ -52,11 +52,11 @@ def write_corpus(path: Path, size: int) -> int:
     texts = _demo_texts()
     n = 0
     written = 0
-    with open(path, "w", encoding="utf-8") as f:
+    with open(path, "wb") as f:
         while written < size:
             lang, text = texts[n % len(texts)]
             line = json.dumps({"text": f"{text}\n({n})", "lang": lang}, ensure_ascii=False)
-            written += f.write(line + "\n")
+            written += f.write(line.encode() + b"\n")
             n += 1
     return n
 
