@@ -5,11 +5,15 @@ documents from the demo corpus, all in this one process (so docs/s is per core).
     .venv/bin/python benchmarks/dedup_speed.py [--docs 4000]
     .venv/bin/python benchmarks/dedup_speed.py --scale 1000000 [--shards 2]   # end to end
 
+The per-core run: real documents with one in five a near-copy of another (every kind of
+``benchmarks/dedup_sets.py``), so that the candidate verification of ours does real work.
+
 ``--scale N`` generates N documents from the demo corpus (80%: 4-10 random real sentences
 joined; 20%: copies of an earlier generated document with 0-10% of the characters
 substituted, so about 0.8 of the documents should be kept), runs
-``prepare`` per 10k-document batch in this process, writes the prepared parts without the
-text column (the planner never reads it), then runs the planner on Ray index actors, and
+``prepare`` per 10k-document batch in this process, writes the prepared parts (with the
+text column: verification reads the candidates' texts back), then runs the planner on Ray
+index actors, and
 prints time per phase, the peak memory of the driver and of every index actor, and the
 kept fraction.
 """
@@ -34,10 +38,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from dedup_quality import (  # noqa: E402
     _baseline_tokens,
     _clusters_from_pairs,
-    load_bases,
     records_table,
     run_ours,
 )
+from dedup_sets import KINDS, load_bases, make_variant  # noqa: E402
 
 from dataforge.ops.base import OpContext  # noqa: E402
 from dataforge.ops.dedup import Dedup  # noqa: E402
@@ -84,13 +88,25 @@ def bench_rensa(records, num_perm, with_lsh: bool, bands: int = 16):
 
 
 def per_core(args) -> int:
-    bases = load_bases(Path(args.demo), args.docs // 3 + 1, args.seed)[: args.docs]
-    records = [
-        {"id": i, "text": t, "lang": lang, "group": i, "kind": "base"} for i, t, lang in bases
-    ]
+    """The documents: real bases, a quarter of them followed by a near-duplicate (kinds in
+    rotation), so that verification has real work (about 1 in 5 documents is a copy)."""
+    rng = random.Random(args.seed)
+    n_bases = args.docs * 4 // 5
+    bases = load_bases(Path(args.demo), n_bases // 4 + 1, args.seed)[:n_bases]
+    records = []
+    for i, (doc_id, text, lang) in enumerate(bases):
+        records.append({"id": doc_id, "text": text, "lang": lang, "group": i, "kind": "base"})
+        kind = KINDS[i % len(KINDS)]
+        variant = make_variant(text, lang, kind, rng) if i % 4 == 0 else None
+        if variant is not None:
+            records.append(
+                {"id": f"~{doc_id}", "text": variant, "lang": lang, "group": i, "kind": kind}
+            )
     n = len(records)
     chars = sum(len(r["text"]) for r in records)
-    print(f"{n} documents, {chars / n:.0f} chars on average, num_perm={args.num_perm}")
+    print(
+        f"{n} documents ({n - len(bases)} near-copies), {chars / n:.0f} chars on average, num_perm={args.num_perm}"
+    )
     threshold = Dedup.Config().threshold
     timings = {
         "ours (rensa engine)": _timed(lambda: run_ours(records, num_perm=args.num_perm)),
@@ -169,7 +185,7 @@ def at_scale(args) -> int:
             table = records_table(recs)
             chars += sum(len(r["text"]) for r in recs)
             t, c = time.perf_counter(), time.process_time()
-            prepared = op.prepare(table).drop_columns(["text"])
+            prepared = op.prepare(table)
             prep += time.perf_counter() - t
             prep_cpu += time.process_time() - c
             parts[f"t{k:05d}"] = tmp / f"t{k:05d}.parquet"

@@ -8,7 +8,7 @@ it also times a large bf16 matmul and prints the trainer's FLOP/s as a fraction 
 On a machine without CUDA it runs the ``tiny`` preset on CPU (no spec peak: only the
 fraction of the measured matmul rate is printed).
 
-    .venv/bin/python benchmarks/train_mfu.py                 # GPU: 1b and 3b
+    .venv/bin/python benchmarks/train_mfu.py                 # GPU: 1b and 1.7b (the seed's shape)
     .venv/bin/python benchmarks/train_mfu.py --presets 1b --steps 30 --batch-size 8
     .venv/bin/python benchmarks/train_mfu.py --quick         # CPU smoke size
 """
@@ -95,7 +95,7 @@ def _param_count(model) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--presets", nargs="+", default=None, help="default: 1b 3b on GPU, tiny on CPU"
+        "--presets", nargs="+", default=None, help="default: 1b 1.7b on GPU, tiny on CPU"
     )
     parser.add_argument("--quick", action="store_true", help="CPU smoke size (tiny preset)")
     parser.add_argument("--steps", type=int, default=None)
@@ -109,7 +109,7 @@ def main() -> None:
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.quick
     device = torch.device("cuda" if cuda else "cpu")
-    presets = args.presets or (["1b", "3b"] if cuda else ["tiny"])
+    presets = args.presets or (["1b", "1.7b"] if cuda else ["tiny"])
     args.steps = args.steps or (30 if cuda else 12)
     args.warmup = args.warmup if args.warmup is not None else (10 if cuda else 4)
     args.batch_size = args.batch_size or (8 if cuda else 4)

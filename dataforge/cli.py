@@ -17,6 +17,11 @@ __all__ = ["main"]
 _EXTENSIONS = ("dataforge.tokenization.cli", "dataforge.lm.cli", "trainer.cli")
 
 
+def _output_dir(args: argparse.Namespace, config) -> Path:
+    output = getattr(args, "output", None)
+    return Path(output) if output else config.resolve(config.output.path)
+
+
 def _checked_config(args: argparse.Namespace):
     """Load the pipeline and run every validation check; print the problems and return
     None if there are any."""
@@ -25,7 +30,7 @@ def _checked_config(args: argparse.Namespace):
 
     try:
         config = load_pipeline(args.pipeline, args.set)
-        problems = validate_pipeline(config)
+        problems = validate_pipeline(config, _output_dir(args, config))
     except ConfigError as exc:
         problems = [str(exc)]
     for p in problems:
@@ -34,12 +39,13 @@ def _checked_config(args: argparse.Namespace):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from dataforge.runtime.failures import RunFailed, one_line
     from dataforge.runtime.manifest import AccountingError, RunDirError
 
     config = _checked_config(args)
     if config is None:
         return 2
-    out = Path(args.output) if args.output else config.resolve(config.output.path)
+    out = _output_dir(args, config)
     from dataforge.runtime.cluster import ClusterError
     from dataforge.runtime.ray_runner import run_on_ray
 
@@ -54,15 +60,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (AccountingError, ClusterError) as exc:
+    except (AccountingError, ClusterError, RunFailed) as exc:
         print(f"error: run failed: {exc}", file=sys.stderr)
         return 1
-    except Exception as exc:  # noqa: BLE001 - a task error arrives wrapped by Ray; report it, exit 1
-        print(f"error: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        print(
-            f"the tasks committed so far are kept: rerun the same command to resume into {out}",
-            file=sys.stderr,
-        )
+    except OSError as exc:  # e.g. a full disk or a permission before any task ran
+        print(f"error: run failed: {one_line(exc, out)}", file=sys.stderr)
         return 1
     total = manifest["counts"]["total"]
     print(
@@ -88,20 +90,25 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     tasks = plan_input_tasks(config)
+    splits = split_summary(tasks, config.inputs, config.read.split_bytes)
     print(
         f"ok: {config.name}: {len(config.inputs)} sources, {len(tasks)} files, "
-        f"{sum(t.bytes for t in tasks)} bytes, {split_summary(tasks, config.inputs, config.read.split_bytes)}, "
+        f"{sum(t.bytes for t in tasks)} bytes, {splits}, "
         f"stages: {[s.op for s in config.stages]}"
     )
     return 0
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from dataforge.inspect import InspectError, inspect_path
+    from dataforge.inspect import inspect_path
+    from dataforge.io.mds import MDSCorruptError, MDSFormatError
 
     try:
         return inspect_path(Path(args.path), head=args.head, verify=args.verify, as_json=args.json)
-    except InspectError as exc:
+    except MDSCorruptError as exc:
+        print(f"error: corrupt dataset: {exc}", file=sys.stderr)
+        return 1
+    except MDSFormatError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
@@ -117,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run (or resume) a pipeline on Ray",
         description="Run PIPELINE.yaml on embedded local Ray or an existing cluster. "
-        "Re-running into an OUT of the same config resumes; a different config is "
-        "refused unless --overwrite.",
+        "Re-running into an OUT of the same config and inputs resumes; a different config "
+        "or input set is refused unless --overwrite; one run writes an OUT at a time.",
     )
     run.add_argument("pipeline", metavar="PIPELINE.yaml")
     run.add_argument("-o", "--output", metavar="OUT", help="run directory (default: output.path)")
@@ -133,7 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a config value (YAML syntax), e.g. --set stages.0.batch_size=500",
     )
     run.add_argument(
-        "--overwrite", action="store_true", help="replace a run of a different config in OUT"
+        "--overwrite",
+        action="store_true",
+        help="replace a run of another config or input set in OUT (removes only what "
+        "dataforge wrote; never a folder that is not a run)",
     )
     run.set_defaults(func=_cmd_run)
 
@@ -143,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check the config, input paths, models and tokenizers, without Ray.",
     )
     val.add_argument("pipeline", metavar="PIPELINE.yaml")
+    val.add_argument(
+        "-o", "--output", metavar="OUT", help="check this run directory (default: output.path)"
+    )
     val.add_argument("--set", action="append", default=[], metavar="key.path=value")
     val.set_defaults(func=_cmd_validate)
 

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dataforge.io.input_config import INPUT_FORMATS, InputConfig, ReadConfig
+from dataforge.io.mds_index import MAX_SHARD_BYTES
 from dataforge.typed_config import (
     ConfigError,
     apply_overrides,
     check_choices,
+    check_range,
     from_mapping,
     read_yaml_file,
     to_plain,
@@ -45,6 +47,41 @@ __all__ = [
 
 OutputFormat = Literal["mds", "parquet", "jsonl"]
 OUTPUT_FORMATS: tuple[str, ...] = typing.get_args(OutputFormat)
+# MDS compression families and their levels (``zstd:7``), as streaming's codec table has them.
+MDS_COMPRESSION_LEVELS = {
+    "br": range(0, 12), "bz2": range(1, 10), "gz": range(0, 10), "snappy": range(0),
+    "zstd": range(1, 23),
+}  # fmt: skip
+PARQUET_COMPRESSIONS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
+# Shard hashes streaming can verify (hashlib's fixed-size digests and xxhash).
+SHARD_HASHES = (
+    "md5", "sha1", "sha224", "sha256", "sha384", "sha512", "sha3_224", "sha3_256", "sha3_384",
+    "sha3_512", "blake2b", "blake2s", "xxh32", "xxh64", "xxh128", "xxh3_64", "xxh3_128",
+)  # fmt: skip
+MIN_SHARD_BYTES = 1 << 10
+
+
+def _check_compression(fmt: str, compression: str | None) -> None:
+    if compression is None or fmt == "jsonl":  # jsonl parts are written uncompressed
+        return
+    if fmt == "parquet":
+        if compression.lower() not in PARQUET_COMPRESSIONS:
+            raise ValueError(
+                f"output.compression={compression!r}; valid for parquet: "
+                f"{', '.join(PARQUET_COMPRESSIONS)}, or null"
+            )
+        return
+    family, _, level = compression.partition(":")
+    levels = MDS_COMPRESSION_LEVELS.get(family)
+    ok = levels is not None and (
+        not level or (level.isdigit() and len(levels) and int(level) in levels)
+    )
+    if not ok:
+        choices = ", ".join(
+            f"{f}" + (f"[:{r.start}-{r.stop - 1}]" if len(r) else "")
+            for f, r in MDS_COMPRESSION_LEVELS.items()
+        )
+        raise ValueError(f"output.compression={compression!r}; valid for mds: {choices}, or null")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +98,15 @@ class RayConfig:
     """Actor-pool size of each segment (default: the cluster's CPUs)."""
     cpus_per_actor: float = 1.0
     max_task_retries: int = 2
+
+    def __post_init__(self) -> None:
+        check_range("ray.num_cpus", self.num_cpus, 1)
+        # Ray refuses an object store under 75 MiB.
+        check_range("ray.object_store_memory", self.object_store_memory, 75 * 1024 * 1024)
+        check_range("ray.actors", self.actors, 1)
+        check_range("ray.max_task_retries", self.max_task_retries, 0, 100)
+        if not self.cpus_per_actor > 0 or self.cpus_per_actor > 1024:
+            raise ValueError(f"ray.cpus_per_actor={self.cpus_per_actor!r}; valid range: >0 to 1024")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +144,13 @@ class OutputConfig:
 
     def __post_init__(self) -> None:
         check_choices(self)
+        if not self.path:
+            raise ValueError("output.path must not be empty")
+        _check_compression(self.format, self.compression)
+        check_range("output.size_limit", self.size_limit, MIN_SHARD_BYTES, MAX_SHARD_BYTES)
+        unknown = [h for h in self.hashes if h not in SHARD_HASHES]
+        if unknown:
+            raise ValueError(f"output.hashes {unknown} unknown; valid: {', '.join(SHARD_HASHES)}")
 
 
 @dataclasses.dataclass(frozen=True)

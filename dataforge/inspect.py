@@ -14,12 +14,14 @@ from typing import Any
 import numpy as np
 
 from dataforge.io.mds import (
+    MDSCorruptError,
     MDSFormatError,
     dataset_dir,
     iter_samples,
     iter_shard_samples,
     read_index,
     shard_bytes,
+    shard_file,
     shard_hash,
 )
 
@@ -32,41 +34,51 @@ InspectError = MDSFormatError
 """PATH is not a readable, safe MDS dataset (the MDS codec's error)."""
 
 
+def _file_problems(root: Path, i: int, key: str, info: dict[str, Any]) -> list[str]:
+    try:
+        file = shard_file(root, info["basename"])
+    except MDSCorruptError as exc:
+        return [f"shard {i}: {exc}"]
+    data = file.read_bytes()
+    problems = []
+    if len(data) != info["bytes"]:
+        problems.append(
+            f"shard {i}: {info['basename']} has {len(data)} bytes, index says {info['bytes']}"
+        )
+    for algo, expected in (info.get("hashes") or {}).items():
+        try:
+            if shard_hash(algo, data) != expected:
+                problems.append(f"shard {i}: {info['basename']} {algo} mismatch")
+        except ValueError:
+            problems.append(f"shard {i}: {info['basename']} unknown hash {algo!r}")
+    return problems
+
+
 def verify_dataset(path: Path) -> list[str]:
-    """Check every shard's size, recorded hashes and sample count. Returns the problems."""
+    """Check every shard's size, recorded hashes and sample count. Returns the problems.
+
+    Raises:
+        MDSFormatError: not a dataset; MDSCorruptError: an index too malformed to check.
+    """
     root = dataset_dir(path)
     problems = []
     for i, shard in enumerate(read_index(root)["shards"]):
+        found = []
         for key in ("zip_data", "raw_data"):
             info = shard.get(key)
-            if not info or (
-                key == "raw_data"
-                and shard.get("zip_data")
-                and not (root / info["basename"]).exists()
-            ):
+            # A compressed shard's raw file is optional (streaming removes it).
+            if not info or (key == "raw_data" and shard.get("zip_data")
+                            and not (root / info["basename"]).exists()):  # fmt: skip
                 continue
-            file = root / info["basename"]
-            if not file.exists():
-                problems.append(f"shard {i}: missing file {info['basename']}")
-                continue
-            data = file.read_bytes()
-            if len(data) != info["bytes"]:
-                problems.append(
-                    f"shard {i}: {info['basename']} has {len(data)} bytes, index says {info['bytes']}"
-                )
-            for algo, expected in (info.get("hashes") or {}).items():
-                if shard_hash(algo, data) != expected:
-                    problems.append(f"shard {i}: {info['basename']} {algo} mismatch")
-        if any(p.startswith(f"shard {i}:") for p in problems):
-            continue
-        try:
-            raw = shard_bytes(root, shard)
-            count = sum(1 for _ in iter_shard_samples(raw, shard))
-        except Exception as exc:  # noqa: BLE001 - any decode failure is corruption to report
-            problems.append(f"shard {i}: cannot decode ({type(exc).__name__}: {exc})")
-            continue
-        if count != shard["samples"]:
-            problems.append(f"shard {i}: {count} samples, index says {shard['samples']}")
+            found += _file_problems(root, i, key, info)
+        if not found:
+            try:
+                count = sum(1 for _ in iter_shard_samples(shard_bytes(root, shard), shard))
+                if count != shard["samples"]:
+                    found.append(f"shard {i}: {count} samples, index says {shard['samples']}")
+            except MDSFormatError as exc:
+                found.append(f"shard {i}: cannot decode ({exc})")
+        problems += found
     return problems
 
 
@@ -125,11 +137,21 @@ def summarize(path: Path) -> dict[str, Any]:
             ]
             for s, v in sorted(ppl.items())
         }
+    decoded = sum(per_source.values())
+    if decoded != summary["samples"]:  # iter_samples checks each shard; this is the total
+        raise MDSCorruptError(f"{root}: decoded {decoded} samples, index says {summary['samples']}")
     manifest = root.parent / "manifest.json"
-    if manifest.exists():
-        summary["manifest_counts"] = (
-            json.loads(manifest.read_text()).get("counts", {}).get("by_source")
-        )
+    if manifest.is_file():
+        try:
+            recorded = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise MDSCorruptError(f"{manifest}: unreadable ({exc})") from None
+        records = (recorded.get("output") or {}).get("records")
+        if isinstance(records, int) and records != decoded:
+            raise MDSCorruptError(
+                f"{root}: holds {decoded} samples, the run's manifest says {records}"
+            )
+        summary["manifest_counts"] = recorded.get("counts", {}).get("by_source")
     return summary
 
 

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import yaml
 
 __all__ = [
+    "check_range",
     "ConfigError",
     "YamlLoader",
     "apply_overrides",
@@ -37,6 +38,15 @@ __all__ = [
     "read_yaml_file",
     "to_plain",
 ]
+
+
+def check_range(key: str, value: float | None, low: float, high: float | None = None) -> None:
+    """For ``__post_init__`` rules: raise ``ValueError`` naming ``key`` and its valid range
+    if ``value`` (None: unset) lies outside ``[low, high]``."""
+    if value is None or (low <= value and (high is None or value <= high)):
+        return
+    valid = f"{low} to {high}" if high is not None else f">= {low}"
+    raise ValueError(f"{key}={value!r}; valid range: {valid}")
 
 
 class ConfigError(ValueError):

@@ -7,7 +7,30 @@ VENV_STAMP ?= .venv/.installed
 TRAINER_SOURCES := $(wildcard trainer/*.py)
 TRAINER_BENCH_DIR := build/bench
 
-.PHONY: bench-trainer test-trainer
+.PHONY: bench-trainer test-trainer demo-pretrain demo-sft demo-dpo
+
+# Quick start, CPU (trainer/configs/*_tiny.yaml): pretrain on `make demo`'s output, then SFT
+# and DPO from the previous stage's export on the chat demo shards (mk/loader.mk). Each
+# stage resumes its checkpoints, so a finished stage only re-exports.
+#   make demo-dpo    # = demo (if out/demo is missing), demo-pretrain, demo-sft, demo-dpo
+TRAIN := .venv/bin/dataforge train
+PRETRAIN_EXPORT := checkpoints/pretrain_tiny/export/config.json
+SFT_EXPORT := checkpoints/sft_tiny/export/config.json
+
+demo-pretrain: $(PRETRAIN_EXPORT)
+
+$(PRETRAIN_EXPORT): | $(VENV_STAMP)
+	test -f out/demo/mds/index.json || $(MAKE) demo
+	$(TRAIN) pretrain trainer/configs/pretrain_tiny.yaml
+
+demo-sft: out/sft_demo/mds/index.json $(PRETRAIN_EXPORT)
+	$(TRAIN) sft trainer/configs/sft_tiny.yaml
+
+$(SFT_EXPORT): | out/sft_demo/mds/index.json $(PRETRAIN_EXPORT)
+	$(TRAIN) sft trainer/configs/sft_tiny.yaml
+
+demo-dpo: out/dpo_demo/mds/index.json $(SFT_EXPORT)
+	$(TRAIN) dpo trainer/configs/dpo_tiny.yaml
 bench-trainer: $(TRAINER_BENCH_DIR)/train_step_overhead.txt $(TRAINER_BENCH_DIR)/train_mfu_cpu.txt
 
 $(TRAINER_BENCH_DIR)/train_step_overhead.txt: benchmarks/train_step_overhead.py $(TRAINER_SOURCES) | $(VENV_STAMP)

@@ -23,20 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
-from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
-    get_model_state_dict,
     get_state_dict,
     set_state_dict,
 )
 
-from dataforge.typed_config import from_mapping
-from trainer.config import CheckpointConfig, ConfigError, ModelConfig, to_plain
+from trainer.config import CheckpointConfig, ConfigError
 from trainer.parallel import DistEnv, barrier
 
-__all__ = ["Checkpointer", "export_weights", "load_exported"]
+__all__ = ["Checkpointer", "fsync_dir"]
 
 STEP_PREFIX = "step_"
 
@@ -120,11 +116,11 @@ class Checkpointer:
         if self.env.is_main:
             meta = {"step": step, "stage": stage, "world_size": self.env.world_size}
             (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
             if final.exists():  # an earlier run's step of the same number (--from-scratch)
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
             for old in self.checkpoints()[: -self.config.keep_last]:
                 shutil.rmtree(old)
         barrier(self.env)
@@ -162,54 +158,10 @@ class Checkpointer:
         return state["loop"]
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside ``path`` durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def export_weights(
-    model: nn.Module, config: ModelConfig, env: DistEnv, out_dir: Path, info: dict
-) -> None:
-    """Write ``model.safetensors`` + ``config.json`` (collective; rank 0 writes).
-
-    Tied embeddings are stored once (``embed.weight``) and re-tied by :func:`load_exported`.
-    """
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    weights = get_model_state_dict(model, options=options)
-    if env.is_main:
-        if config.tie_embeddings:
-            weights.pop("lm_head.weight", None)
-        weights = {k: v.contiguous() for k, v in weights.items()}
-        tmp = out_dir.with_name(f".tmp-{out_dir.name}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        card = {"model": to_plain(config), **info}
-        (tmp / "config.json").write_text(
-            json.dumps(card, indent=2, sort_keys=True), encoding="utf-8"
-        )
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    barrier(env)
-
-
-def load_exported(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """Read an exported directory: its model config and weights (tied head re-added).
-
-    Raises:
-        ConfigError: missing files or a config that is not a trainer export.
-    """
-    path = Path(path)
-    try:
-        card = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        weights = load_file(str(path / "model.safetensors"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"init_from {str(path)!r}: not a trainer export: {exc}") from exc
-    config = from_mapping(ModelConfig, card.get("model"), f"{path}/config.json: model")
-    if config.tie_embeddings:
-        weights["lm_head.weight"] = weights["embed.weight"]
-    return config, weights

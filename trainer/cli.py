@@ -12,7 +12,7 @@ __all__ = ["add_arguments", "add_subcommand", "run_command"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Stage subcommands (pretrain, sft, dpo), each taking CONFIG.yaml and resume flags."""
-    stages = parser.add_subparsers(dest="stage", metavar="{pretrain,sft,dpo}", required=True)
+    stages = parser.add_subparsers(dest="stage", metavar="{pretrain,sft,dpo,export}", required=True)
     helps = {
         "pretrain": "causal LM pretraining on tokenized documents",
         "sft": "supervised fine-tuning, loss on completions only",
@@ -42,12 +42,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             help="override a config value (YAML), e.g. --set train.max_steps=100",
         )
 
+    export = stages.add_parser(
+        "export",
+        help="write a checkpoint's weights as a transformers model directory",
+        description="Write the weights of CKPT (a <checkpoint.dir>/step_N directory) as a "
+        "directory AutoModelForCausalLM.from_pretrained loads, with the run's tokenizer.",
+    )
+    export.add_argument("checkpoint", help="checkpoint directory (<checkpoint.dir>/step_N)")
+    export.add_argument(
+        "-o",
+        "--out",
+        default=None,
+        help="output directory (default: <checkpoint.dir>/export-step_N)",
+    )
+
 
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed ``train`` command; returns the exit code (0 ok, 1 failed, 2 config)."""
     from trainer.config import load_config
     from trainer.loop import TrainingError, train
 
+    if args.stage == "export":
+        return _export(args)
     try:
         config = load_config(args.config, args.overrides)
         train(config, args.stage, resume="scratch" if args.from_scratch else "auto")
@@ -57,6 +73,22 @@ def run_command(args: argparse.Namespace) -> int:
     except TrainingError as exc:
         print(f"training failed: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from trainer.export import export_checkpoint
+
+    checkpoint = Path(args.checkpoint)
+    out = Path(args.out) if args.out else checkpoint.parent / f"export-{checkpoint.name}"
+    try:
+        export_checkpoint(checkpoint, out)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"exported {checkpoint} -> {out}")
     return 0
 
 

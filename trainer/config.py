@@ -31,30 +31,42 @@ __all__ = [
     "DataConfig",
     "DistributedConfig",
     "DPOConfig",
+    "EvalConfig",
     "ModelConfig",
     "OptimConfig",
     "TrainConfig",
     "TrainerConfig",
     "config_from_mapping",
     "load_config",
-    "resolve_vocab",
     "to_plain",
 ]
 
 STAGES = ("pretrain", "sft", "dpo")
+ROPE_SCALINGS = ("default", "linear", "llama3")
 
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
-    # Shapes follow common open models; "3b" is the shape issue 8 names (about 1.7B
-    # non-embedding parameters with SwiGLU at intermediate 8192, plus embeddings).
+    # Named by their parameter count with a 32,000-id vocabulary and untied embeddings (the
+    # start-up line prints the real count for the tokenizer in use). "1.7b" is the seed's
+    # shape (hidden 2048, 24 layers, 32 heads, SwiGLU 8192); "3b" is Llama 3.2 3B's body.
     "tiny": dict(hidden_size=64, n_layers=2, n_heads=4, intermediate_size=176, max_seq_len=256),
-    "125m": dict(
+    "134m": dict(
         hidden_size=768, n_layers=12, n_heads=12, intermediate_size=2048, max_seq_len=2048
     ),
-    "350m": dict(
+    "374m": dict(
         hidden_size=1024, n_layers=24, n_heads=16, intermediate_size=2816, max_seq_len=2048
     ),
     "1b": dict(hidden_size=2048, n_layers=18, n_heads=16, intermediate_size=5504, max_seq_len=2048),
-    "3b": dict(hidden_size=2048, n_layers=24, n_heads=32, intermediate_size=8192, max_seq_len=2048),
+    "1.7b": dict(
+        hidden_size=2048, n_layers=24, n_heads=32, intermediate_size=8192, max_seq_len=2048
+    ),
+    "3b": dict(
+        hidden_size=3072,
+        n_layers=28,
+        n_heads=24,
+        n_kv_heads=8,
+        intermediate_size=8192,
+        max_seq_len=2048,
+    ),
 }
 
 
@@ -67,6 +79,8 @@ class ModelConfig:
     hidden_size: int = 256
     n_layers: int = 4
     n_heads: int = 4
+    n_kv_heads: int | None = None
+    """Key/value heads (grouped-query attention); None: ``n_heads`` (multi-head)."""
     intermediate_size: int | None = None
     """MLP width; None: 4 * hidden for GELU, 8/3 * hidden rounded up to 64 for SwiGLU."""
     max_seq_len: int = 2048
@@ -75,11 +89,17 @@ class ModelConfig:
     norm_eps: float = 1e-5
     mlp: Literal["swiglu", "gelu"] = "swiglu"
     rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    """Hugging Face ``rope_scaling`` of an imported model: ``{"rope_type": "linear",
+    "factor": f}`` or Llama 3's ``{"rope_type": "llama3", "factor", "low_freq_factor",
+    "high_freq_factor", "original_max_position_embeddings"}``; None: plain RoPE."""
     sliding_window: int | None = None
     """Each token attends to at most this many positions (itself included); None: all."""
     tie_embeddings: bool = False
     bias: bool = False
     """Biases in linear layers (and LayerNorm)."""
+    qkv_bias: bool = False
+    """Biases on the query/key/value projections only (Qwen2)."""
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
@@ -92,8 +112,25 @@ class ModelConfig:
             raise ValueError(
                 f"hidden_size {self.hidden_size} must split into {self.n_heads} heads of even size"
             )
+        if (
+            self.n_kv_heads is None
+        ):  # one spelling of multi-head attention: equal configs compare equal
+            object.__setattr__(self, "n_kv_heads", self.n_heads)
+        kv_heads = self.kv_heads
+        if kv_heads < 1 or self.n_heads % kv_heads:
+            raise ValueError(f"n_kv_heads {kv_heads} must divide n_heads {self.n_heads}")
+        if self.rope_scaling is not None:
+            kind = self.rope_scaling.get("rope_type", self.rope_scaling.get("type"))
+            if kind not in ROPE_SCALINGS:
+                raise ValueError(
+                    f"rope_scaling type {kind!r} is not supported; valid: {', '.join(ROPE_SCALINGS)}"
+                )
         if self.sliding_window is not None and self.sliding_window < 1:
             raise ValueError(f"sliding_window must be >= 1 or null, got {self.sliding_window}")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
 
     @property
     def head_dim(self) -> int:
@@ -135,7 +172,11 @@ class OptimConfig:
 class TrainConfig:
     """The loop: how many steps, how big, in which precision."""
 
-    max_steps: int = 1000
+    max_steps: int | None = None
+    """Optimizer steps to train; None: from ``epochs``, else 1000."""
+    epochs: float | None = None
+    """Passes over the training data instead of ``max_steps``: steps = ceil(epochs x the
+    first epoch's batches per rank / grad_accum_steps)."""
     grad_accum_steps: int = 1
     """Micro-batches per optimizer step on each rank."""
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
@@ -157,7 +198,13 @@ class TrainConfig:
     """Dense peak of one device for MFU; None: looked up from the device name."""
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1 or self.grad_accum_steps < 1 or self.log_interval < 1:
+        if self.max_steps is not None and self.epochs is not None:
+            raise ValueError("give train.max_steps or train.epochs, not both")
+        if self.epochs is not None and self.epochs <= 0:
+            raise ValueError(f"train.epochs must be > 0, got {self.epochs}")
+        if self.max_steps is None and self.epochs is None:
+            object.__setattr__(self, "max_steps", 1000)
+        if (self.max_steps or 1) < 1 or self.grad_accum_steps < 1 or self.log_interval < 1:
             raise ValueError("max_steps, grad_accum_steps and log_interval must be >= 1")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
@@ -216,6 +263,31 @@ class CheckpointConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """Held-out evaluation; off while ``streams`` is empty."""
+
+    streams: tuple[Any, ...] = ()
+    """Held-out MDS streams (``data.loader.streams`` syntax), read in order, unshuffled."""
+    interval: int = 0
+    """Evaluate every this many optimizer steps; 0: only after the last step."""
+    max_batches: int | None = None
+    """Batches per evaluation (per rank); None: the whole held-out set."""
+    keep_best: bool = False
+    """Export the weights with the lowest ``val_loss`` to ``<checkpoint.dir>/best``."""
+    loader: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """``LoaderConfig`` fields that differ from ``data.loader`` for evaluation."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "streams", tuple(self.streams))
+        if self.interval < 0 or (self.max_batches is not None and self.max_batches < 1):
+            raise ValueError("eval.interval must be >= 0 and eval.max_batches >= 1 or null")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.streams)
+
+
+@dataclasses.dataclass(frozen=True)
 class DPOConfig:
     beta: float = 0.1
     reference: Literal["model", "precomputed"] = "model"
@@ -236,6 +308,7 @@ class TrainerConfig:
     checkpoint: CheckpointConfig = CheckpointConfig()
     distributed: DistributedConfig = DistributedConfig()
     dpo: DPOConfig = DPOConfig()
+    eval: EvalConfig = EvalConfig()
     tokenizer: str | None = None
     """Tokenizer directory; gives ``model.vocab_size`` when that is null."""
     init_from: str | None = None
@@ -249,7 +322,7 @@ class TrainerConfig:
             raise ValueError("set model.vocab_size or tokenizer (a directory to read it from)")
         if self.data.source == "synthetic" and self.model.vocab_size is None:
             raise ValueError("data.source synthetic needs an explicit model.vocab_size")
-        if self.optim.warmup_steps > self.train.max_steps:
+        if self.train.max_steps is not None and self.optim.warmup_steps > self.train.max_steps:
             raise ValueError(
                 f"optim.warmup_steps {self.optim.warmup_steps} > train.max_steps "
                 f"{self.train.max_steps}"
@@ -294,19 +367,3 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Trainer
     raw = read_yaml_file(path, "trainer config")
     raw = apply_overrides(raw if isinstance(raw, dict) else {}, overrides or [], str(path))
     return config_from_mapping(raw, str(path))
-
-
-def resolve_vocab(config: TrainerConfig) -> TrainerConfig:
-    """Fill ``model.vocab_size`` from the tokenizer directory when it is null."""
-    if config.model.vocab_size is not None:
-        return config
-    try:
-        from dataforge.tokenization import Tokenizer
-    except ImportError as exc:
-        raise ConfigError(f"model.vocab_size is null and the tokenizer cannot load: {exc}") from exc
-    try:
-        vocab = Tokenizer.load(config.tokenizer).vocab_size
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"tokenizer {config.tokenizer!r}: {exc}") from exc
-    model = dataclasses.replace(config.model, vocab_size=vocab)
-    return dataclasses.replace(config, model=model)

@@ -15,11 +15,14 @@ DPO batches carry the same keys prefixed ``chosen_`` and ``rejected_``, and opti
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
 from trainer.config import ConfigError, TrainerConfig
+
+if TYPE_CHECKING:  # an annotation only: data and objectives are independent layers
+    from trainer.objectives import Objective
 
 __all__ = ["BatchSource", "ListBatchSource", "SyntheticBatchSource", "build_batch_source"]
 
@@ -50,6 +53,9 @@ class ListBatchSource:
             raise ValueError("ListBatchSource needs at least one batch")
         self.batches = list(batches)
         self.epoch, self.index = 0, 0
+
+    def __len__(self) -> int:
+        return len(self.batches)
 
     def __iter__(self) -> Iterator[Batch]:
         while self.index < len(self.batches):
@@ -95,7 +101,7 @@ class SyntheticBatchSource:
 
 
 def build_batch_source(
-    config: TrainerConfig, stage: str, rank: int, world_size: int
+    config: TrainerConfig, objective: Objective, rank: int, world_size: int
 ) -> BatchSource:
     """The source ``config.data`` names, for this rank.
 
@@ -104,8 +110,11 @@ def build_batch_source(
             contradicts the stage.
     """
     if config.data.source == "synthetic":
-        if stage == "dpo":
-            raise ConfigError("data.source synthetic gives LM batches; dpo needs the loader")
+        if not objective.synthetic_data:
+            raise ConfigError(
+                f"data.source synthetic gives pretraining batches; {type(objective).__name__} "
+                "needs the loader"
+            )
         return SyntheticBatchSource(
             config.model.vocab_size,
             config.data.batch_size,
@@ -117,8 +126,14 @@ def build_batch_source(
     from dataforge.typed_config import from_mapping
 
     raw = dict(config.data.loader)
-    if raw.setdefault("mode", stage) != stage:
-        raise ConfigError(f"data.loader.mode {raw['mode']!r} does not match the stage {stage!r}")
+    mode = objective.loader_mode
+    if raw.setdefault("mode", mode) != mode:
+        raise ConfigError(f"data.loader.mode {raw['mode']!r} does not match the stage's {mode!r}")
+    if raw.get("shift_labels", True) is not True:
+        raise ConfigError(
+            "data.loader.shift_labels must be true for this trainer (its loss "
+            "takes shifted labels; false is for transformers models)"
+        )
     raw.setdefault("max_seq_len", config.model.max_seq_len)
     if raw["max_seq_len"] > config.model.max_seq_len:
         raise ConfigError(
@@ -126,4 +141,7 @@ def build_batch_source(
             f"{config.model.max_seq_len}"
         )
     loader_config = from_mapping(LoaderConfig, raw, "data.loader")
-    return build_dataloader(loader_config)
+    try:
+        return build_dataloader(loader_config)
+    except (FileNotFoundError, ValueError) as exc:  # missing shards or columns
+        raise ConfigError(f"data.loader: {exc}") from exc

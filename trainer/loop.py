@@ -4,12 +4,13 @@
 the number of targets (LM) or pairs (DPO) in the *global* step, all micro-batches on all
 ranks, so the update is the same however the batch is split across ranks and
 micro-batches (DDP averages gradients over ranks, hence the ``world_size`` factor).
+What is computed per batch belongs to the stage's objective (:mod:`trainer.objectives`);
+held-out evaluation to :mod:`trainer.evaluate`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import math
 import time
@@ -20,12 +21,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.checkpoint import Checkpointer, export_weights, load_exported
-from trainer.config import STAGES, ConfigError, OptimConfig, TrainerConfig, resolve_vocab, to_plain
+from trainer.checkpoint import Checkpointer
+from trainer.config import STAGES, ConfigError, OptimConfig, TrainerConfig
 from trainer.data import BatchSource, build_batch_source
-from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats
+from trainer.evaluate import Evaluator, build_eval_source
+from trainer.export import export_weights
+from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats, startup_summary
 from trainer.model import Transformer, flops_per_token
-from trainer.objectives import causal_lm_loss_sum, count_targets, dpo_loss, sequence_logps
+from trainer.objectives import Objective, build_objective
 from trainer.parallel import (
     DTYPES,
     DistEnv,
@@ -33,7 +36,9 @@ from trainer.parallel import (
     grad_sync,
     init_distributed,
     parallelize,
+    unwrap,
 )
+from trainer.pretrained import load_exported, resolve_model
 
 __all__ = ["TrainingError", "TrainResult", "build_optimizer", "lr_factor", "train", "train_step"]
 
@@ -58,12 +63,12 @@ class Run:
 
     config: TrainerConfig
     stage: str
+    objective: Objective
     env: DistEnv
     model: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
-    reference: nn.Module | None = None
 
     def autocast(self) -> contextlib.AbstractContextManager:
         precision = self.config.train.precision
@@ -103,35 +108,6 @@ def build_optimizer(
     return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, eps=optim.eps, fused=fused)
 
 
-def _lm_forward(run: Run, model: nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = model(batch["input_ids"], batch.get("position_ids"), batch.get("cu_seqlens"))
-    loss = causal_lm_loss_sum(logits, batch["labels"], run.config.train.label_smoothing)
-    return loss, torch.zeros(2, dtype=torch.float64)
-
-
-def _dpo_forward(run: Run, model: nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    # Chosen and rejected rows share a width (loader contract): one forward for both.
-    ids = torch.cat([batch["chosen_input_ids"], batch["rejected_input_ids"]])
-    pos = torch.cat([batch["chosen_position_ids"], batch["rejected_position_ids"]])
-    labels = torch.cat([batch["chosen_labels"], batch["rejected_labels"]])
-    policy_chosen, policy_rejected = sequence_logps(model(ids, pos), labels).chunk(2)
-    if run.config.dpo.reference == "precomputed":
-        ref_chosen, ref_rejected = batch["ref_chosen_logps"], batch["ref_rejected_logps"]
-    else:
-        with torch.no_grad():
-            ref_chosen, ref_rejected = sequence_logps(run.reference(ids, pos), labels).chunk(2)
-    stats = dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, run.config.dpo.beta)
-    extra = torch.stack([stats.correct.sum(), stats.reward_margins.sum()]).double().cpu()
-    return stats.losses.sum(), extra
-
-
-def _weight(stage: str, batch: dict) -> int:
-    """What the loss is averaged over: targets (LM) or pairs (DPO)."""
-    if stage == "dpo":
-        return int(batch["chosen_input_ids"].shape[0])
-    return int(count_targets(batch["labels"]))
-
-
 def _tokens(batch: dict) -> int:
     """Real (unpadded) tokens in a batch, DPO rows included."""
     masks = [v for k, v in batch.items() if k.endswith("attention_mask")]
@@ -143,13 +119,12 @@ def _tokens(batch: dict) -> int:
 def _flops(run: Run, batch: dict) -> float:
     """Model FLOPs of one micro-batch: real tokens x per-token FLOPs at the batch's width
     (with a reference model, DPO adds its forward: 2N of the 6N)."""
-    prefixes = ("chosen_", "rejected_") if run.stage == "dpo" else ("",)
     total = 0.0
-    for prefix in prefixes:
+    for prefix in run.objective.row_prefixes:
         ids, mask = batch[prefix + "input_ids"], batch.get(prefix + "attention_mask")
         tokens = ids.numel() if mask is None else int(mask.sum())
         total += tokens * flops_per_token(run.config.model, ids.shape[1])
-    return total * (4 / 3 if run.reference is not None else 1.0)
+    return total * run.objective.forward_flops_factor
 
 
 def train_step(run: Run, batches: list[dict]) -> dict[str, float]:
@@ -158,25 +133,31 @@ def train_step(run: Run, batches: list[dict]) -> dict[str, float]:
     Returns the step's metrics (global over ranks); ``applied`` is 0.0 when the update was
     skipped (non-finite loss or gradients, or an fp16 overflow).
     """
-    model, opt, scaler, env = run.model, run.optimizer, run.scaler, run.env
-    forward = _dpo_forward if run.stage == "dpo" else _lm_forward
-    weights = torch.tensor([sum(_weight(run.stage, b) for b in batches)], dtype=torch.float64)
+    model, opt, scaler, env, objective = (
+        run.model,
+        run.optimizer,
+        run.scaler,
+        run.env,
+        run.objective,
+    )
+    weights = torch.tensor([sum(objective.weight(b) for b in batches)], dtype=torch.float64)
     total_weight = max(1.0, float(all_reduce_sum(weights.to(env.device), env)))
-    # loss sum, DPO correct, DPO margin sum, tokens, model FLOPs; summed on the device
-    stats = torch.zeros(5, dtype=torch.float64, device=env.device)
+    # tokens, model FLOPs, loss sum, then the objective's own sums; summed on the device
+    stats = torch.zeros(3 + len(objective.stat_names), dtype=torch.float64, device=env.device)
     for i, batch in enumerate(batches):
-        stats[3] += _tokens(batch)
-        stats[4] += _flops(run, batch)
+        stats[0] += _tokens(batch)
+        stats[1] += _flops(run, batch)
         batch = {k: v.to(env.device, non_blocking=True) for k, v in batch.items()}
         with grad_sync(model, i == len(batches) - 1), run.autocast():
-            loss_sum, extra = forward(run, model, batch)
+            loss_sum, extra = objective.loss(model, batch)
         scaler.scale(loss_sum * (env.world_size / total_weight)).backward()
-        stats[:3] += torch.cat([loss_sum.detach().double().view(1), extra.to(stats)])
+        stats[2:] += torch.cat([loss_sum.detach().double().view(1), extra.to(stats)])
     stats = all_reduce_sum(stats, env).tolist()
+    metrics = objective.metrics(stats[2], stats[3:], total_weight)
     scaler.unscale_(opt)
     max_norm = run.config.optim.max_grad_norm or math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
-    loss = stats[0] / total_weight
+    loss = metrics.pop("loss")
     fp16 = run.config.train.precision == "fp16"
     bad = not math.isfinite(loss) or (not fp16 and not math.isfinite(grad_norm))
     scale = scaler.get_scale()
@@ -189,13 +170,10 @@ def train_step(run: Run, batches: list[dict]) -> dict[str, float]:
     if applied:
         run.scheduler.step()
     out = {"loss": loss, "lr": lr, "grad_norm": grad_norm, "applied": float(applied)}
-    out |= {"bad": float(bad), "tokens": stats[3], "flops": stats[4]}
+    out |= {"bad": float(bad), "tokens": stats[0], "flops": stats[1]}
     if fp16:
         out["loss_scale"] = scale
-    if run.stage == "dpo":
-        out["preference_accuracy"] = stats[1] / total_weight
-        out["reward_margin"] = stats[2] / total_weight
-    return out
+    return out | metrics
 
 
 def _endless(source: BatchSource) -> Iterator[dict]:
@@ -212,21 +190,15 @@ def _endless(source: BatchSource) -> Iterator[dict]:
 def _build_model(config: TrainerConfig, env: DistEnv) -> Transformer:
     torch.manual_seed(config.train.seed)  # same initial weights on every rank
     model = Transformer(config.model)
-    if config.init_from:
-        exported, weights = load_exported(config.init_from)
-        if exported != config.model:
-            diff = {k: v for k, v in to_plain(exported).items() if to_plain(config.model)[k] != v}
-            raise ConfigError(f"init_from {config.init_from!r} has another model shape: {diff}")
+    if config.init_from:  # resolve_model already took the shape from it
+        _, weights = load_exported(config.init_from)
         model.load_state_dict(weights)
     return model.to(env.device)
 
 
-def _setup(config: TrainerConfig, stage: str, env: DistEnv) -> Run:
+def _setup(config: TrainerConfig, stage: str, env: DistEnv, objective: Objective) -> Run:
     model = _build_model(config, env)
-    reference = None
-    if stage == "dpo" and config.dpo.reference == "model":
-        reference = copy.deepcopy(model).eval().requires_grad_(False)
-        reference = parallelize(reference, config, env, frozen=True)
+    objective.prepare(model, lambda frozen: parallelize(frozen, config, env, frozen=True))
     model = parallelize(model, config, env)
     optimizer = build_optimizer(model, config.optim, env.device)
     factor = lr_factor(config.optim, config.train.max_steps)
@@ -236,7 +208,7 @@ def _setup(config: TrainerConfig, stage: str, env: DistEnv) -> Run:
         init_scale=config.train.init_scale,
         enabled=config.train.precision == "fp16",
     )
-    return Run(config, stage, env, model, optimizer, scheduler, scaler, reference)
+    return Run(config, stage, objective, env, model, optimizer, scheduler, scaler)
 
 
 def train(
@@ -245,6 +217,7 @@ def train(
     resume: str = "auto",
     source: BatchSource | None = None,
     stop_after: int | None = None,
+    eval_source: BatchSource | None = None,
 ) -> TrainResult:
     """Train ``config`` for ``stage`` (pretrain, sft or dpo) to ``train.max_steps``.
 
@@ -253,41 +226,84 @@ def train(
             existing checkpoints aside and starts anew.
         source: batches to use instead of ``config.data`` (tests, benchmarks).
         stop_after: return after this many applied steps of this call (simulates a kill).
+        eval_source: held-out batches to use instead of ``config.eval.streams``.
 
     Raises:
-        ConfigError: invalid stage, resume mode, or config/checkpoint mismatch.
+        ConfigError: invalid stage, resume mode, or config/checkpoint/data mismatch.
         TrainingError: ``train.max_bad_steps`` consecutive non-finite steps.
     """
     if stage not in STAGES or resume not in ("auto", "scratch"):
         raise ConfigError(f"stage {stage!r}/resume {resume!r}; valid: {STAGES} / auto, scratch")
     if config.train.precision == "fp16" and config.distributed.strategy == "fsdp":
         raise ConfigError("precision fp16 with fsdp is not supported (no sharded scaler); use bf16")
-    config = resolve_vocab(config)
+    config = resolve_model(config)
     env = init_distributed(config)
     try:
-        return _train(config, stage, env, resume, source, stop_after)
+        objective = build_objective(stage, config)
+        if source is None:
+            source = build_batch_source(config, objective, env.rank, env.world_size)
+        evaluator = None
+        if eval_source is not None or config.eval.enabled:
+            held_out = eval_source or build_eval_source(config, objective, env)
+            evaluator = Evaluator(held_out, objective, env, config.eval.max_batches)
+        config = resolve_steps(config, source, env)
+        run = _setup(config, stage, env, objective)
+        return _train(run, source, evaluator, resume, stop_after)
     finally:
         if env.owns_group:
             torch.distributed.destroy_process_group()
 
 
-def _train(config, stage, env, resume, source, stop_after) -> TrainResult:
-    run = _setup(config, stage, env)
-    if source is None:
-        source = build_batch_source(config, stage, env.rank, env.world_size)
+def resolve_steps(config: TrainerConfig, source: BatchSource, env: DistEnv) -> TrainerConfig:
+    """``train.max_steps`` from ``train.epochs`` and the source's batches per epoch (the
+    mean over ranks, so every rank stops at the same step).
+
+    Raises:
+        ConfigError: ``epochs`` with a source of unknown length, or warmup past the end.
+    """
+    train_config = config.train
+    if train_config.epochs is not None:
+        if not hasattr(source, "__len__"):
+            raise ConfigError("train.epochs needs a data source with a known length (the loader)")
+        batches = all_reduce_sum(torch.tensor([float(len(source))], device=env.device), env)
+        per_rank = float(batches) / env.world_size
+        steps = max(1, math.ceil(train_config.epochs * per_rank / train_config.grad_accum_steps))
+        train_config = dataclasses.replace(train_config, max_steps=steps, epochs=None)
+        if env.is_main:
+            print(f"[trainer] train.epochs {config.train.epochs}: {steps} steps", flush=True)
+    if config.optim.warmup_steps > train_config.max_steps:
+        raise ConfigError(
+            f"optim.warmup_steps {config.optim.warmup_steps} > train.max_steps "
+            f"{train_config.max_steps}"
+        )
+    return dataclasses.replace(config, train=train_config)
+
+
+def _train(
+    run: Run,
+    source: BatchSource,
+    evaluator: Evaluator | None,
+    resume: str,
+    stop_after: int | None,
+) -> TrainResult:
+    config, env, stage = run.config, run.env, run.stage
     ckpt = Checkpointer(config.checkpoint, env)
     objects = {"model": run.model, "optimizer": run.optimizer, "scheduler": run.scheduler}
     objects["scaler"] = run.scaler
-    loop = {"step": 0, "tokens": 0, "skipped": 0, "bad_in_a_row": 0}
+    loop = {"step": 0, "tokens": 0, "skipped": 0, "bad_in_a_row": 0, "best_val_loss": math.inf}
     latest = ckpt.latest() if resume == "auto" else None
     if resume == "scratch":
         ckpt.supersede_existing()
     if latest is not None:
-        loop = ckpt.load(latest, stage, objects, source)
+        loop |= ckpt.load(latest, stage, objects, source)
         if env.is_main:
             print(f"[trainer] resumed from {latest} at step {loop['step']}", flush=True)
+    if env.is_main:
+        print(startup_summary(config, unwrap(run.model), stage, env.world_size), flush=True)
     peak = device_peak_flops(env.device, config.train.precision, config.train.peak_tflops)
-    metrics = MetricsWriter(config.run_dir, env.is_main, config.train.tensorboard)
+    # Records past the resumed step were written by the run that died after it; they are
+    # recomputed now, so they go (a fresh start keeps none).
+    metrics = MetricsWriter(config.run_dir, env.is_main, config.train.tensorboard, loop["step"])
     batches, losses, saved, start_step = _endless(source), [], None, loop["step"]
     try:
         while loop["step"] < config.train.max_steps:
@@ -302,23 +318,50 @@ def _train(config, stage, env, resume, source, stop_after) -> TrainResult:
                 out["flops"] / record["step_time_s"] / (peak * env.world_size) if peak else None
             )
             metrics.write(record | memory_stats(env.device))
-            if out["applied"]:
-                losses.append(out["loss"])
-                if env.is_main and loop["step"] % config.train.log_interval == 0:
-                    _print_record(record)
-                done = loop["step"] >= config.train.max_steps
-                if loop["step"] % config.checkpoint.interval == 0 or done:
-                    objects["loop"], objects["config"] = dict(loop), config.to_json()
-                    saved = ckpt.save(loop["step"], stage, objects, source)
+            if not out["applied"]:
+                continue
+            losses.append(out["loss"])
+            if env.is_main and loop["step"] % config.train.log_interval == 0:
+                _print_record(record)
+            done = loop["step"] >= config.train.max_steps
+            if evaluator is not None and _eval_due(config, loop["step"], done):
+                _evaluate(run, evaluator, loop, metrics)
+            if loop["step"] % config.checkpoint.interval == 0 or done:
+                objects["loop"], objects["config"] = dict(loop), config.to_json()
+                saved = ckpt.save(loop["step"], stage, objects, source)
     finally:
         metrics.close()
-        if hasattr(source, "close"):
-            source.close()
+        for closable in (source, evaluator):
+            if hasattr(closable, "close"):
+                closable.close()
     export_dir = Path(config.checkpoint.export_dir or Path(config.checkpoint.dir) / "export")
-    info = {"stage": stage, "step": loop["step"], "tokens_seen": loop["tokens"]}
-    info["tokenizer"] = config.tokenizer
-    export_weights(run.model, config.model, env, export_dir, info)
+    export_weights(run.model, config, env, export_dir, _export_info(run, loop))
     return TrainResult(loop["step"], losses, loop["skipped"], saved, export_dir)
+
+
+def _export_info(run: Run, loop: dict) -> dict[str, Any]:
+    info = {"stage": run.stage, "step": loop["step"], "tokens_seen": loop["tokens"]}
+    return info | {"tokenizer": run.config.tokenizer}
+
+
+def _eval_due(config: TrainerConfig, step: int, done: bool) -> bool:
+    return done or (config.eval.interval > 0 and step % config.eval.interval == 0)
+
+
+def _evaluate(run: Run, evaluator: Evaluator, loop: dict, metrics: MetricsWriter) -> None:
+    """One held-out pass: logged like a training step; the best weights kept if asked."""
+    record = {"step": loop["step"], **evaluator(run.model, run.autocast)}
+    metrics.write(record)
+    if run.env.is_main:
+        shown = " ".join(
+            f"{k} {v:.4f}" for k, v in record.items() if k not in ("step", "val_weight")
+        )
+        print(f"eval {loop['step']:>6} {shown}", flush=True)
+    if run.config.eval.keep_best and record["val_loss"] < loop["best_val_loss"]:
+        loop["best_val_loss"] = record["val_loss"]
+        best = Path(run.config.checkpoint.dir) / "best"
+        info = _export_info(run, loop) | {"val_loss": record["val_loss"]}
+        export_weights(run.model, run.config, run.env, best, info)
 
 
 def _account(loop: dict, out: dict, config: TrainerConfig, elapsed: float, t_data: float) -> dict:

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-__all__ = ["MetricsWriter", "device_peak_flops", "memory_stats"]
+from trainer.config import TrainerConfig
+
+__all__ = ["MetricsWriter", "device_peak_flops", "memory_stats", "startup_summary"]
 
 # Dense (no sparsity) bf16/fp16 tensor-core peak per device, FLOP/s, from vendor sheets.
 # Matched by substring of torch.cuda.get_device_name(), first match wins.
@@ -58,17 +62,40 @@ def memory_stats(device: torch.device) -> dict[str, float]:
     return {"max_rss_gib": rss / (2**30 if sys.platform == "darwin" else 2**20)}
 
 
+def _truncate(path: Path, keep_until_step: int) -> None:
+    """Keep the records of steps <= ``keep_until_step`` (a resumed run rewrites the rest);
+    replaced atomically, so a crash here leaves the old file."""
+    if not path.is_file():
+        return
+    kept = []
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            try:
+                step = json.loads(line).get("step", 0)
+            except ValueError:  # a line cut short by the kill
+                continue
+            if step <= keep_until_step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 class MetricsWriter:
     """Appends one JSON object per step to ``run_dir/metrics.jsonl`` (and TensorBoard)."""
 
-    def __init__(self, run_dir: str | Path, enabled: bool, tensorboard: bool) -> None:
+    def __init__(
+        self, run_dir: str | Path, enabled: bool, tensorboard: bool, keep_until_step: int = 0
+    ) -> None:
         self.enabled = enabled
         self.tb = None
         if not enabled:
             return
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.file = (run_dir / "metrics.jsonl").open("a", encoding="utf-8")
+        path = run_dir / "metrics.jsonl"
+        _truncate(path, keep_until_step)
+        self.file = path.open("a", encoding="utf-8")
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -89,3 +116,21 @@ class MetricsWriter:
             self.file.close()
             if self.tb is not None:
                 self.tb.close()
+
+
+def startup_summary(config: TrainerConfig, model: nn.Module, stage: str, world_size: int) -> str:
+    """One line: parameter count, tokens per optimizer step, steps."""
+    total = model.num_params()
+    tables = 1 if config.model.tie_embeddings else 2  # input embedding, output layer
+    body = total - tables * config.model.vocab_size * config.model.hidden_size
+    max_tokens = config.data.loader.get("max_tokens") if config.data.source == "loader" else None
+    if config.data.source == "synthetic":
+        max_tokens = config.data.batch_size * config.data.seq_len
+    per_step = (max_tokens or 0) * config.train.grad_accum_steps * world_size
+    return (
+        f"[trainer] {stage}: {total / 1e6:,.1f}M parameters ({body / 1e6:,.1f}M without "
+        f"embeddings and output layer), {config.model.n_layers} layers x {config.model.hidden_size}; "
+        f"up to {per_step:,} tokens per step ({max_tokens or '?'} per batch x "
+        f"{config.train.grad_accum_steps} accumulation x {world_size} ranks); "
+        f"{config.train.max_steps} steps"
+    )

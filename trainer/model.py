@@ -117,10 +117,34 @@ def attention_layout(
     return AttentionLayout(mask=(same & allowed)[:, None], window=window)
 
 
-def rope_tables(config: ModelConfig, device: torch.device | None = None) -> torch.Tensor:
-    """(max_seq_len, head_dim/2, 2) float32 cos/sin table."""
+def rope_frequencies(config: ModelConfig, device: torch.device | None = None) -> torch.Tensor:
+    """RoPE inverse frequencies (head_dim/2,), with Hugging Face's ``linear`` or ``llama3``
+    scaling when ``config.rope_scaling`` names one (same formulas as transformers)."""
     half = config.head_dim // 2
     inv_freq = 1.0 / config.rope_theta ** (torch.arange(half, device=device).float() / half)
+    scaling = config.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "linear":
+        return inv_freq / scaling["factor"]
+    if kind == "llama3":
+        factor, low, high = (
+            scaling["factor"],
+            scaling["low_freq_factor"],
+            scaling["high_freq_factor"],
+        )
+        old_len = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+        return torch.where(medium, smoothed, scaled)
+    return inv_freq
+
+
+def rope_tables(config: ModelConfig, device: torch.device | None = None) -> torch.Tensor:
+    """(max_seq_len, head_dim/2, 2) float32 cos/sin table."""
+    inv_freq = rope_frequencies(config, device)
     angles = torch.outer(torch.arange(config.max_seq_len, device=device).float(), inv_freq)
     return torch.stack([angles.cos(), angles.sin()], dim=-1)
 
@@ -135,25 +159,36 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.n_heads, self.head_dim = config.n_heads, config.head_dim
-        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.bias)
+        self.n_heads, self.kv_heads, self.head_dim = (
+            config.n_heads,
+            config.kv_heads,
+            config.head_dim,
+        )
+        # q, k, v rows stacked in that order: (n_heads + 2 * kv_heads) * head_dim outputs
+        self.qkv = nn.Linear(
+            config.hidden_size,
+            (self.n_heads + 2 * self.kv_heads) * self.head_dim,
+            bias=config.bias or config.qkv_bias,
+        )
         self.proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.bias)
 
     def forward(self, x: torch.Tensor, rope: tuple, layout: AttentionLayout) -> torch.Tensor:
         b, t, d = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim).unbind(dim=2)
+        heads = (self.n_heads, self.kv_heads, self.kv_heads)
+        q, k, v = self.qkv(x).view(b, t, -1, self.head_dim).split(heads, dim=2)
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         if layout.cu_seqlens is not None:
             window = (-1, 0) if layout.window is None else (layout.window - 1, 0)
-            flat = [z.reshape(b * t, self.n_heads, self.head_dim) for z in (q, k, v)]
+            flat = [z.reshape(b * t, z.shape[2], self.head_dim) for z in (q, k, v)]
             cu, m = layout.cu_seqlens, layout.max_seqlen
             out = _varlen_kernel()(*flat, cu, cu, m, m, window_size=window)
             return self.proj(out.view(b, t, d))
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+        gqa = self.kv_heads != self.n_heads
         if layout.mask is None:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.mask)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.mask, enable_gqa=gqa)
         return self.proj(out.transpose(1, 2).reshape(b, t, d))
 
 
@@ -273,6 +308,7 @@ def flops_per_token(config: ModelConfig, seq_len: int) -> float:
     """
     d, f, layers, vocab = config.hidden_size, config.ffn_size, config.n_layers, config.vocab_size
     mlp = d * f * (3 if config.mlp == "swiglu" else 2)
-    matmul_params = layers * (4 * d * d + mlp) + d * vocab
+    attn = 2 * d * d + 2 * d * config.kv_heads * config.head_dim
+    matmul_params = layers * (attn + mlp) + d * vocab
     context = min(seq_len, config.sliding_window or seq_len)
     return 6.0 * matmul_params + 12.0 * layers * d * context

@@ -10,8 +10,11 @@ directory (the basename when the pattern names one file), and a derived record i
 from __future__ import annotations
 
 import glob
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from dataforge.io.globbing import expand_glob
 
 __all__ = ["FORMAT_SUFFIXES", "MatchedFile", "format_for_suffix", "glob_root", "match_files"]
 
@@ -25,11 +28,12 @@ FORMAT_SUFFIXES: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class MatchedFile:
-    """One file of an input path: absolute path, id-forming relative path, size."""
+    """One file of an input path: real path, id-forming relative path, size, mtime."""
 
     path: str
     relpath: str
     bytes: int
+    mtime_ns: int = 0
 
 
 def glob_root(pattern: str) -> Path:
@@ -44,27 +48,27 @@ def glob_root(pattern: str) -> Path:
 
 
 def match_files(pattern: str) -> list[MatchedFile]:
-    """The regular files ``pattern`` (a path or recursive glob) matches, sorted.
+    """The regular files ``pattern`` (a path or recursive glob) matches, sorted, each real
+    file once (:func:`~dataforge.io.globbing.expand_glob`: symlinked or looping folders
+    never repeat a file); ``path`` is the real path.
 
     Raises:
         FileNotFoundError: nothing matches.
     """
-    files = sorted(p for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
+    files = expand_glob(pattern)
     if not files:
         raise FileNotFoundError(f"input {pattern!r} matches no file")
     root = glob_root(pattern)
-    return [
-        MatchedFile(
-            path=str(Path(file).resolve()),
-            relpath=(
-                Path(file).relative_to(root).as_posix()
-                if Path(file).is_relative_to(root)
-                else Path(file).name
-            ),
-            bytes=Path(file).stat().st_size,
+    matched = []
+    for file, real in files:
+        stat = os.stat(real)
+        relpath = (
+            Path(file).relative_to(root).as_posix()
+            if Path(file).is_relative_to(root)
+            else Path(file).name
         )
-        for file in files
-    ]
+        matched.append(MatchedFile(real, relpath, stat.st_size, stat.st_mtime_ns))
+    return matched
 
 
 def format_for_suffix(path: str) -> str:

@@ -11,7 +11,7 @@ import dataclasses
 import typing
 from typing import Literal
 
-from dataforge.typed_config import check_choices
+from dataforge.typed_config import check_choices, check_range
 
 __all__ = ["INPUT_FORMATS", "MIN_SPLIT_BYTES", "InputConfig", "ReadConfig"]
 
@@ -44,6 +44,10 @@ class InputConfig:
         check_choices(self)
 
 
+MAX_BATCH_ROWS = 1 << 22
+MAX_DOC_CHARS = 1 << 28  # the reader's line cap is a few times this, kept inside memory
+
+
 @dataclasses.dataclass(frozen=True)
 class ReadConfig:
     """Reader limits shared by all sources."""
@@ -60,10 +64,8 @@ class ReadConfig:
     Compressed files are always one task. The output does not depend on it."""
 
     def __post_init__(self) -> None:
-        if self.batch_rows < 1 or self.max_doc_chars < 1:
-            raise ValueError("batch_rows and max_doc_chars must be >= 1")
-        if self.split_bytes is not None and self.split_bytes < MIN_SPLIT_BYTES:
-            raise ValueError(
-                f"split_bytes must be null (no splits) or >= {MIN_SPLIT_BYTES}: {self.split_bytes}"
-            )
+        check_range("read.batch_rows", self.batch_rows, 1, MAX_BATCH_ROWS)
+        check_range("read.max_doc_chars", self.max_doc_chars, 1, MAX_DOC_CHARS)
+        # null: no splits (one task per file)
+        check_range("read.split_bytes", self.split_bytes, MIN_SPLIT_BYTES)
         check_choices(self)

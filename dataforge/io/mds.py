@@ -16,8 +16,9 @@ Shard layout (``MDSWriter.encode_joint_shard``): ``uint32 n | uint32 offsets[n+1
 config JSON | samples``; a sample is ``uint32 size`` per variable-size column, then the
 column payloads in sorted column order.
 
-Reading refuses an index whose shard paths escape the dataset directory, or that declares
-a ``pkl`` column (unpickling runs code), before any shard is opened.
+Reading checks the index and shard files first (:mod:`dataforge.io.mds_index`: shape,
+paths inside the dataset, no ``pkl``, bounded inflation), then each shard's header against
+its index entry, and each sample's column sizes against its bytes.
 """
 
 from __future__ import annotations
@@ -26,14 +27,23 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xxhash
-import zstandard
+
+from dataforge.io.mds_index import (
+    MDSCorruptError,
+    MDSFormatError,
+    dataset_dir,
+    inflate_zstd,
+    read_index,
+    shard_file,
+)
 
 __all__ = [
+    "MDSCorruptError",
     "MDSFormatError",
     "MDSShardWriter",
     "dataset_dir",
@@ -46,6 +56,7 @@ __all__ = [
     "shard_bytes",
     "shard_hash",
     "shard_layout",
+    "shard_offsets",
     "supports",
 ]
 
@@ -57,10 +68,6 @@ _SCALARS = {
 _FIXED_SCALARS = {"int32", "uint16", "uint32", "uint64", "int16", "uint8", "int8", "float32"}
 _NDARRAY_DTYPES = {"uint8", "int8", "uint16", "int16", "float16", "uint32", "int32", "float32",
                    "uint64", "int64", "float64"}  # fmt: skip
-
-
-class MDSFormatError(ValueError):
-    """A path that is not a readable, safe MDS dataset."""
 
 
 def supports(columns: dict[str, str], compression: str | None) -> bool:
@@ -202,56 +209,28 @@ class MDSShardWriter:
 # -- reading ----------------------------------------------------------------------------
 
 
-def dataset_dir(path: Path) -> Path:
-    """The MDS directory of ``path``: itself, or ``path/mds`` for a run directory."""
-    path = Path(path)
-    if (path / "index.json").exists():
-        return path
-    if (path / "mds" / "index.json").exists():
-        return path / "mds"
-    if (path / "manifest.json").exists():
-        raise MDSFormatError(
-            f"{path}: run has no MDS index (failed, incomplete, or not MDS output)"
-        )
-    raise MDSFormatError(f"{path}: no index.json here or in {path / 'mds'}")
-
-
-def read_index(root: Path) -> dict[str, Any]:
-    """Read and sanity-check ``root/index.json`` (formats, no pkl, no escaping paths)."""
-    try:
-        index = json.loads((root / "index.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise MDSFormatError(f"{root / 'index.json'}: unreadable index ({exc})") from exc
-    for i, shard in enumerate(index.get("shards", [])):
-        if shard.get("format") != "mds":
-            raise MDSFormatError(
-                f"shard {i}: format {shard.get('format')!r} is not supported (only mds)"
-            )
-        if "pkl" in shard.get("column_encodings", []):
-            raise MDSFormatError(
-                f"shard {i}: refusing a pkl column (unpickling can run arbitrary code)"
-            )
-        for key in ("raw_data", "zip_data"):
-            info = shard.get(key)
-            if info:
-                rel = PurePosixPath(info["basename"])
-                if rel.is_absolute() or ".." in rel.parts:
-                    raise MDSFormatError(
-                        f"shard {i}: path {info['basename']!r} escapes the dataset directory"
-                    )
-    return index
-
-
 def shard_bytes(root: Path, shard: dict[str, Any]) -> bytes:
-    """The raw (decompressed) bytes of one shard of index entry ``shard``."""
-    if shard.get("zip_data"):
-        data = (root / shard["zip_data"]["basename"]).read_bytes()
-        if shard.get("compression", "").split(":")[0] != "zstd":
-            raise MDSFormatError(f"compression {shard['compression']!r} is not supported")
-        return zstandard.ZstdDecompressor().decompress(
-            data, max_output_size=shard["raw_data"]["bytes"]
+    """The raw (decompressed) bytes of index entry ``shard`` (checked by :func:`read_index`),
+    exactly its declared raw size.
+
+    Raises:
+        MDSCorruptError: the file escapes the dataset, has another size, or inflates to
+            another size than the index says.
+        MDSFormatError: a compression this reader does not support.
+    """
+    raw_info, zip_info = shard["raw_data"], shard.get("zip_data")
+    info = zip_info or raw_info
+    path = shard_file(root, info["basename"])
+    if path.stat().st_size != info["bytes"]:
+        raise MDSCorruptError(
+            f"shard {info['basename']!r} has {path.stat().st_size} bytes, index says {info['bytes']}"
         )
-    return (root / shard["raw_data"]["basename"]).read_bytes()
+    data = path.read_bytes()
+    if not zip_info:
+        return data
+    if shard["compression"].split(":")[0] != "zstd":
+        raise MDSFormatError(f"compression {shard['compression']!r} is not supported")
+    return inflate_zstd(data, raw_info["bytes"], zip_info["basename"])
 
 
 def decode_value(encoding: str, data: bytes) -> Any:
@@ -288,6 +267,8 @@ def decode_sample(
     record = {}
     for name, encoding, size in zip(names, encodings, sizes, strict=True):
         length = size or next(var_sizes)
+        if position + length > len(sample):
+            raise MDSCorruptError(f"column {name!r} runs past the end of its sample")
         if columns is None or name in columns:
             record[name] = decode_value(encoding, bytes(sample[position : position + length]))
         position += length
@@ -299,20 +280,54 @@ def shard_layout(shard: dict[str, Any]) -> tuple[list, list, list]:
     return shard["column_names"], shard["column_encodings"], shard["column_sizes"]
 
 
-def iter_shard_samples(raw: bytes, shard: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Every sample of one raw shard, in order."""
+def shard_offsets(raw: bytes, samples: int) -> np.ndarray:
+    """The sample offsets of a raw shard, checked: the header holds ``samples`` (its index
+    entry's count), and the offsets rise within the shard.
+
+    Raises:
+        MDSCorruptError: a header that disagrees with the index or points outside.
+    """
+    if len(raw) < 8:
+        raise MDSCorruptError(f"shard of {len(raw)} bytes has no header")
     n = int(np.frombuffer(raw, np.uint32, 1, 0)[0])
-    offsets = np.frombuffer(raw, np.uint32, n + 1, 4)
+    if n != samples or len(raw) < 4 * (n + 2):
+        raise MDSCorruptError(f"shard header says {n} samples, index says {samples}")
+    offsets = np.frombuffer(raw, np.uint32, n + 1, 4).astype(np.int64)
+    if offsets[0] < 4 * (n + 2) or offsets[-1] > len(raw) or np.any(np.diff(offsets) < 0):
+        raise MDSCorruptError("shard header's sample offsets point outside the shard")
+    return offsets
+
+
+def iter_shard_samples(raw: bytes, shard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every sample of one raw shard, in order.
+
+    Raises:
+        MDSCorruptError: a malformed header or a sample that does not decode.
+    """
+    offsets = shard_offsets(raw, shard["samples"])
     layout = shard_layout(shard)
-    for i in range(n):
-        yield decode_sample(raw[offsets[i] : offsets[i + 1]], layout)
+    for i in range(len(offsets) - 1):
+        try:
+            yield decode_sample(raw[offsets[i] : offsets[i + 1]], layout)
+        except MDSCorruptError as exc:
+            raise MDSCorruptError(f"sample {i}: {exc}") from None
+        except (ValueError, TypeError, UnicodeDecodeError, IndexError, StopIteration) as exc:
+            raise MDSCorruptError(f"sample {i}: {type(exc).__name__}: {exc}") from None
 
 
 def iter_samples(path: Path) -> Iterator[dict[str, Any]]:
-    """Every sample of the dataset at ``path`` (run dir or MDS dir), in order."""
+    """Every sample of the dataset at ``path`` (run dir or MDS dir), in order.
+
+    Raises:
+        MDSFormatError: not a dataset; MDSCorruptError: a malformed index or shard
+            (the message names the shard).
+    """
     root = dataset_dir(path)
-    for shard in read_index(root)["shards"]:
-        yield from iter_shard_samples(shard_bytes(root, shard), shard)
+    for i, shard in enumerate(read_index(root)["shards"]):
+        try:
+            yield from iter_shard_samples(shard_bytes(root, shard), shard)
+        except MDSCorruptError as exc:
+            raise MDSCorruptError(f"{root}: shard {i}: {exc}") from None
 
 
 def int_column(data: np.ndarray, layout: tuple[list, list, list], column: str) -> np.ndarray:

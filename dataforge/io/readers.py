@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the pipeline config sits above io; only its type is used he
     from dataforge.config import PipelineConfig
 from dataforge.text.surrogates import replace_lone_surrogates
 
-__all__ = ["InputTask", "TaskReader", "ReadError", "plan_input_tasks"]
+__all__ = ["InputTask", "ReadError", "TaskReader", "plan_input_tasks"]
 
 # surrogateescape maps each undecodable byte to U+DC80..U+DCFF: finding one means the
 # line held invalid UTF-8.
@@ -54,6 +54,8 @@ class InputTask:
     relpath: str
     bytes: int
     """Size of the whole file."""
+    mtime_ns: int = 0
+    """Modification time at planning; with the real path and size, what a resume checks."""
     offset: int = 0
     """Line files: byte offset of the split's first line."""
     length: int | None = None
@@ -70,9 +72,10 @@ def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
     """Expand every source's path/glob into sorted tasks (:func:`~dataforge.io.files.match_files`).
 
     Raises:
-        ConfigError: a source's path matches no file.
+        ConfigError: a source's path matches no file, or two sources match the same file.
     """
     tasks = []
+    owner: dict[str, str] = {}
     for s_idx, source in enumerate(config.inputs):
         try:
             files = match_files(str(config.resolve(source.path)))
@@ -81,6 +84,12 @@ def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
                 f"inputs[{s_idx}] ({source.name}): path {source.path!r} matches no file"
             ) from None
         for f_idx, file in enumerate(files):
+            if file.path in owner:
+                raise ConfigError(
+                    f"inputs[{s_idx}] ({source.name}): file {file.path} is also read by source "
+                    f"{owner[file.path]!r}; a file may belong to one source only"
+                )
+            owner[file.path] = source.name
             tasks.append(
                 InputTask(
                     task_id=f"{s_idx:03d}-{f_idx:06d}",
@@ -88,6 +97,7 @@ def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
                     path=file.path,
                     relpath=file.relpath,
                     bytes=file.bytes,
+                    mtime_ns=file.mtime_ns,
                 )
             )
     return tasks

@@ -1,10 +1,13 @@
 """Collation per mode: decoded MDS samples -> a dict of torch tensors.
 
-Labels are already shifted: ``labels[b, t]`` is the target of the logits at position
+With ``shift_labels`` (the default) labels are already shifted: ``labels[b, t]`` is the
+target of the logits at position
 ``t`` (``input_ids[b, t + 1]`` when that token is a training target, else -100), so the
 loss is ``cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)``
 with no further shift. The last token of every document has label -100, so no
 document's first token is ever the target of the previous document (packing).
+Unshifted labels (``shift_labels=False``, transformers' convention) are the same targets
+one position later: ``labels[t + 1]`` of the shifted form, -100 at each document's start.
 """
 
 from __future__ import annotations
@@ -41,9 +44,12 @@ def _check_num_tokens(sample: dict, length: int) -> None:
         )
 
 
-def _shifted_labels(tokens: np.ndarray, targets: np.ndarray) -> np.ndarray:
+def _labels(tokens: np.ndarray, targets: np.ndarray, shift: bool) -> np.ndarray:
     labels = np.full(len(tokens), IGNORE_INDEX, np.int64)
-    labels[:-1] = np.where(targets[1:], tokens[1:], IGNORE_INDEX)
+    if shift:
+        labels[:-1] = np.where(targets[1:], tokens[1:], IGNORE_INDEX)
+    else:  # the first token is nobody's target within the document
+        labels[1:] = np.where(targets[1:], tokens[1:], IGNORE_INDEX)
     return labels
 
 
@@ -68,7 +74,7 @@ def _padded(
     for i, (tokens, targets) in enumerate(docs):
         n = len(tokens)
         out["input_ids"][i, :n] = tokens
-        out["labels"][i, :n] = _shifted_labels(tokens, targets)
+        out["labels"][i, :n] = _labels(tokens, targets, config.shift_labels)
         out["attention_mask"][i, :n] = 1
         out["position_ids"][i, :n] = np.arange(n)
     return {prefix + k: v for k, v in out.items()}
@@ -91,7 +97,7 @@ def _packed(rows: list[list[tuple[np.ndarray, np.ndarray]]], config: LoaderConfi
         for tokens, targets in row:
             n = len(tokens)
             out["input_ids"][i, offset : offset + n] = tokens
-            out["labels"][i, offset : offset + n] = _shifted_labels(tokens, targets)
+            out["labels"][i, offset : offset + n] = _labels(tokens, targets, config.shift_labels)
             out["position_ids"][i, offset : offset + n] = np.arange(n)
             offset += n
             segments.append(n)

@@ -90,6 +90,11 @@ class LoaderConfig:
     long_samples: Literal["truncate", "drop"] = "truncate"
     pad_to_multiple_of: int = 1
     pad_id: int = 0
+    shift_labels: bool = True
+    """True: ``labels[t]`` is the target of position ``t`` (the dataforge trainer). False:
+    the transformers convention, ``labels[t] = input_ids[t]`` where that token is a target
+    (the model shifts inside its loss); each document's first token is -100, so a packed
+    row's previous document never predicts it."""
     epoch_size: int | None = None
     """Samples per epoch when streams use ``proportion`` (default: all samples)."""
     num_workers: int = 0

@@ -87,10 +87,27 @@ def cleanup_dead_runs(cache_dir: Path) -> int:
     return removed
 
 
+def _check_shard_files(src: Path) -> None:
+    """Every shard index.json names must be there (streaming would report a missing local
+    shard as a missing remote, far from the cause)."""
+    try:
+        shards = json.loads((src / "index.json").read_text(encoding="utf-8"))["shards"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{src / 'index.json'}: not an MDS index ({exc})") from exc
+    for shard in shards:
+        names = [shard.get("raw_data"), shard.get("zip_data")]
+        names = [n["basename"] for n in names if isinstance(n, dict)]
+        if names and not any((src / n).is_file() for n in names):
+            raise FileNotFoundError(
+                f"{src}: shard {' or '.join(names)} named by index.json is missing"
+            )
+
+
 def _mirror(src: Path, dst: Path) -> None:
     """Mirror directory ``src`` at ``dst`` with one symlink per file."""
     if not (src / "index.json").is_file():
         raise FileNotFoundError(f"{src}: no index.json here; is this an MDS directory (OUT/mds)?")
+    _check_shard_files(src)
     for root, _, files in os.walk(src):
         target_root = dst / Path(root).relative_to(src)
         target_root.mkdir(parents=True, exist_ok=True)

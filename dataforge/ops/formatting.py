@@ -16,6 +16,12 @@ Columns written (see docs/loader.md):
   ``rejected_tokens`` (response + ``<|end|>``), ``num_tokens`` = prompt + the longer
   response (the padded row length the loader plans with).
 
+With a Hugging Face tokenizer directory (``tokenizer.json`` + ``tokenizer_config.json``
+with a ``chat_template``) the conversation is rendered by that template instead
+(:mod:`dataforge.tokenization.hf_tokenizer`): learned tokens are each assistant turn's
+content and end-of-turn text, ``add_bos`` is left to the template, and DPO prompts end
+with the template's generation prompt.
+
 Records that cannot be formatted are dropped with ``format:missing_field`` (a required
 field is absent or not a string) or ``format:bad_messages`` (not a list of
 ``{role, content}`` turns with user/assistant roles and an assistant turn to learn).
@@ -24,6 +30,7 @@ field is absent or not a string) or ``format:bad_messages`` (not a list of
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,7 +75,10 @@ class _ChatOp(Mapper):
 
     def validate(self) -> list[str]:
         from dataforge.tokenization import read_tokenizer_json
+        from dataforge.tokenization.hf_tokenizer import is_hf_tokenizer_dir
 
+        if is_hf_tokenizer_dir(self.tokenizer_dir()):
+            return self._validate_hf()
         try:
             meta = read_tokenizer_json(self.tokenizer_dir())
         except (FileNotFoundError, ValueError) as exc:
@@ -76,13 +86,25 @@ class _ChatOp(Mapper):
         missing = [m for m in CHAT_MARKERS.values() if m not in meta.get("special_tokens", {})]
         return [f"{self.name}: tokenizer lacks chat markers {missing}"] if missing else []
 
-    def setup(self) -> None:
-        from dataforge.tokenization import Tokenizer
+    def _validate_hf(self) -> list[str]:
+        config = self.tokenizer_dir() / "tokenizer_config.json"
+        try:
+            template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+        except (OSError, ValueError) as exc:
+            return [f"{self.name}: {config}: unreadable ({exc})"]
+        has_file = (self.tokenizer_dir() / "chat_template.jinja").is_file()
+        return [] if template or has_file else [f"{self.name}: {config} has no chat_template"]
 
-        self.use_tokenizer(Tokenizer.load(self.tokenizer_dir()))
+    def setup(self) -> None:
+        from dataforge.tokenization.hf_tokenizer import load_tokenizer
+
+        self.use_tokenizer(load_tokenizer(self.tokenizer_dir()))
 
     def use_tokenizer(self, tokenizer: Any) -> None:
         """Use an already loaded tokenizer (anything with the Tokenizer interface)."""
+        if hasattr(tokenizer, "chat_pieces"):  # a Hugging Face tokenizer: its template
+            self._tokenizer, self._markers = tokenizer, {}
+            return
         missing = [m for m in CHAT_MARKERS.values() if m not in tokenizer.special_tokens]
         if missing:
             raise ValueError(
@@ -105,10 +127,10 @@ class _ChatOp(Mapper):
         return self._markers
 
     def _token_dtype(self) -> str:
-        from dataforge.tokenization import read_tokenizer_json
+        from dataforge.tokenization.hf_tokenizer import tokenizer_vocab_size
 
         try:
-            vocab_size = int(read_tokenizer_json(self.tokenizer_dir())["vocab_size"])
+            vocab_size = tokenizer_vocab_size(self.tokenizer_dir())
         except (FileNotFoundError, ValueError):
             vocab_size = 1 << 16  # unknown here; validate() reports it, int32 is safe
         return "uint16" if vocab_size < (1 << 16) else "int32"
@@ -141,6 +163,11 @@ class _ChatOp(Mapper):
     ) -> list[Piece]:
         """Pieces of ``turns``; turn indices in ``targets`` are learned (content + end).
         ``open_assistant`` appends the ``<|assistant|>`` marker the response follows."""
+        if hasattr(self.tokenizer, "chat_pieces"):
+            try:
+                return self.tokenizer.chat_pieces(turns, targets, open_assistant)
+            except (ValueError, TypeError) as exc:  # jinja raises TypeError on odd turns
+                raise _BadRecord("format:bad_messages") from exc
         pieces: list[Piece] = []
         if self.config.add_bos:
             pieces.append((self.tokenizer.bos_id, False))
@@ -231,7 +258,8 @@ class FormatSFT(_ChatOp):
     @dataclasses.dataclass(frozen=True)
     class Config:
         tokenizer: str
-        """Tokenizer directory with the chat markers; relative to the pipeline file."""
+        """Tokenizer directory with the chat markers, or a Hugging Face tokenizer directory
+        with a chat template; relative to the pipeline file."""
         prompt_key: str = "prompt"
         """meta key of the user prompt (falls back to the record's text)."""
         response_key: str = "response"
@@ -293,7 +321,8 @@ class FormatDPO(_ChatOp):
     @dataclasses.dataclass(frozen=True)
     class Config:
         tokenizer: str
-        """Tokenizer directory with the chat markers; relative to the pipeline file."""
+        """Tokenizer directory with the chat markers, or a Hugging Face tokenizer directory
+        with a chat template; relative to the pipeline file."""
         prompt_key: str = "prompt"
         """meta key of the prompt: a string, or a ``[{role, content}, ...]`` context that
         ends with a user turn (falls back to the record's text)."""
@@ -327,9 +356,19 @@ class FormatDPO(_ChatOp):
             if cfg.system_key in meta:
                 turns.insert(0, ("system", self._field(meta, cfg.system_key)))
         chosen, rejected = self._field(meta, cfg.chosen_key), self._field(meta, cfg.rejected_key)
-        responses = [[(c, True), (self.markers["end"], True)] for c in (chosen, rejected)]
+        responses = [self._response(turns, c) for c in (chosen, rejected)]
         shown = self._transcript([*turns, ("assistant", chosen)])
         return [self._render(turns, set(), open_assistant=True), *responses], shown
+
+    def _response(self, turns: list[tuple[str, str]], content: str) -> list[Piece]:
+        """A response after the prompt's open assistant turn: content + end, learned."""
+        if not hasattr(self.tokenizer, "chat_pieces"):
+            return [(content, True), (self.markers["end"], True)]
+        full = self._render([*turns, ("assistant", content)], {len(turns)}, False)
+        prompt = self._render(turns, set(), open_assistant=True)
+        if full[: len(prompt)] != prompt:
+            raise _BadRecord("format:bad_messages")
+        return full[len(prompt) :]
 
     def transform(self, live: pa.Table) -> pa.Table:
         encoded, reasons, text = self._format(live, self._render_record)

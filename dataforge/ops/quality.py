@@ -149,6 +149,11 @@ class Thresholds:
             value = getattr(self, field.name)
             if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
                 raise ValueError(f"{field.name}={value!r}; must be >= 0 or null")
+            # A fraction above 1 is accepted by the comparison but keeps (or drops) everything.
+            if field.name.endswith("_fraction") and isinstance(value, float | int) and value > 1:
+                raise ValueError(f"{field.name}={value!r}; valid range: 0 to 1, or null")
+            if isinstance(value, dict) and any(not 0 <= v <= 1 for v in value.values()):
+                raise ValueError(f"{field.name}={value!r}; fractions must be in 0 to 1")
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -196,7 +201,10 @@ def resolve_thresholds(
             else coerce(hints[key], value, f"quality_filter.{where}.{key}")
             for key, value in overrides.items()
         }
-        return dataclasses.replace(base, **typed)
+        try:
+            return dataclasses.replace(base, **typed)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"quality_filter.{where}: {exc}") from exc
 
     fallback = merged(DEFAULT_THRESHOLDS, default, "default")
     per_lang = {

@@ -33,7 +33,8 @@ class Tokenize(Mapper):
     @dataclasses.dataclass(frozen=True)
     class Config:
         tokenizer: str
-        """Tokenizer directory (``dataforge tokenizer train``); relative to the pipeline file."""
+        """Tokenizer directory (``dataforge tokenizer train``, or a Hugging Face tokenizer with
+        ``tokenizer.json``); relative to the pipeline file."""
         add_bos: bool = False
         """Start every document with ``<bos>``."""
         add_eos: bool = True
@@ -57,18 +58,18 @@ class Tokenize(Mapper):
         return path if path.is_absolute() else Path(self.context.base_dir) / path
 
     def validate(self) -> list[str]:
-        from dataforge.tokenization import read_tokenizer_json
+        from dataforge.tokenization.hf_tokenizer import tokenizer_vocab_size
 
         try:
-            read_tokenizer_json(self.tokenizer_dir())
+            tokenizer_vocab_size(self.tokenizer_dir())
         except (FileNotFoundError, ValueError) as exc:
             return [f"tokenize: {exc}"]
         return []
 
     def setup(self) -> None:
-        from dataforge.tokenization import Tokenizer
+        from dataforge.tokenization.hf_tokenizer import load_tokenizer
 
-        self._tokenizer = Tokenizer.load(self.tokenizer_dir(), num_threads=self.config.num_threads)
+        self._tokenizer = load_tokenizer(self.tokenizer_dir(), num_threads=self.config.num_threads)
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -79,10 +80,10 @@ class Tokenize(Mapper):
 
     def mds_encodings(self) -> dict[str, str]:
         """uint16 ids while the vocabulary fits (half the bytes), else int32."""
-        from dataforge.tokenization import read_tokenizer_json
+        from dataforge.tokenization.hf_tokenizer import tokenizer_vocab_size
 
         try:
-            vocab_size = int(read_tokenizer_json(self.tokenizer_dir())["vocab_size"])
+            vocab_size = tokenizer_vocab_size(self.tokenizer_dir())
         except (FileNotFoundError, ValueError):
             vocab_size = 1 << 16  # unknown here; validate() reports the problem, int32 is safe
         dtype = "uint16" if vocab_size < (1 << 16) else "int32"

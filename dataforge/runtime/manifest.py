@@ -1,73 +1,113 @@
 """Run-directory bookkeeping: resume decisions, accounting identity, the manifest.
 
-Layout of ``OUT/``: ``manifest.json`` (written last, atomically), ``mds/`` (or
+Layout of ``OUT/``: ``.dataforge-run`` (the run marker), ``.dataforge-lock``, ``plan.json``
+(the task plan, written before any work), ``manifest.json`` (written last, atomically), ``mds/`` (or
 ``parquet/``, ``jsonl/``), ``rejects/``, ``<barrier op>/`` audit output, and ``_work/``
 (committed parts and markers; removed after success unless ``output.keep_work``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import platform
-import shutil
 from collections import Counter
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from dataforge.io.readers import InputTask
 from dataforge.io.sinks import write_json_atomic
+from dataforge.runtime.failures import RunFailed
+from dataforge.runtime.ownership import RunDirError, remove_owned_entries
 
 __all__ = [
     "AccountingError",
     "RunDirError",
     "check_accounting",
+    "check_inputs_unchanged",
+    "plan_changes",
     "prepare_run_dir",
     "sum_counts",
     "versions",
 ]
 
 RUN_FILE = "run.json"
-
-
-class RunDirError(ValueError):
-    """OUT holds something this run must not touch (another config, a foreign dir)."""
+PLAN_FILE = "plan.json"
 
 
 class AccountingError(RuntimeError):
     """The run's counts do not add up, or too many records failed."""
 
 
-def prepare_run_dir(out: Path, config_sha: str, overwrite: bool) -> str:
-    """Decide what to do with ``out``: ``"fresh"``, ``"resume"`` or ``"complete"``.
+def _plan(tasks: list[InputTask]) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(t) for t in tasks]
 
-    A directory from the same config is resumed (or reported complete); one from another
-    config, or a non-empty directory that is not a dataforge run, is refused unless
-    ``overwrite`` (and a foreign non-empty directory is refused even then).
+
+def plan_changes(recorded: list[dict[str, Any]], tasks: list[InputTask]) -> list[str]:
+    """What differs between a recorded task plan and the inputs found now, one line per
+    file: added, removed, or changed (size, modification time)."""
+    before = {(t["source"], t["path"]): t for t in recorded}
+    now = {(t["source"], t["path"]): t for t in _plan(tasks)}
+    changes = [f"added {p} (source {s})" for s, p in sorted(now.keys() - before.keys())]
+    changes += [f"removed {p} (source {s})" for s, p in sorted(before.keys() - now.keys())]
+    for key in sorted(now.keys() & before.keys()):
+        diff = [
+            f"{field} {before[key].get(field)} -> {now[key][field]}"
+            for field in ("bytes", "mtime_ns")  # task ids follow from the set of files
+            if before[key].get(field) != now[key][field]
+        ]
+        if diff:
+            changes.append(f"changed {key[1]} ({', '.join(diff)})")
+    return changes
+
+
+def _previous_sha(out: Path) -> str | None:
+    for path in (out / "_work" / RUN_FILE, out / "manifest.json"):
+        if path.exists():
+            return json.loads(path.read_text()).get("config_sha256")
+    return None
+
+
+def prepare_run_dir(out: Path, config_sha: str, tasks: list[InputTask], overwrite: bool) -> str:
+    """Decide what to do with claimed, locked run directory ``out``: ``"fresh"``,
+    ``"resume"`` or ``"complete"``; a fresh run records its task plan before any work.
+
+    A run of the same config over the same planned inputs is resumed (or reported
+    complete). Another config, or inputs that differ from the recorded plan, are refused
+    unless ``overwrite``, which removes only what dataforge wrote.
+
+    Raises:
+        RunDirError: another config or input set (and not ``overwrite``).
     """
     work = out / "_work"
-    manifest = out / "manifest.json"
-    if out.exists() and any(out.iterdir()):
-        previous = None
-        if (work / RUN_FILE).exists():
-            previous = json.loads((work / RUN_FILE).read_text()).get("config_sha256")
-        elif manifest.exists():
-            previous = json.loads(manifest.read_text()).get("config_sha256")
-        else:
+    previous = _previous_sha(out)
+    recorded = (
+        json.loads((out / PLAN_FILE).read_text())["tasks"] if (out / PLAN_FILE).exists() else None
+    )
+    if previous is not None and not overwrite:
+        if previous != config_sha:
             raise RunDirError(
-                f"{out} is not empty and is not a dataforge run directory; choose another -o"
-            )
-        if previous == config_sha and not overwrite:
-            if manifest.exists() and json.loads(manifest.read_text()).get("status") == "complete":
-                return "complete"
-            return "resume"
-        if not overwrite:
-            raise RunDirError(
-                f"{out} holds a run of a different config (sha256 {str(previous)[:12]}..., this one "
+                f"{out} holds a run of a different config (sha256 {previous[:12]}..., this one "
                 f"{config_sha[:12]}...); pass --overwrite to replace it or choose another -o"
             )
-        for child in out.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    work.mkdir(parents=True, exist_ok=True)
+        changes = plan_changes(recorded or [], tasks)
+        if changes:
+            shown = "; ".join(changes[:5]) + (
+                f"; and {len(changes) - 5} more" if len(changes) > 5 else ""
+            )
+            raise RunDirError(
+                f"{out} holds a run over other inputs ({len(changes)} changed: {shown}); pass "
+                "--overwrite to start over or choose another -o"
+            )
+        manifest = out / "manifest.json"
+        if manifest.exists() and json.loads(manifest.read_text()).get("status") == "complete":
+            return "complete"
+        return "resume"
+    remove_owned_entries(out)
+    work.mkdir(parents=True)
+    write_json_atomic(out / PLAN_FILE, {"tasks": _plan(tasks)})
     write_json_atomic(work / RUN_FILE, {"config_sha256": config_sha})
     return "fresh"
 
@@ -166,3 +206,19 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return found
+
+
+def check_inputs_unchanged(tasks: list[InputTask]) -> None:
+    """An input rewritten while the run read it would mix two versions in one output."""
+    for task in tasks:
+        try:
+            stat = os.stat(task.path)
+        except OSError as exc:
+            raise RunFailed(
+                f"input {task.path} disappeared during the run ({exc.strerror})"
+            ) from None
+        if (stat.st_size, stat.st_mtime_ns) != (task.bytes, task.mtime_ns):
+            raise RunFailed(
+                f"input {task.path} changed during the run (bytes {task.bytes} -> "
+                f"{stat.st_size}); rerun with --overwrite once the inputs are final"
+            )

@@ -26,12 +26,21 @@ from dataforge.io.readers import InputTask, plan_input_tasks
 from dataforge.io.sinks import merge_mds_indexes, write_json_atomic
 from dataforge.io.splits import split_input_tasks
 from dataforge.runtime.barriers import BarrierContext, run_planner
+from dataforge.runtime.failures import RunFailed, collect_task_failures, driver_failure_message
 from dataforge.runtime.manifest import (
     AccountingError,
     check_accounting,
+    check_inputs_unchanged,
     prepare_run_dir,
     sum_counts,
     versions,
+)
+from dataforge.runtime.ownership import (
+    RunDirError,
+    acquire_run_lock,
+    claim_run_dir,
+    describe_takeover,
+    output_overlaps_inputs,
 )
 from dataforge.runtime.segments import Segment, SegmentRunner, build_segments, make_op
 from dataforge.runtime.split_ids import settle_split_ids
@@ -79,64 +88,100 @@ def _log(msg: str) -> None:
 def run_pipeline(
     config: PipelineConfig,
     out: Path,
-    executor: Executor,
+    executor: Executor | Callable[[], Executor],
     *,
     overwrite: bool = False,
     log: Callable[[str], None] = _log,
 ) -> dict[str, Any]:
     """Run (or resume) ``config`` into ``out``. Returns the manifest.
 
+    ``executor`` may be a factory, called only once the run directory is claimed, locked
+    and found to need work (so a refused run never starts Ray).
+
     Raises:
-        RunDirError: ``out`` holds another config's run (and not ``overwrite``).
+        RunDirError: ``out`` overlaps an input, is not a run directory, holds another
+            config's run or another input set (and not ``overwrite``), or is locked by
+            another live run (:class:`RunLockedError`).
         AccountingError: counts do not add up or too many records failed (the manifest is
             written with ``status: failed`` and no dataset index).
+        RunFailed: a task or the driver failed; one or two lines, the trace in ``OUT/logs/``.
     """
     sha = config_sha256(config)
     out = Path(out)
-    state = prepare_run_dir(out, sha, overwrite)
-    if state == "complete":
-        log(f"{out} already holds the complete output of this config; nothing to do")
-        return json.loads((out / "manifest.json").read_text())
-    log(f"{'resuming' if state == 'resume' else 'starting'} run {config.name!r} into {out}")
-    work = out / "_work"
-    started = time.time()
     input_tasks = split_input_tasks(
         plan_input_tasks(config), config.inputs, config.read.split_bytes
     )
-    executor.check_paths(config, work, input_tasks)
-    segments = build_segments(config)
-    run = _Run(config, out, work, sha, started, log, input_tasks, segments)
-    timings, barrier_summaries, seg_stats = run.timings, run.barrier_summaries, run.seg_stats
-    for segment in segments:
+    problems = output_overlaps_inputs(out, config, input_tasks)
+    if problems:
+        raise RunDirError(problems[0])
+    claim_run_dir(out)
+    lock = acquire_run_lock(out)
+    try:
+        if takeover := describe_takeover(lock):
+            log(takeover)
+        state = prepare_run_dir(out, sha, input_tasks, overwrite)
+        if state == "complete":
+            log(f"{out} already holds the complete output of this config; nothing to do")
+            return json.loads((out / "manifest.json").read_text())
+        log(f"{'resuming' if state == 'resume' else 'starting'} run {config.name!r} into {out}")
+        if not hasattr(executor, "run_segment"):
+            executor = executor()
+        executor.check_paths(config, out / "_work", input_tasks)
+        run = _Run(config, out, out / "_work", sha, time.time(), log, input_tasks,
+                   build_segments(config))  # fmt: skip
+        try:
+            return _execute(run, executor)
+        except (AccountingError, RunFailed):
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported in one line, the trace kept in logs/
+            raise RunFailed(driver_failure_message(out, exc)) from exc
+    finally:
+        lock.release()
+
+
+def _execute(run: _Run, executor: Executor) -> dict[str, Any]:
+    config, work = run.config, run.work
+    for segment in run.segments:
         if segment.barrier_in is not None:
             stage_index, stage = segment.barrier_in
             t0 = time.time()
-            barrier_summaries[stage_index] = _run_barrier(
-                config, out, work, segment.index - 1, stage_index, stage, seg_stats[-1], executor
-            )
-            timings[f"barrier{stage_index}:{stage.op}"] = round(time.time() - t0, 3)
-        tasks = _segment_tasks(segment, input_tasks, work)
-        pending = [
-            t for t in tasks if not (work / f"seg{segment.index}" / f"{t['task_id']}.done").exists()
-        ]
-        log(
+            run.barrier_summaries[stage_index] = _run_barrier(
+                config, run.out, work, segment.index - 1, stage_index, stage, run.seg_stats[-1],
+                executor,
+            )  # fmt: skip
+            run.timings[f"barrier{stage_index}:{stage.op}"] = round(time.time() - t0, 3)
+        tasks = _segment_tasks(segment, run.input_tasks, work)
+        seg_dir = work / f"seg{segment.index}"
+        pending = [t for t in tasks if not (seg_dir / f"{t['task_id']}.done").exists()]
+        run.log(
             f"segment {segment.index}: {len(pending)} of {len(tasks)} tasks to run "
             f"(ops: {[s.op for _, s in segment.stages] or '-'})"
         )
         t0 = time.time()
         if pending:
-            executor.run_segment(config, segment, work, pending, log)
+            try:
+                executor.run_segment(config, segment, work, pending, run.log)
+            except Exception as exc:
+                failures = collect_task_failures(seg_dir, [t["task_id"] for t in pending])
+                if not failures:
+                    raise
+                more = f" (and {len(failures) - 1} more failed tasks)" if len(failures) > 1 else ""
+                trace = failures[0]["trace"]
+                raise RunFailed(
+                    failures[0]["message"] + more + (f"\nfull trace: {trace}" if trace else "")
+                ) from exc
         if segment.index == 0:
-            run.input_tasks = input_tasks = settle_split_ids(
+            run.input_tasks = settle_split_ids(
                 work / "seg0",
-                input_tasks,
+                run.input_tasks,
                 config,
                 lambda redo, seg=segment: executor.run_segment(
-                    config, seg, work, _segment_tasks(seg, redo, work), log
+                    config, seg, work, _segment_tasks(seg, redo, work), run.log
                 ),
             )
-        timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
-        seg_stats.append([_read_marker(work, segment.index, t["task_id"]) for t in tasks])
+        run.timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
+        run.seg_stats.append([_read_marker(work, segment.index, t["task_id"]) for t in tasks])
+    check_inputs_unchanged(run.input_tasks)
     return _commit(run)
 
 

@@ -113,11 +113,16 @@ def run_on_ray(
     overwrite: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """``dataforge run``: resolve the run's paths, start or join Ray, run the pipeline."""
+    """``dataforge run``: resolve the run's paths, claim and lock ``out``, then start or
+    join Ray and run the pipeline on it (a refused or already complete run never starts
+    Ray)."""
     config, out = resolve_run_paths(config, out)
-    where = connect(config, address)
     kwargs = {"log": log} if log else {}
-    if log:
-        log(f"running on {where}")
-    executor = RayExecutor(config, cluster=resolve_address(config, address) is not None)
-    return run_pipeline(config, out, executor, overwrite=overwrite, **kwargs)
+
+    def start_ray() -> RayExecutor:
+        where = connect(config, address)
+        if log:
+            log(f"running on {where}")
+        return RayExecutor(config, cluster=resolve_address(config, address) is not None)
+
+    return run_pipeline(config, out, start_ray, overwrite=overwrite, **kwargs)

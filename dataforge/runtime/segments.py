@@ -36,6 +36,7 @@ from dataforge.io.readers import InputTask, TaskReader
 from dataforge.io.sinks import PartWriter, write_json_atomic
 from dataforge.ops.base import BarrierOp, Op, OpContext, op_class
 from dataforge.records import DROP
+from dataforge.runtime.failures import RunFailed, clear_task_failure, record_task_failure
 from dataforge.runtime.split_ids import is_split_with_ids, write_split_ids
 
 __all__ = ["Segment", "SegmentRunner", "build_segments", "make_op", "op_context"]
@@ -107,6 +108,7 @@ class SegmentRunner:
         self.barrier_out = make_op(segment.barrier_out[1], config) if segment.barrier_out else None
         self.declared = declared_encodings(config) if segment.final else {}
         self._split_ids: set[str] | None = None  # what a split of a file with id_key accepted
+        self._records_read = 0
         for _, _, op in self.ops:
             op.setup()
         for op in (self.barrier_in, self.barrier_out):
@@ -121,9 +123,11 @@ class SegmentRunner:
         if marker.exists():
             return json.loads(marker.read_text())
         self.seg_dir.mkdir(parents=True, exist_ok=True)
+        clear_task_failure(self.seg_dir, task_id)
         tmp = self.seg_dir / f".{task_id}.tmp-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
+        self._records_read = 0
         try:
+            tmp.mkdir()
             stats = self._process(task, tmp)
             write_json_atomic(tmp / "stats.json", stats)
             final = self.seg_dir / task_id
@@ -131,6 +135,10 @@ class SegmentRunner:
                 shutil.rmtree(final)
             os.replace(tmp, final)
             write_json_atomic(marker, stats)
+        except Exception as exc:
+            logs = self.seg_dir.parent.parent / "logs"
+            message = record_task_failure(self.seg_dir, logs, task, exc, self._records_read)
+            raise RunFailed(message) from exc
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -186,6 +194,7 @@ class SegmentRunner:
         sinks = _PartSinks(tmp, self.config, self.segment.final, self.declared)
         started_all = time.perf_counter()
         for batch in self._input_batches(task, stats):
+            self._records_read += batch.num_rows
             if self.segment.index == 0:
                 for src, n in Counter(batch.column("source").to_pylist()).items():
                     counts[src]["input"] += n

@@ -4,31 +4,37 @@ What ``dataforge validate`` (and ``dataforge run``, before it starts Ray) report
 the YAML itself, which :func:`dataforge.config.load_pipeline` already checked: every input
 path matches files, every op's resources are usable (:meth:`Op.validate`: model files,
 tokenizer directories, importable segmenters), cross-stage rules hold
-(:meth:`Op.check_pipeline`), and every barrier op names a planner that exists. Runs
+(:meth:`Op.check_pipeline`), the output is not equal to, inside or above an input, and every barrier op names a planner that exists. Runs
 without Ray and without loading any model.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dataforge.config import PipelineConfig
 from dataforge.io.readers import plan_input_tasks
 from dataforge.ops.base import BarrierOp
 from dataforge.runtime.barriers import planner_of
+from dataforge.runtime.ownership import output_overlaps_inputs
 from dataforge.runtime.segments import make_op
 from dataforge.typed_config import ConfigError
 
 __all__ = ["validate_pipeline"]
 
 
-def validate_pipeline(config: PipelineConfig) -> list[str]:
-    """The problems that would make a run of ``config`` fail; empty when it can start.
+def validate_pipeline(config: PipelineConfig, out: Path | None = None) -> list[str]:
+    """The problems that would make a run of ``config`` (into run directory ``out``, when
+    given) fail; empty when it can start.
 
-    Each problem is one line naming the input or stage (``stages[2] (perplexity_filter):
-    ...``).
+    Each problem is one line naming the input, the output or the stage
+    (``stages[2] (perplexity_filter): ...``).
     """
     problems = []
     try:
-        plan_input_tasks(config)
+        tasks = plan_input_tasks(config)
+        if out is not None:
+            problems += output_overlaps_inputs(out, config, tasks)
     except ConfigError as exc:
         problems.append(str(exc))
     stages = list(config.stages)

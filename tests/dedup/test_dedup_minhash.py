@@ -25,7 +25,11 @@ def _sets(overlap: int, only: int) -> ShingleSet:
 def test_signature_agreement_estimates_jaccard(engine):
     shingles = _sets(600, 200)  # Jaccard 600 / 1000
     op = Dedup(Dedup.Config(num_perm=512, engine=engine))
-    sig = minhash_signatures(shingles, 512, 0) if engine == "numpy" else op._minhash(shingles)
+    sig = (
+        minhash_signatures(shingles, 512, 0)
+        if engine == "numpy"
+        else op.method.signatures(shingles, None)
+    )
     assert sig.shape == (2, 512) and sig.dtype == np.uint32
     assert abs((sig[0] == sig[1]).mean() - 0.6) < 0.07
 
@@ -95,6 +99,8 @@ def test_apply_marks_decided_rows():
         ({"bits": 32}, "valid: 64"),
         ({"keep": {"prefer": ["a"]}}, "unknown key"),
         ({"shingle": "bpe"}, "'auto', 'char', 'word', 'jieba'"),
+        ({"normalize": {"s2t": True}}, "unknown key"),
+        ({"max_own": 1.5}, "max_own"),
     ],
 )
 def test_config_errors_name_the_valid_choices(raw, message):
@@ -110,11 +116,13 @@ def test_config_from_yaml_mapping():
             "max_hamming": 4,
             "keep": {"prefer_source": ["a", "b"]},
             "against": ["x"],
+            "normalize": {"t2s": True},
         },
         "stages[0]",
     )
     assert cfg.keep.prefer_source == ("a", "b") and cfg.against == ("x",)
-    assert Dedup(cfg).simhash_block_count() == 6
+    assert cfg.normalize.t2s is True
+    assert Dedup(cfg).method.block_count() == 6
 
 
 def test_jieba_shingles(reviews_zh):

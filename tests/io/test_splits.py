@@ -107,7 +107,7 @@ def test_split_bytes_is_validated(tmp_path: Path, write_pipeline) -> None:
     (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
     body = 'name: v\ninputs: [{name: s, path: "a.jsonl"}]\noutput: {path: out}\n'
     path = write_pipeline(tmp_path, body)
-    with pytest.raises(ConfigError, match="split_bytes must be null .* or >= 1024: 100"):
+    with pytest.raises(ConfigError, match=r"read.split_bytes=100; valid range: >= 1024"):
         load_pipeline(path, ["read.split_bytes=100"])
     assert load_pipeline(path, ["read.split_bytes=null"]).read.split_bytes is None
 

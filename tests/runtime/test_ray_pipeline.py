@@ -140,5 +140,9 @@ def test_truncated_input_fails_the_run_naming_the_file(tmp_path: Path, write_pip
     )
     proc = cli("run", str(path))
     assert proc.returncode == 1
-    assert "cut.jsonl.zst" in proc.stderr and "truncated" in proc.stderr
+    *_, error, trace_line = proc.stderr.splitlines()  # the run ends with these two lines
+    assert error.startswith("error: run failed: task 000-000000 (") and "RayTask" not in error
+    assert "cut.jsonl.zst" in error and "truncated" in error
+    trace = Path(trace_line.removeprefix("full trace: "))
+    assert trace.parent == tmp_path / "out" / "cut" / "logs" and "Traceback" in trace.read_text()
     assert not (tmp_path / "out" / "cut" / "manifest.json").exists()

@@ -163,4 +163,4 @@ def test_fifty_pretrain_steps_on_pipeline_output_lower_the_loss(
     state = torch.load(tmp_path / "ckpt" / "step_00000050" / "rank_00000.pt", weights_only=True)
     assert state["data"]["format"] == "dataforge.loader/1"
     exported = json.loads((tmp_path / "ckpt" / "export" / "config.json").read_text())
-    assert exported["model"]["vocab_size"] == tok.vocab_size
+    assert exported["vocab_size"] == tok.vocab_size  # a transformers config.json

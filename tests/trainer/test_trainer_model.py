@@ -115,20 +115,30 @@ def test_dpo_loss_values():
 def test_config_is_strict_and_presets_expand(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['lrate'\]"):
         config_from_mapping({"model": {"vocab_size": 10}, "optim": {"lrate": 1}})
-    with pytest.raises(ConfigError, match="valid: tiny, 125m, 350m, 1b, 3b"):
+    with pytest.raises(ConfigError, match="valid: tiny, 134m, 374m, 1b, 1.7b, 3b"):
         config_from_mapping({"model": {"preset": "7b", "vocab_size": 10}})
     with pytest.raises(ConfigError, match="precision.*'fp8' is not valid"):
         config_from_mapping({"model": {"vocab_size": 10}, "train": {"precision": "fp8"}})
     with pytest.raises(ConfigError, match="model.vocab_size or tokenizer"):
         config_from_mapping({})
-    config = config_from_mapping({"model": {"preset": "3b", "vocab_size": 32000, "n_layers": 2}})
-    assert config.model.hidden_size == 2048 and config.model.n_heads == 32
+    config = config_from_mapping({"model": {"preset": "1.7b", "vocab_size": 32000, "n_layers": 2}})
+    assert config.model.hidden_size == 2048 and config.model.n_heads == 32  # the seed's shape
     assert config.model.intermediate_size == 8192 and config.model.n_layers == 2
-    assert MODEL_PRESETS["3b"]["n_layers"] == 24 and MODEL_PRESETS["3b"]["max_seq_len"] == 2048
+    assert MODEL_PRESETS["1.7b"]["n_layers"] == 24 and MODEL_PRESETS["1.7b"]["max_seq_len"] == 2048
     path = tmp_path / "c.yaml"
     path.write_text("model: {vocab_size: 10}\ntrain: {max_steps: 5, warmup: 1}\n")
     with pytest.raises(ConfigError, match=str(path)):
         load_config(path)
+
+
+@pytest.mark.parametrize("preset", [p for p in MODEL_PRESETS if p != "tiny"])
+def test_preset_names_state_their_size(preset):
+    """Counted on the meta device (no memory): 32,000 ids, untied embeddings."""
+    config = config_from_mapping({"model": {"preset": preset, "vocab_size": 32000}})
+    with torch.device("meta"):
+        count = Transformer(config.model).num_params()
+    named = float(preset[:-1]) * (1e6 if preset.endswith("m") else 1e9)
+    assert abs(count - named) / named < 0.05, (preset, count)
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
@@ -149,19 +159,19 @@ def _reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, window_size=(-1, -1)):
         if left >= 0:
             allowed &= idx[:, None] - idx[None, :] <= left
         qs, ks, vs = (z[start:end].transpose(0, 1) for z in (q, k, v))
-        out[start:end] = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=allowed).transpose(
-            0, 1
-        )
+        gqa = qs.shape[0] != ks.shape[0]  # flash varlen takes fewer k/v heads (GQA)
+        attended = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=allowed, enable_gqa=gqa)
+        out[start:end] = attended.transpose(0, 1)
     return out
 
 
-@pytest.mark.parametrize("window", [None, 3])
-def test_varlen_path_plumbing_matches_masked_path(monkeypatch, window):
-    """The CUDA varlen branch (flattening, cu_seqlens, window convention) checked on CPU
-    with a reference kernel standing in for flash varlen."""
+@pytest.mark.parametrize("window,kv_heads", [(None, None), (3, None), (None, 2)])
+def test_varlen_path_plumbing_matches_masked_path(monkeypatch, window, kv_heads):
+    """The CUDA varlen branch (flattening, cu_seqlens, window convention, GQA heads) checked
+    on CPU with a reference kernel standing in for flash varlen."""
     import trainer.model as model_module
 
-    net = model(sliding_window=window)
+    net = model(sliding_window=window, n_kv_heads=kv_heads)
     ids = torch.randint(50, (2, 12))
     positions = torch.tensor(
         [[0, 1, 2, 3, 4, 0, 1, 2, 3, 0, 0, 0], [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 0]]

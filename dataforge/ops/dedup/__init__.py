@@ -1,12 +1,15 @@
 """Near-duplicate removal: exact, MinHash-LSH and SimHash, as a barrier stage.
 
 ``prepare`` (per batch, before the barrier) normalizes and shingles the live texts and adds
-one signature column: ``_exact`` (uint64 hash of the normalized text), ``_minhash``
-(``num_perm`` uint32 values as fixed-size binary) or ``_simhash`` (uint64). The planner
-(``dataforge.runtime.barriers.dedup``) buckets the signatures on sharded index actors, joins
-buckets into connected components and keeps one representative per component: the lowest
-``(prefer_source rank, id)``. ``apply`` (per task, after the barrier) marks the others
-``dedup:<method>``.
+one signature column, made by the configured method (:mod:`dataforge.ops.dedup.registry`):
+``_exact`` (uint64 hash of the normalized text), ``_minhash`` (``num_perm`` uint32 values as
+fixed-size binary) or ``_simhash`` (uint64). The planner (``dataforge.runtime.barriers.dedup``)
+buckets the signatures on sharded index actors, checks every candidate pair on the shingle
+sequences of the two texts (:mod:`dataforge.ops.dedup.verify`: exact Jaccard, and no
+merge on shared boilerplate alone) and builds star clusters around the preferred record
+(:mod:`dataforge.ops.dedup.star`: the lowest ``(prefer_source rank, id)``; every member
+verified against it, never chained). ``apply`` (per task, after the barrier) marks the
+others ``dedup:<method>``.
 
 Empty texts (nothing left after normalization: empty, only punctuation or whitespace) get a
 null signature and are never clustered: the dedup stage keeps them (``clean`` drops them
@@ -16,9 +19,7 @@ merged into one giant cluster).
 
 from __future__ import annotations
 
-import array
 import dataclasses
-import itertools
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,8 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dataforge.ops.base import BarrierOp, set_drop_reasons
-from dataforge.ops.dedup.exact import exact_hashes
-from dataforge.ops.dedup.minhash import minhash_signatures, optimal_bands
+from dataforge.ops.dedup.method import DedupMethod
+from dataforge.ops.dedup.registry import METHODS
+from dataforge.ops.dedup.script import to_simplified
 from dataforge.ops.dedup.shingles import (
     ShingleSet,
     normalize_texts,
@@ -36,18 +38,25 @@ from dataforge.ops.dedup.shingles import (
     shingle_hashes,
     shingle_kind_for,
 )
-from dataforge.ops.dedup.simhash import simhash_fingerprints
+from dataforge.ops.dedup.verify import Texts
 from dataforge.records import ORD
+from dataforge.typed_config import check_choices
 
-__all__ = ["DECISION_REASON", "Dedup", "KeepConfig", "SIGNATURE_COLUMNS"]
+__all__ = ["DECISION_REASON", "Dedup", "KeepConfig", "NormalizeConfig"]
 
-SIGNATURE_COLUMNS = {"exact": "_exact", "minhash": "_minhash", "simhash": "_simhash"}
 DECISION_REASON = "_dedup_reason"
-METHODS = ("exact", "minhash", "simhash")
-ENGINES = ("rensa", "numpy")
-# An index entry is 8 bytes (uint32 bucket key + uint32 document key) per band: derived
-# banding stays within 200 bytes per document.
-MAX_DERIVED_BANDS = 25
+# Character n-grams for the own-content measure of verification: 3 Chinese characters are
+# specific, 3 Latin letters are not ("ion" is in every English page), 6 are.
+OWN_CONTENT_NGRAM = {"char": 3, "word": 8}
+
+
+@dataclasses.dataclass(frozen=True)
+class NormalizeConfig:
+    """Script normalization before shingling (on top of NFKC, lowercase, punctuation)."""
+
+    t2s: bool = False
+    """Convert traditional to simplified Chinese (OpenCC ``t2s``) so that a traditional
+    and a simplified copy of one text are duplicates."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,19 +69,31 @@ class KeepConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DedupConfig:
-    method: Literal["exact", "minhash", "simhash"] = "minhash"
+    method: str = "minhash"
+    """One of :data:`dataforge.ops.dedup.registry.METHODS`: exact, minhash, simhash."""
     threshold: float = 0.4
-    """MinHash: Jaccard similarity of the shingle sets from which two documents are
-    duplicates: banding is tuned for it and candidates are verified against it (0.4 with
-    char 3-grams / word 2-grams after normalization: see benchmarks/dedup_quality.py)."""
+    """Jaccard of the shingle sets from which two documents are duplicates: every
+    candidate pair of MinHash and SimHash is checked against it on the texts, and MinHash
+    banding is tuned for it (chosen across domains in benchmarks/dedup_quality.py)."""
+    block: int = 20
+    """Verification: a run of this many consecutive characters that the other document
+    lacks is content of its own (scattered edits leave shorter runs)."""
+    max_own: float = 0.05
+    """Verification: a pair is a duplicate only when one of the two has at most this
+    share of own content (two pages of one template each have their own body)."""
+    max_partners: int = 16
+    """In one bucket, each document is paired with up to this many members before it
+    (all pairs of buckets up to ``max_partners + 1``; star-shaped beyond)."""
+    normalize: NormalizeConfig = NormalizeConfig()
     num_perm: int = 128
     bands: int | None = None
     """MinHash bands; with ``rows``, overrides the derivation from ``threshold``."""
     rows: int | None = None
     shingle: Literal["auto", "char", "word", "jieba"] = "auto"
     """``auto``: characters for zh/ja/ko, words otherwise; ``jieba``: jieba words."""
-    ngram: int = 3
-    """Shingle size: characters (``char``) or words (``word``, ``jieba``)."""
+    ngram: int = 2
+    """Shingle size: characters (``char``) or words (``word``, ``jieba``). Character
+    2-grams keep a 20%-edited Chinese text above the threshold (3-grams: half of them)."""
     ngram_words: int | None = 2
     """Word n-gram size for word/jieba shingles; None uses ``ngram`` for them too."""
     lowercase: bool = True
@@ -107,9 +128,9 @@ class DedupConfig:
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
-            raise ValueError(f"method {self.method!r}; valid: {', '.join(METHODS)}")
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine {self.engine!r}; valid: {', '.join(ENGINES)}")
+            valid = ", ".join(repr(m) for m in METHODS)
+            raise ValueError(f"method {self.method!r}; valid: {valid}")
+        check_choices(self)
         if not 0.0 < self.threshold < 1.0:
             raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")
         if not 1 <= self.num_perm <= 1024:
@@ -135,6 +156,11 @@ class DedupConfig:
             raise ValueError(f"index_shards must be >= 1, got {self.index_shards}")
         if self.max_chars < 1 or self.max_shingles < 1:
             raise ValueError("max_chars and max_shingles must be >= 1")
+        if self.block < 1 or self.max_partners < 1 or not 0.0 <= self.max_own <= 1.0:
+            raise ValueError(
+                f"need block >= 1, max_partners >= 1, 0 <= max_own <= 1; got {self.block}, "
+                f"{self.max_partners}, {self.max_own}"
+            )
 
 
 class Dedup(BarrierOp):
@@ -154,20 +180,14 @@ class Dedup(BarrierOp):
     # -- parameters shared with the planner ------------------------------------------------
 
     @property
+    def method(self) -> DedupMethod:
+        if getattr(self, "_method", None) is None:
+            self._method = METHODS[self.config.method](self.config)
+        return self._method
+
+    @property
     def signature_column(self) -> str:
-        return SIGNATURE_COLUMNS[self.config.method]
-
-    def bands_rows(self) -> tuple[int, int]:
-        """MinHash ``(bands, rows)``: configured, or derived from ``threshold``."""
-        if self.config.bands is not None:
-            return self.config.bands, self.config.rows
-        return optimal_bands(
-            self.config.threshold, self.config.num_perm, max_bands=MAX_DERIVED_BANDS
-        )
-
-    def simhash_block_count(self) -> int:
-        cfg = self.config
-        return cfg.simhash_blocks if cfg.simhash_blocks is not None else cfg.max_hamming + 2
+        return f"_{self.config.method}"
 
     def signature_params(self) -> dict[str, Any]:
         """Everything that changes signature values; published with them so that a later
@@ -185,10 +205,9 @@ class Dedup(BarrierOp):
             "max_chars": cfg.max_chars,
             "max_shingles": cfg.max_shingles,
         }
-        if cfg.method == "minhash":
-            params.update(num_perm=cfg.num_perm, engine=_engine_version(cfg.engine))
-        elif cfg.method == "simhash":
-            params.update(bits=cfg.bits, weighting=cfg.weighting)
+        if cfg.normalize.t2s:
+            params["t2s"] = True
+        params.update(self.method.signature_params())
         return params
 
     def validate(self) -> list[str]:
@@ -202,27 +221,42 @@ class Dedup(BarrierOp):
                 import rensa  # noqa: F401
             except ImportError:
                 problems.append("dedup.engine: rensa is not installed (or use engine: numpy)")
+        if self.config.normalize.t2s:
+            try:
+                import opencc  # noqa: F401
+            except ImportError:
+                problems.append("dedup.normalize.t2s: opencc is not installed (pip install opencc)")
         return problems
 
     # -- before the barrier ----------------------------------------------------------------
 
     def prepare(self, batch: pa.Table) -> pa.Table:
         """Add the signature column (null for texts that normalize to nothing)."""
-        if batch.num_rows == 0:
-            return batch.append_column(self.signature_column, self._empty_signatures(0))
-        langs = batch.column("lang").to_numpy(zero_copy_only=False)
-        kinds = np.array(
-            [shingle_kind_for(self.config.shingle, str(g)) for g in langs], dtype=object
-        )
-        if self.config.method == "exact":
-            kinds[:] = "exact"
         n = batch.num_rows
+        if n == 0:
+            return batch.append_column(self.signature_column, self._empty_signatures(0))
         parts: list[tuple[np.ndarray, Any]] = []
-        for kind in sorted(set(kinds.tolist())):
-            idx = np.flatnonzero(kinds == kind)
-            texts = batch.column("text").take(pa.array(idx)).combine_chunks()
+        for kind, idx, texts in self._kind_groups(batch.column("text"), batch.column("lang")):
             parts.append((idx, self._signatures(texts, kind)))
         return batch.append_column(self.signature_column, self._assemble(parts, n))
+
+    def _kind_groups(self, texts: Any, langs: Any):
+        """``(shingle kind, row indices, texts)`` per kind present (``exact`` for exact)."""
+        if isinstance(langs, pa.ChunkedArray):
+            langs = langs.combine_chunks()
+        codes = pc.dictionary_encode(pc.fill_null(langs, ""))
+        if self.method.uses_shingles:
+            names = [shingle_kind_for(self.config.shingle, g) for g in codes.dictionary.to_pylist()]
+        else:
+            names = ["exact"] * len(codes.dictionary)
+        kinds = np.array(names, dtype=object)[codes.indices.to_numpy(zero_copy_only=False)]
+        for kind in sorted(set(names)):
+            idx = np.flatnonzero(kinds == kind)
+            group = texts.take(pa.array(idx))
+            group = group.combine_chunks() if isinstance(group, pa.ChunkedArray) else group
+            if self.config.normalize.t2s:
+                group = to_simplified(group)
+            yield kind, idx, group
 
     def _normalized(self, texts: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
         """Normalized texts as ``(code points + 1, offsets)``."""
@@ -243,45 +277,44 @@ class Dedup(BarrierOp):
             max_chars=cfg.max_chars,
         )
 
-    def shingles(self, texts: pa.Array, kind: str) -> ShingleSet:
-        """Shingle hashes of the texts for one shingle kind."""
+    def _shingles_of(self, points: tuple[np.ndarray, np.ndarray], kind: str) -> ShingleSet:
         cfg = self.config
-        points = self._normalized(texts, kind)
         as_words = kind in ("word", "jieba")
         n = cfg.ngram_words if as_words and cfg.ngram_words is not None else cfg.ngram
         return shingle_hashes(
             points, "word" if as_words else "char", n, max_shingles=cfg.max_shingles
         )
 
+    def shingles(self, texts: pa.Array, kind: str) -> ShingleSet:
+        """Shingle hashes of the texts for one shingle kind."""
+        return self._shingles_of(self._normalized(texts, kind), kind)
+
+    def verification_texts(self, texts: Any, langs: Any) -> Texts:
+        """What the planner's verification compares, per text in row order: the
+        configured shingles and the character n-grams (``OWN_CONTENT_NGRAM``), both in
+        text order."""
+        rows, shingles, chars = [], [], []
+        for kind, idx, group in self._kind_groups(texts, langs):
+            points = self._normalized(group, "char" if kind == "exact" else kind)
+            shingles.append(self._shingles_of(points, "char" if kind == "exact" else kind))
+            # Word texts keep their single spaces: the n-grams run over those characters.
+            n = OWN_CONTENT_NGRAM["word" if kind == "word" else "char"]
+            chars.append(shingle_hashes(points, "char", n, max_shingles=self.config.max_shingles))
+            rows.append(idx)
+        return Texts(
+            _in_row_order(shingles, rows, len(texts)), _in_row_order(chars, rows, len(texts))
+        )
+
     def _signatures(self, texts: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
         """(values, valid) for one kind group."""
-        cfg = self.config
-        if kind == "exact":
-            points = self._normalized(texts, "char")
-            return exact_hashes(points), np.diff(points[1]) > 0
-        shingles = self.shingles(texts, kind)
-        valid = shingles.counts > 0
-        if cfg.method == "simhash":
-            return simhash_fingerprints(shingles, cfg.weighting), valid
-        return self._minhash(shingles), valid
-
-    def _minhash(self, shingles: ShingleSet) -> np.ndarray:
-        cfg = self.config
-        if cfg.engine == "numpy":
-            return minhash_signatures(shingles, cfg.num_perm, cfg.hash_seed)
-        import rensa
-
-        matrix = rensa.RMinHash.digest_matrix_from_flat_token_hashes(
-            shingles.hashes, shingles.offsets.astype(np.uint64), cfg.num_perm, cfg.hash_seed
-        )
-        # array.array over the flattened rows is ~2x faster than np.array(list of lists).
-        flat = array.array("I", itertools.chain.from_iterable(matrix.to_rows()))
-        return np.frombuffer(flat, dtype=np.uint32).reshape(-1, cfg.num_perm)
+        points = self._normalized(texts, "char" if kind == "exact" else kind)
+        if not self.method.uses_shingles:
+            return self.method.signatures(None, points), np.diff(points[1]) > 0
+        shingles = self._shingles_of(points, kind)
+        return self.method.signatures(shingles, points), shingles.counts > 0
 
     def _signature_type(self) -> pa.DataType:
-        if self.config.method == "minhash":
-            return pa.binary(4 * self.config.num_perm)
-        return pa.uint64()
+        return self.method.signature_type()
 
     def _empty_signatures(self, n: int) -> pa.Array:
         return pa.nulls(n, self._signature_type())
@@ -289,11 +322,10 @@ class Dedup(BarrierOp):
     def _assemble(self, parts: list[tuple[np.ndarray, Any]], n: int) -> pa.Array:
         """Scatter per-kind signatures back into row order, null where not valid."""
         valid = np.zeros(n, dtype=bool)
-        if self.config.method == "minhash":
-            values = np.zeros((n, self.config.num_perm), dtype=np.uint32)
-        else:
-            values = np.zeros(n, dtype=np.uint64)
+        values: np.ndarray | None = None
         for idx, (vals, ok) in parts:
+            if values is None:
+                values = np.zeros((n, *vals.shape[1:]), dtype=vals.dtype)
             values[idx] = vals
             valid[idx] = ok
         bitmap = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
@@ -318,9 +350,21 @@ class Dedup(BarrierOp):
         return set_drop_reasons(batch, reasons)
 
 
-def _engine_version(engine: str) -> str:
-    if engine == "rensa":
-        import rensa
-
-        return f"rensa-alg{rensa.RMinHash.ALGORITHM_VERSION}"
-    return "numpy-v1"
+def _in_row_order(groups: list[ShingleSet], rows: list[np.ndarray], n: int) -> ShingleSet:
+    """One ShingleSet in row order from per-group sets of the rows ``rows[i]``."""
+    counts = np.zeros(n, dtype=np.int64)
+    for sets, idx in zip(groups, rows, strict=True):
+        counts[idx] = sets.counts
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    if not groups:
+        return ShingleSet.empty(n)
+    # Stable, so each document's hashes keep their text order.
+    owner = np.concatenate(
+        [np.repeat(idx, sets.counts) for sets, idx in zip(groups, rows, strict=True)]
+    )
+    order = np.argsort(owner, kind="stable")
+    # 32 bits per shingle are enough to compare two documents (a false match between two
+    # of their shingles: ~n^2 / 2^33), and halve what travels to the index shards.
+    hashes = np.concatenate([g.hashes for g in groups])[order].astype(np.uint32)
+    return ShingleSet(hashes, offsets)

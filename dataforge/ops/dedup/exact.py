@@ -8,11 +8,14 @@ chance of any false collision among ``n`` distinct texts is about ``n^2 / 2^65``
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from dataforge.ops.dedup.shingles import text_hashes
+from dataforge.ops.dedup.method import DedupMethod
+from dataforge.ops.dedup.shingles import ShingleSet, text_hashes
 
-__all__ = ["exact_hashes"]
+__all__ = ["ExactMethod", "exact_hashes"]
 
 
 def exact_hashes(points: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -20,3 +23,14 @@ def exact_hashes(points: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     :func:`dataforge.ops.dedup.shingles.normalized_code_points` (the caller treats empty
     texts apart)."""
     return text_hashes(points)
+
+
+class ExactMethod(DedupMethod):
+    """Equal normalized texts: the bucket key is the text hash, and sharing it decides."""
+
+    name = "exact"
+    uses_shingles = False
+    verified = False
+
+    def signatures(self, shingles: ShingleSet | None, points: Any) -> np.ndarray:
+        return exact_hashes(points)

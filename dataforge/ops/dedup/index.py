@@ -1,24 +1,26 @@
-"""One index shard: bucket entries for a slice of the bucket-key space, then an edge shard.
+"""One index shard: bucket entries for a slice of the key space, then verification.
 
 The planner (``dataforge.runtime.barriers.dedup``) runs ``shards`` of these, in-process or
 as Ray actors (this module has no ray import). Lifecycle of a shard:
 
-1. ``add`` bucket entries whose key it owns (``key % shards``): MinHash band keys, exact
-   hashes, or SimHash table keys with the fingerprint. Stored per entry: the uint32 document
-   key and the bucket key: for MinHash only its high 32 bits (the low bits chose the shard;
-   a false 32-bit match only makes a candidate, which verification rejects), packed with
-   the document key into one uint64, so a MinHash document with ``b`` bands costs ``8 * b``
-   bytes spread over the shards; exact keeps 64 bits, SimHash keeps 64 bits plus the
-   uint64 fingerprint.
-2. ``candidate_edges``: sort the entries, turn every bucket into star edges (each member ->
-   smallest member; SimHash: pairs within ``max_hamming``), free the entries, and return
-   the edges routed to the shard that owns their first node.
-3. MinHash only, verification: ``receive_candidates``; ``add_signatures`` keeps the full
-   signatures of the owned nodes that have a candidate edge; ``forward`` sends
-   ``(u, v, sig(u))`` to the owner of ``v``; ``verify`` keeps the pairs whose estimated
-   Jaccard (equal signature values / num_perm) reaches the threshold; ``emit_verified``.
-4. ``receive`` / ``large_star`` / ``small_star`` / ``roots``: the sharded connected
-   components of :mod:`dataforge.ops.dedup.unionfind`.
+1. ``add`` bucket entries whose key it owns (``key % shards``). Stored per entry: the
+   uint32 document key and the bucket key: with ``key_bits == 32`` (MinHash) only its high
+   32 bits (the low bits chose the shard; a false 32-bit match only makes a candidate,
+   which verification rejects), packed with the document key into one uint64, so a MinHash
+   document with ``b`` bands costs ``8 * b`` bytes spread over the shards; exact keeps 64
+   bits, SimHash 64 bits plus the uint64 fingerprint.
+2. ``candidate_edges``: sort the entries, turn every bucket into candidate pairs
+   (:func:`dataforge.ops.dedup.buckets.bucket_pair_edges`; SimHash: pairs within
+   ``max_hamming``), free the entries, route each pair to the owner of its first node.
+3. Verified methods: ``receive_candidates``; ``add_payload`` keeps the shingle sequences
+   (and signatures) of the owned candidate nodes; ``forward`` sends each pair ``(u, v)``
+   with the shingles of ``u`` to the owner of ``v``, whose ``verify`` scores the pair
+   (:mod:`dataforge.ops.dedup.verify`: exact Jaccard and own content) and keeps the
+   duplicates.
+   A pair with a record of an ``against`` run (key below ``fixed``: its text is gone) is
+   judged on the signatures instead.
+4. ``edges``: the decided pairs and their similarity, for the star clustering on the
+   driver (:mod:`dataforge.ops.dedup.star`).
 """
 
 from __future__ import annotations
@@ -28,38 +30,41 @@ import resource
 
 import numpy as np
 
-from dataforge.ops.dedup.simhash import hamming_pairs
-from dataforge.ops.dedup.unionfind import (
-    EdgeShard,
-    bucket_star_edges,
-    packed_bucket_star_edges,
+from dataforge.ops.dedup.buckets import (
+    bucket_pair_edges,
+    packed_bucket_pair_edges,
     route_edges,
+    unique_edges,
 )
+from dataforge.ops.dedup.method import DedupMethod
+from dataforge.ops.dedup.simhash import hamming_pairs
+from dataforge.ops.dedup.verify import Texts, verify_pairs
 
 __all__ = ["IndexShard"]
 
+_VERIFY_CHUNK = 8192  # pairs per verification step (their shingles are copied once)
+
+
+def _flatten(parts) -> list:
+    return [p for part in parts for p in (part if isinstance(part, list) else [part])]
+
 
 class IndexShard:
-    """Bucket entries, then edges, of one shard."""
+    """Bucket entries, then candidate pairs and their verification, of one shard."""
 
-    def __init__(
-        self,
-        shards: int,
-        max_hamming: int | None = None,
-        verify_threshold: float | None = None,
-    ) -> None:
+    def __init__(self, shards: int, method: DedupMethod, fixed: int = 0) -> None:
         self.shards = shards
-        self.max_hamming = max_hamming
-        self.verify_threshold = verify_threshold
-        self._key_dtype = np.uint32 if verify_threshold is not None else np.uint64
-        self._candidates = np.zeros((0, 2), dtype=np.int64)
-        self._sig_nodes = np.zeros(0, dtype=np.int64)
-        self._sigs: np.ndarray | None = None
-        self._verified: list[np.ndarray] = []
+        self.method = method
+        self.config = method.config
+        self.fixed = fixed
+        self._packed = method.key_bits == 32
         self._keys: list[np.ndarray] = []
         self._nodes: list[np.ndarray] = []
         self._fingerprints: list[np.ndarray] = []
-        self._edges = EdgeShard()
+        self._candidates = np.zeros((0, 2), dtype=np.int64)
+        self._parts: list[tuple[np.ndarray, np.ndarray, Texts]] = []
+        self._pool = _empty_pool()
+        self._decided: list[tuple[np.ndarray, np.ndarray]] = []
 
     def ping(self) -> int:
         return os.getpid()
@@ -74,7 +79,7 @@ class IndexShard:
         """Store bucket entries; returns the number stored so far."""
         keys = np.asarray(keys, dtype=np.uint64)
         nodes = np.asarray(nodes, dtype=np.uint32)
-        if self._key_dtype == np.uint32:
+        if self._packed:
             # One uint64 per entry: high 32 key bits (the low bits chose the shard) | node.
             self._keys.append((keys & np.uint64(0xFFFFFFFF00000000)) | nodes.astype(np.uint64))
         else:
@@ -89,93 +94,115 @@ class IndexShard:
         return sum(a.nbytes for a in (*self._keys, *self._nodes, *self._fingerprints))
 
     def candidate_edges(self) -> list[np.ndarray]:
-        """Edges found in this shard's buckets, routed by owner; frees the entries."""
-        if self._key_dtype == np.uint32:
+        """Candidate pairs of this shard's buckets, routed by owner; frees the entries."""
+        partners = self.config.max_partners
+        if self._packed:
             packed = np.concatenate(self._keys) if self._keys else np.zeros(0, np.uint64)
             self._keys = []  # free the pieces before sorting
-            return route_edges(packed_bucket_star_edges(packed), self.shards)
-        keys = np.concatenate(self._keys) if self._keys else np.zeros(0, self._key_dtype)
+            return route_edges(packed_bucket_pair_edges(packed, partners), self.shards)
+        keys = np.concatenate(self._keys) if self._keys else np.zeros(0, np.uint64)
         nodes = np.concatenate(self._nodes) if self._nodes else np.zeros(0, np.uint32)
-        if self.max_hamming is None:
-            edges = bucket_star_edges(keys, nodes)
+        max_hamming = self.method.max_hamming()
+        if max_hamming is None:
+            edges = bucket_pair_edges(keys, nodes, partners)
         else:
-            fps = (
-                np.concatenate(self._fingerprints) if self._fingerprints else np.zeros(0, np.uint64)
-            )
-            edges = hamming_pairs(keys, fps, nodes, self.max_hamming)
+            fps = np.concatenate(self._fingerprints) if self._fingerprints else keys[:0]
+            edges = hamming_pairs(keys, fps, nodes, max_hamming)
         self._keys, self._nodes, self._fingerprints = [], [], []
         return route_edges(edges, self.shards)
 
-    # -- verification (MinHash) ------------------------------------------------------------
+    # -- verification ----------------------------------------------------------------------
 
     def receive_candidates(self, *parts: np.ndarray | list[np.ndarray]) -> int:
-        """Keep the candidate edges of the owned nodes; returns how many."""
-        flat = [p for part in parts for p in (part if isinstance(part, list) else [part])]
-        shard = EdgeShard()
-        shard.receive(flat)
-        self._candidates = shard.edges
+        """Keep the candidate pairs of the owned nodes (both directions); returns how many."""
+        flat = _flatten(parts)
+        edges = np.concatenate(flat) if flat else np.zeros((0, 2), np.int64)
+        edges = unique_edges(edges[edges[:, 0] != edges[:, 1]])
+        # Pairs between two records of against runs are never decided here.
+        self._candidates = edges[(edges[:, 0] >= self.fixed) | (edges[:, 1] >= self.fixed)]
         return len(self._candidates)
 
     def candidate_nodes(self) -> np.ndarray:
-        """The owned nodes that have a candidate edge (their signatures are needed)."""
+        """The owned nodes that have a candidate pair (their payload is needed)."""
         return np.unique(self._candidates[:, 0])
 
-    def add_signatures(self, nodes: np.ndarray, signatures: np.ndarray) -> int:
-        """Keep the signatures of owned nodes that have a candidate edge."""
-        wanted = np.isin(nodes, self._candidates[:, 0])
-        if not wanted.any():
-            return 0
-        nodes, signatures = nodes[wanted].astype(np.int64), signatures[wanted]
-        if self._sigs is None:
-            self._sig_nodes, self._sigs = nodes, signatures
-        else:
-            self._sig_nodes = np.concatenate([self._sig_nodes, nodes])
-            self._sigs = np.concatenate([self._sigs, signatures])
-        return int(wanted.sum())
+    def add_payload(self, nodes: np.ndarray, signatures: np.ndarray, texts: Texts | None) -> int:
+        """Keep the signatures and shingle sequences of owned candidate nodes (``texts``:
+        None for records of against runs); returns the number of nodes received."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        self._parts.append((nodes, signatures, Texts.empty(len(nodes)) if texts is None else texts))
+        return sum(len(p[0]) for p in self._parts)
 
-    def _signatures_of(self, nodes: np.ndarray) -> np.ndarray:
-        order = np.argsort(self._sig_nodes)
-        pos = order[np.searchsorted(self._sig_nodes, nodes, sorter=order)]
-        return self._sigs[pos]
+    def _payload(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, Texts]:
+        """The received payload as one pool (concatenated once): ``(nodes, order that
+        sorts them, signatures, texts)``."""
+        if self._parts:
+            parts, self._parts = self._parts, []
+            nodes = np.concatenate([self._pool[0], *(p[0] for p in parts)])
+            sigs = [x for x in (self._pool[2], *(p[1] for p in parts)) if x is not None]
+            texts = Texts.concat([self._pool[3], *(p[2] for p in parts)])
+            self._pool = (nodes, np.argsort(nodes, kind="stable"), np.concatenate(sigs), texts)
+        return self._pool
 
-    def forward(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``(edges (u, v) with u < v, sig(u))`` routed to the owner of ``v``."""
+    def forward(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Texts]]:
+        """``(pairs (u, v) with u < v, their distinct u, sig(u), texts(u))`` routed to the
+        owner of ``v`` (each ``u`` travels once per destination, not once per pair)."""
+        nodes, order, sigs, texts = self._payload()
         edges = self._candidates[self._candidates[:, 0] < self._candidates[:, 1]]
-        sigs = self._signatures_of(edges[:, 0]) if len(edges) else np.zeros((0, 0), np.uint32)
         owner = edges[:, 1] % self.shards
-        return [(edges[owner == i], sigs[owner == i]) for i in range(self.shards)]
+        out = []
+        for i in range(self.shards):
+            part = edges[owner == i]
+            if len(part) == 0:
+                out.append((part, part[:, 0], np.zeros(0), Texts.empty()))
+                continue
+            left = np.unique(part[:, 0])
+            rows = order[np.searchsorted(nodes, left, sorter=order)]
+            out.append((part, left, sigs[rows], texts.take(rows)))
+        return out
 
-    def verify(self, *parts: tuple[np.ndarray, np.ndarray] | list) -> int:
-        """Keep the forwarded pairs whose estimated Jaccard reaches the threshold."""
-        flat = [p for part in parts for p in (part if isinstance(part, list) else [part])]
-        flat = [p for p in flat if len(p[0])]
+    def verify(self, *parts) -> int:
+        """Decide the forwarded pairs (chunk by chunk: bounded copies); keeps duplicates."""
+        flat = [p for p in _flatten(parts) if len(p[0])]
         if not flat:
             return 0
         edges = np.concatenate([p[0] for p in flat])
-        sig_u = np.concatenate([p[1] for p in flat])
-        sig_v = self._signatures_of(edges[:, 1])
-        similar = (sig_u == sig_v).mean(axis=1) >= self.verify_threshold
-        self._verified.append(edges[similar])
-        return int(similar.sum())
+        pool_nodes = np.concatenate([p[1] for p in flat])  # each u has one owner: distinct
+        pool_order = np.argsort(pool_nodes)
+        pool_sigs = np.concatenate([p[2] for p in flat])
+        pool_texts = Texts.concat([p[3] for p in flat])
+        nodes, order, sigs, texts = self._payload()
+        cfg, kept = self.config, 0
+        for lo in range(0, len(edges), _VERIFY_CHUNK):
+            chunk = edges[lo : lo + _VERIFY_CHUNK]
+            left = pool_order[np.searchsorted(pool_nodes, chunk[:, 0], sorter=pool_order)]
+            right = order[np.searchsorted(nodes, chunk[:, 1], sorter=order)]
+            sim, keep = verify_pairs(
+                pool_texts.take(left), texts.take(right), cfg.threshold, cfg.block, cfg.max_own
+            )
+            fixed = chunk[:, 0] < self.fixed
+            if fixed.any():
+                estimate = self.method.signature_similarity(
+                    pool_sigs[left[fixed]], sigs[right[fixed]]
+                )
+                sim[fixed], keep[fixed] = estimate, estimate >= cfg.threshold
+            self._decided.append((chunk[keep], sim[keep]))
+            kept += int(keep.sum())
+        return kept
 
-    def emit_verified(self) -> list[np.ndarray]:
-        """Verified edges, routed for the components; frees the verification state."""
-        edges = np.concatenate(self._verified) if self._verified else np.zeros((0, 2), np.int64)
-        self._candidates, self._sigs, self._verified = np.zeros((0, 2), np.int64), None, []
-        return route_edges(edges, self.shards)
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """The decided pairs and their similarity; frees the verification state.
+        Unverified methods: every candidate pair, similarity 1.0."""
+        if not self.method.verified:
+            edges = self._candidates[self._candidates[:, 0] < self._candidates[:, 1]]
+            self._candidates = np.zeros((0, 2), np.int64)
+            return edges, np.ones(len(edges))
+        decided = self._decided
+        self._decided, self._parts, self._pool = [], [], _empty_pool()
+        if not decided:
+            return np.zeros((0, 2), np.int64), np.zeros(0)
+        return np.concatenate([d[0] for d in decided]), np.concatenate([d[1] for d in decided])
 
-    # -- connected components ---------------------------------------------------------------
 
-    def receive(self, *parts: np.ndarray | list[np.ndarray]) -> bool:
-        """Take this shard's edges from every sender; True if the edge set changed."""
-        flat = [p for part in parts for p in (part if isinstance(part, list) else [part])]
-        return self._edges.receive(flat)
-
-    def large_star(self) -> list[np.ndarray]:
-        return route_edges(self._edges.large_star(), self.shards)
-
-    def small_star(self) -> list[np.ndarray]:
-        return route_edges(self._edges.small_star(), self.shards)
-
-    def roots(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._edges.roots()
+def _empty_pool() -> tuple[np.ndarray, np.ndarray, np.ndarray | None, Texts]:
+    return np.zeros(0, np.int64), np.zeros(0, np.int64), None, Texts.empty()

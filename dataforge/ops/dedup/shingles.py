@@ -112,6 +112,30 @@ class ShingleSet:
         """Document index of every hash."""
         return np.repeat(np.arange(len(self.offsets) - 1), self.counts)
 
+    def take(self, rows: np.ndarray) -> ShingleSet:
+        """The documents ``rows``, in that order (one vectorized gather)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        counts = self.counts[rows]
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        starts = np.repeat(self.offsets[rows] - offsets[:-1], counts)
+        return ShingleSet(self.hashes[np.arange(offsets[-1]) + starts], offsets)
+
+    @staticmethod
+    def concat(sets: Sequence[ShingleSet]) -> ShingleSet:
+        """The documents of ``sets`` one after another."""
+        counts = np.concatenate([np.zeros(0, np.int64), *(s.counts for s in sets)])
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        filled = [s.hashes for s in sets if len(s.hashes)]  # empty parts keep the dtype
+        hashes = np.concatenate(filled) if filled else np.zeros(0, np.uint64)
+        return ShingleSet(hashes, offsets)
+
+    @staticmethod
+    def empty(docs: int = 0) -> ShingleSet:
+        """``docs`` documents without shingles."""
+        return ShingleSet(np.zeros(0, np.uint64), np.zeros(docs + 1, np.int64))
+
 
 _POWERS = np.ones(1, dtype=np.uint64)
 _INV_POWERS = np.ones(1, dtype=np.uint64)
@@ -221,28 +245,24 @@ def normalized_code_points(
     if not strip or len(cps) == 0:
         return cps, offsets
     cls = _char_classes(cps)
-    doc = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    if not keep_spaces:
+        keep = cls == 0
+        kept_before = np.concatenate([[0], np.cumsum(keep)])
+        return cps[keep], kept_before[offsets]
+    lengths = np.diff(offsets)
     keep = cls != 1
-    cps, cls, doc = cps[keep], cls[keep], doc[keep]
-    space = cls == 2
-    if keep_spaces:
-        # Runs collapse to their first space; a space that starts the document, or that only
-        # spaces follow up to the document's end, goes too (like utf8_trim_whitespace).
-        first = np.concatenate([[True], doc[1:] != doc[:-1]])
-        prev_space = np.concatenate([[False], space[:-1]])
-        drop = space & (first | prev_space)
-        kept_space = np.flatnonzero(space & ~drop)
-        non_space = np.flatnonzero(~space)
-        nxt = np.searchsorted(non_space, kept_space)
-        follower = non_space[np.minimum(nxt, max(len(non_space) - 1, 0))] if len(non_space) else nxt
-        trailing = (nxt >= len(non_space)) | (doc[follower] != doc[kept_space])
-        drop[kept_space[trailing]] = True
-        keep = ~drop
-        cps = np.where(space, np.uint64(ord(" ") + 1), cps)
-    else:
-        keep = ~space
-    cps, doc = cps[keep], doc[keep]
-    counts = np.bincount(doc, minlength=len(offsets) - 1)
+    cps, space = cps[keep], cls[keep] == 2
+    doc = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)[keep]
+    # Runs collapse to their first space; a space that starts the document goes too; then
+    # a space left last in its document (like utf8_trim_whitespace).
+    first = np.concatenate([[True], doc[1:] != doc[:-1]])
+    prev_space = np.concatenate([[False], space[:-1]])
+    keep = ~(space & (first | prev_space))
+    cps, space, doc = cps[keep], space[keep], doc[keep]
+    last = np.concatenate([doc[1:] != doc[:-1], [True]])
+    keep = ~(space & last)
+    cps = np.where(space, np.uint64(ord(" ") + 1), cps)[keep]
+    counts = np.bincount(doc[keep], minlength=len(lengths))
     new_offsets = np.zeros(len(offsets), dtype=np.int64)
     np.cumsum(counts, out=new_offsets[1:])
     return cps, new_offsets

@@ -19,13 +19,17 @@ keyed by two blocks (k=6: 28 tables, 16-bit keys; k=3: 10 tables, ~26-bit keys).
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
+from dataforge.ops.dedup.method import BucketEntries, DedupMethod
 from dataforge.ops.dedup.shingles import ShingleSet, mix64
 
 __all__ = [
     "WEIGHTINGS",
+    "SimHashMethod",
     "block_masks",
     "hamming_pairs",
     "simhash_fingerprints",
@@ -134,3 +138,34 @@ def hamming_pairs(
     close = np.bitwise_count(fps[left] ^ fps[right]) <= max_hamming
     near = np.stack([nodes[left[close]], nodes[right[close]]], axis=1)
     return np.concatenate([same, near])
+
+
+class SimHashMethod(DedupMethod):
+    """64-bit SimHash, permuted-block tables; candidates within ``max_hamming`` bits are
+    verified on the shingle sets."""
+
+    name = "simhash"
+
+    def signature_params(self) -> dict[str, Any]:
+        return {"bits": self.config.bits, "weighting": self.config.weighting}
+
+    def block_count(self) -> int:
+        cfg = self.config
+        return cfg.simhash_blocks if cfg.simhash_blocks is not None else cfg.max_hamming + 2
+
+    def signatures(self, shingles: ShingleSet | None, points: Any) -> np.ndarray:
+        return simhash_fingerprints(shingles, self.config.weighting)
+
+    def bucket_keys(self, signatures: pa.Array) -> BucketEntries:
+        rows, fingerprints = self.values(signatures)
+        masks = block_masks(self.config.max_hamming, self.block_count())
+        return BucketEntries(rows, table_keys(fingerprints, masks), fingerprints)
+
+    def max_hamming(self) -> int | None:
+        return self.config.max_hamming
+
+    def signature_similarity(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+        """1 - Hamming distance / 64 (a pair from the tables is already within
+        ``max_hamming``; against a published fingerprint that is the only evidence)."""
+        distance = np.bitwise_count(np.asarray(left, np.uint64) ^ np.asarray(right, np.uint64))
+        return np.where(distance <= self.config.max_hamming, 1.0, 0.0) * (1.0 - distance / 64)

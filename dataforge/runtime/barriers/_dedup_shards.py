@@ -1,7 +1,7 @@
 """Index-shard backends of the dedup planner: in-process objects or Ray actors.
 
 Both expose the same calls: ``call_one(shard, method, *args)`` (Ray: returns a ref),
-``call_all(method)`` (results), ``wait(pending)``, ``exchange(send, receive)`` (every
+``call_all(method)`` (results), ``broadcast(method, *args)`` (the same arguments to all), ``wait(pending)``, ``exchange(send, receive)`` (every
 shard's ``send`` output slot i goes to shard i's ``receive``; returns the receive results)
 and ``close()``. ``failures`` lists the exceptions that mean "a shard died: retry".
 """
@@ -10,19 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dataforge.ops.dedup import Dedup
 from dataforge.ops.dedup.index import IndexShard
+from dataforge.ops.dedup.method import DedupMethod
 
 __all__ = ["LocalShards", "RayShards"]
-
-
-def _shard_args(op: Dedup) -> tuple[int | None, float | None]:
-    """(max_hamming, verify_threshold) of the index shards for this op."""
-    method = op.config.method
-    return (
-        op.config.max_hamming if method == "simhash" else None,
-        op.config.threshold if method == "minhash" else None,
-    )
 
 
 class LocalShards:
@@ -30,15 +21,18 @@ class LocalShards:
 
     failures: tuple[type[BaseException], ...] = ()
 
-    def __init__(self, count: int, op: Dedup) -> None:
+    def __init__(self, count: int, method: DedupMethod, fixed: int = 0) -> None:
         self.count = count
-        self.shards = [IndexShard(count, *_shard_args(op)) for _ in range(count)]
+        self.shards = [IndexShard(count, method, fixed) for _ in range(count)]
 
     def call_one(self, shard: int, method: str, *args: Any) -> Any:
         return getattr(self.shards[shard], method)(*args)
 
     def call_all(self, method: str) -> list[Any]:
         return [getattr(s, method)() for s in self.shards]
+
+    def broadcast(self, method: str, *args: Any) -> list[Any]:
+        return [getattr(s, method)(*args) for s in self.shards]
 
     def wait(self, pending: list[Any]) -> None:
         """In-process calls have already finished; nothing is pending."""
@@ -54,7 +48,7 @@ class LocalShards:
 class RayShards:
     """Index shards as Ray actors; shuffles pass object refs actor to actor."""
 
-    def __init__(self, count: int, op: Dedup) -> None:
+    def __init__(self, count: int, method: DedupMethod, fixed: int = 0) -> None:
         import ray
 
         self._ray = ray
@@ -65,7 +59,7 @@ class RayShards:
         remote = ray.remote(IndexShard).options(
             num_cpus=0, max_restarts=0, max_task_retries=0, scheduling_strategy="SPREAD"
         )
-        self.actors = [remote.remote(count, *_shard_args(op)) for _ in range(count)]
+        self.actors = [remote.remote(count, method, fixed) for _ in range(count)]
         self.pids = ray.get([a.ping.remote() for a in self.actors])
 
     def call_one(self, shard: int, method: str, *args: Any) -> Any:
@@ -73,6 +67,10 @@ class RayShards:
 
     def call_all(self, method: str) -> list[Any]:
         return self._ray.get([getattr(a, method).remote() for a in self.actors])
+
+    def broadcast(self, method: str, *args: Any) -> list[Any]:
+        refs = [self._ray.put(a) for a in args]  # one copy in the object store, not N
+        return self._ray.get([getattr(a, method).remote(*refs) for a in self.actors])
 
     def wait(self, pending: list[Any]) -> None:
         self._ray.get(pending)

@@ -1,4 +1,4 @@
-"""Planner of the dedup barrier: sharded bucket index, sharded connected components.
+"""Planner of the dedup barrier: sharded bucket index, verified candidates, star clusters.
 
 Steps (``plan``):
 
@@ -8,17 +8,25 @@ Steps (``plan``):
    batch sizes, task boundaries or actor counts, and the smallest key of a cluster is its
    representative. (The driver holds ids and source ranks for this sort, not signatures.)
 2. **Index.** Signatures are streamed part by part (sorted task order); each record's bucket
-   keys (MinHash band keys, the exact hash, or SimHash permuted-block table keys) go to
-   index shard ``bucket_key % N``. N = ``index_shards`` (default: cluster CPUs). Shards are
-   Ray actors (:class:`dataforge.ops.dedup.index.IndexShard`) when Ray is available.
-3. **Edges and components.** Each shard turns its buckets into edges, routed to the shard
-   that owns the first node; the shards then run the alternating large-star / small-star
-   rounds of :mod:`dataforge.ops.dedup.unionfind` until nothing changes. Only the final
-   (node, root) pairs of clustered records come back to the driver.
-4. **Decisions.** ``decision_dir/<task>.parquet`` lists ``_ord`` and ``_dedup_reason`` of the
-   dropped records; ``audit_dir/clusters.parquet`` has (id, source, cluster, kept) for every
-   clustered record (cluster = id of the representative); ``audit_dir/signatures.parquet``
-   publishes the signatures of the kept records for later ``against`` runs.
+   keys (from the method, :class:`dataforge.ops.dedup.method.DedupMethod`) go to index
+   shard ``bucket_key % N``. N = ``index_shards`` (default: cluster CPUs). Shards are Ray
+   actors (:class:`dataforge.ops.dedup.index.IndexShard`) when Ray is available.
+3. **Candidates and verification.** Each shard turns its buckets into candidate pairs,
+   routed to the shard that owns the first node. Verified methods (MinHash, SimHash): the
+   parts are read again and only the candidate records are shingled, their shingle
+   sequences going to the owning shard; each pair is scored on the shard that owns its
+   second node (:mod:`dataforge.ops.dedup.verify`: exact Jaccard >= ``threshold``, and not
+   two documents that each have content of their own). Memory on a shard: the shingles of
+   its candidate records, not of the corpus.
+4. **Star clusters.** The decided pairs (few: near-duplicates only) come back to the
+   driver, which builds star clusters in key order (:mod:`dataforge.ops.dedup.star`):
+   every dropped record was verified against its representative, never chained.
+5. **Decisions.** ``decision_dir/<task>.parquet`` lists ``_ord`` and ``_dedup_reason`` of the
+   dropped records; ``audit_dir/clusters.parquet`` has (id, source, cluster, kept,
+   similarity) for every clustered record (cluster = id of the representative;
+   similarity = the verified similarity to it that decided the drop, null for the kept
+   representative); ``audit_dir/signatures.parquet`` publishes the signatures of the kept
+   records for later ``against`` runs.
 
 Failures: index actors run with ``max_restarts=0``; if one dies, every call to it raises,
 the whole index is rebuilt from the parts with fresh actors (the result is a function of
@@ -41,9 +49,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dataforge.ops.dedup import DECISION_REASON, Dedup
-from dataforge.ops.dedup.minhash import band_keys
-from dataforge.ops.dedup.simhash import block_masks, table_keys
-from dataforge.ops.dedup.unionfind import MAX_NODE
+from dataforge.ops.dedup.buckets import MAX_NODE
+from dataforge.ops.dedup.star import star_clusters
 from dataforge.records import ORD
 from dataforge.runtime.barriers import BarrierContext
 from dataforge.runtime.barriers._dedup_shards import LocalShards, RayShards
@@ -51,7 +58,6 @@ from dataforge.runtime.barriers._dedup_shards import LocalShards, RayShards
 __all__ = ["MAX_ATTEMPTS", "SIGNATURE_META_KEY", "load_published", "plan"]
 
 MAX_ATTEMPTS = 2
-MAX_ROUNDS = 200
 SIGNATURE_META_KEY = b"dataforge.dedup"
 _INFLIGHT_PARTS = 8
 
@@ -70,9 +76,10 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
 
     last_error: Exception | None = None
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        backend = RayShards(shards, op) if ctx.ray_available else LocalShards(shards, op)
+        backend_cls = RayShards if ctx.ray_available else LocalShards
+        backend = backend_cls(shards, op.method, n_prev)
         try:
-            nodes, roots, stats = _cluster(op, ctx, tasks, keys, previous_table, backend, attempt)
+            edges, sims, stats = _cluster(op, ctx, tasks, keys, previous_table, backend, attempt)
             break
         except backend.failures as exc:
             last_error = exc
@@ -84,7 +91,8 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
             f"(last error: {last_error})"
         ) from last_error
 
-    summary = _write_outputs(op, ctx, tasks, keys, n_prev, nodes, roots)
+    stars = star_clusters(edges, sims, fixed_representatives=n_prev)
+    summary = _write_outputs(op, ctx, tasks, keys, n_prev, stars)
     summary.update(stats, attempts=attempt, index_shards=shards, against_docs=n_prev)
     return summary
 
@@ -151,39 +159,14 @@ def _assign_keys(
 # -- index and components -------------------------------------------------------------
 
 
-def _minhash_matrix(op: Dedup, signatures: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(valid row indices, (valid rows, num_perm) uint32 signatures) of a ``_minhash`` column."""
-    valid = np.flatnonzero(pc.is_valid(signatures).to_numpy(zero_copy_only=False))
-    values = signatures.filter(pc.is_valid(signatures))
-    num_perm = op.config.num_perm
-    raw = np.frombuffer(values.buffers()[1], dtype=np.uint32)
-    start = values.offset * num_perm
-    return valid, raw[start : start + len(values) * num_perm].reshape(-1, num_perm)
-
-
-def _bucket_entries(op: Dedup, signatures: pa.Array) -> tuple[np.ndarray, np.ndarray, Any]:
-    """(valid row indices, (rows, per-row) bucket keys, fingerprints or None)."""
-    method = op.config.method
-    if method == "minhash":
-        valid, sigs = _minhash_matrix(op, signatures)
-        bands, rows = op.bands_rows()
-        return valid, band_keys(sigs, bands, rows, op.config.hash_seed), None
-    valid = np.flatnonzero(pc.is_valid(signatures).to_numpy(zero_copy_only=False))
-    hashes = signatures.filter(pc.is_valid(signatures)).to_numpy(zero_copy_only=False)
-    hashes = hashes.astype(np.uint64)
-    if method == "exact":
-        return valid, hashes[:, None], None
-    masks = block_masks(op.config.max_hamming, op.simhash_block_count())
-    return valid, table_keys(hashes, masks), hashes
-
-
 def _send(backend: Any, op: Dedup, signatures: pa.Array, node_keys: np.ndarray) -> list[Any]:
-    valid, bucket, fps = _bucket_entries(op, signatures)
-    if len(valid) == 0:
+    entries = op.method.bucket_keys(signatures)
+    if len(entries.rows) == 0:
         return []
-    per_row = bucket.shape[1]
-    keys = bucket.reshape(-1)
-    nodes = np.repeat(node_keys[valid], per_row).astype(np.uint32)
+    per_row = entries.keys.shape[1]
+    keys = entries.keys.reshape(-1)
+    nodes = np.repeat(node_keys[entries.rows], per_row).astype(np.uint32)
+    fps = entries.fingerprints
     fps = None if fps is None else np.repeat(fps, per_row)
     owner = keys % np.uint64(backend.count)
     order = np.argsort(owner, kind="stable")
@@ -197,23 +180,30 @@ def _send(backend: Any, op: Dedup, signatures: pa.Array, node_keys: np.ndarray) 
     return pending
 
 
-def _send_signatures(
-    backend: Any, op: Dedup, signatures: pa.Array, node_keys: np.ndarray, needed: np.ndarray
-) -> list:
-    """Full MinHash signatures of the candidate nodes to their owners (for verification)."""
-    valid, sigs = _minhash_matrix(op, signatures)
-    wanted = np.isin(node_keys[valid], needed)
-    nodes, sigs = node_keys[valid][wanted], sigs[wanted]
+def _send_payload(backend, op, signatures, node_keys, needed, texts=None) -> list:
+    """Signatures and (with ``texts``: a table of text and lang) verification sets of the
+    candidate records to the shards that own them."""
+    rows, values = op.method.values(signatures)
+    wanted = np.isin(node_keys[rows], needed)
+    rows, values = rows[wanted], values[wanted]
+    nodes = node_keys[rows]
+    sets = None
+    if texts is not None and len(rows):
+        picked = texts.take(pa.array(rows))
+        sets = op.verification_texts(picked.column("text"), picked.column("lang"))
     owner = nodes % backend.count
-    return [
-        backend.call_one(shard, "add_signatures", nodes[owner == shard], sigs[owner == shard])
-        for shard in range(backend.count)
-        if (owner == shard).any()
-    ]
+    pending = []
+    for shard in range(backend.count):
+        sel = np.flatnonzero(owner == shard)
+        if len(sel):
+            part = None if sets is None else sets.take(sel)
+            pending.append(backend.call_one(shard, "add_payload", nodes[sel], values[sel], part))
+    return pending
 
 
-def _stream(backend, send, op, ctx, tasks, keys, previous) -> int:
-    """Send every part's signature column through ``send``; returns the non-null count."""
+def _stream(backend, send, op, ctx, tasks, keys, previous, with_text: bool = False) -> int:
+    """Send every part's signature column (``with_text``: and a table of its texts and
+    languages) through ``send``; returns the non-null count."""
     column = op.signature_column
     pending: list[Any] = []
     count = 0
@@ -222,9 +212,12 @@ def _stream(backend, send, op, ctx, tasks, keys, previous) -> int:
         pending += send(backend, op, previous.column(column).combine_chunks(), prev_keys)
         count += previous.num_rows
     for i, task in enumerate(tasks):
-        sigs = pq.read_table(ctx.parts[task], columns=[column]).column(column).combine_chunks()
+        columns = [column, "text", "lang"] if with_text else [column]
+        table = pq.read_table(ctx.parts[task], columns=columns)
+        sigs = table.column(column).combine_chunks()
         count += len(sigs) - sigs.null_count
-        pending += send(backend, op, sigs, keys.per_task[task])
+        extra = {"texts": table.select(["text", "lang"])} if with_text else {}
+        pending += send(backend, op, sigs, keys.per_task[task], **extra)
         if i % _INFLIGHT_PARTS == _INFLIGHT_PARTS - 1:
             backend.wait(pending)  # backpressure: bounded data in flight
             pending = []
@@ -237,42 +230,28 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
     index_bytes = sum(backend.call_all("index_bytes"))
     _hook("indexed", attempt, backend)
     stats: dict[str, Any] = {}
-    if op.config.method == "minhash":
-        stats["candidate_edges"] = (
-            sum(backend.exchange("candidate_edges", "receive_candidates")) // 2
-        )
-        # Only candidate nodes' signatures travel (the driver holds their keys: 8 bytes each).
+    stats["candidate_pairs"] = sum(backend.exchange("candidate_edges", "receive_candidates")) // 2
+    if op.method.verified:
+        # Only candidate records are read back and shingled (the driver holds their keys).
         needed = np.unique(
             np.concatenate([np.zeros(0, np.int64), *backend.call_all("candidate_nodes")])
         )
-        stats["candidate_nodes"] = len(needed)
-        send = functools.partial(_send_signatures, needed=needed)
-        _stream(backend, send, op, ctx, tasks, keys, previous)
+        stats["candidate_docs"] = len(needed)
+        send = functools.partial(_send_payload, needed=needed)
+        _stream(backend, send, op, ctx, tasks, keys, previous, with_text=True)
         _hook("signatures", attempt, backend)
-        stats["verified_edges"] = sum(backend.exchange("forward", "verify"))
-        backend.exchange("emit_verified", "receive")
-    else:
-        backend.exchange("candidate_edges", "receive")
+        stats["verified_pairs"] = sum(backend.exchange("forward", "verify"))
     _hook("edges", attempt, backend)
-    rounds, changed = 0, True
-    while changed:
-        if rounds == MAX_ROUNDS:
-            raise RuntimeError(f"dedup: components did not converge in {MAX_ROUNDS} rounds")
-        rounds += 1
-        changed = any(backend.exchange("large_star", "receive"))
-        changed |= any(backend.exchange("small_star", "receive"))
     stats["shard_peak_rss_mb"] = backend.call_all("peak_rss_mb")
-    pairs = backend.call_all("roots")
-    nodes = np.concatenate([p[0] for p in pairs]) if pairs else np.zeros(0, np.int64)
-    roots = np.concatenate([p[1] for p in pairs]) if pairs else np.zeros(0, np.int64)
-    order = np.argsort(nodes)
+    decided = backend.call_all("edges")
+    edges = np.concatenate([np.zeros((0, 2), np.int64), *(d[0] for d in decided)])
+    sims = np.concatenate([np.zeros(0), *(d[1] for d in decided)])
     stats.update(
         indexed=int(indexed),
         index_bytes=int(index_bytes),
         index_bytes_per_doc=round(index_bytes / indexed, 1) if indexed else 0.0,
-        rounds=rounds,
     )
-    return nodes[order], roots[order], stats
+    return edges, sims, stats
 
 
 def _hook(phase: str, attempt: int, backend: Any) -> None:
@@ -283,7 +262,7 @@ def _hook(phase: str, attempt: int, backend: Any) -> None:
 # -- outputs ---------------------------------------------------------------------------
 
 
-def _write_outputs(op, ctx, tasks, keys, n_prev, nodes, roots) -> dict[str, Any]:
+def _write_outputs(op, ctx, tasks, keys, n_prev, stars) -> dict[str, Any]:
     reason = f"dedup:{op.config.method}"
     column = op.signature_column
     ctx.decision_dir.mkdir(parents=True, exist_ok=True)
@@ -294,14 +273,19 @@ def _write_outputs(op, ctx, tasks, keys, n_prev, nodes, roots) -> dict[str, Any]
             ("source", pa.string()),
             ("cluster", pa.string()),
             ("kept", pa.bool_()),
+            ("similarity", pa.float32()),
         ]
     )
     sig_schema = pa.schema(
-        [("id", pa.string()), ("source", pa.string()), (column, op._signature_type())],
+        [("id", pa.string()), ("source", pa.string()), (column, op.method.signature_type())],
         metadata={SIGNATURE_META_KEY: json.dumps(op.signature_params(), sort_keys=True)},
     )
     counts = {"docs": 0, "empty": 0, "clustered": 0, "dropped": 0, "dropped_against": 0}
     cluster_roots: set[int] = set()
+    nodes, reps, sims = stars
+    # A node is clustered when it was dropped for a representative, or is one that won.
+    clustered = (reps != nodes) | np.isin(nodes, reps[reps != nodes])
+    nodes, reps, sims = nodes[clustered], reps[clustered], sims[clustered]
     with (
         _AtomicParquet(ctx.audit_dir / "clusters.parquet", audit_schema) as audit,
         _AtomicParquet(ctx.audit_dir / "signatures.parquet", sig_schema) as published,
@@ -311,7 +295,8 @@ def _write_outputs(op, ctx, tasks, keys, n_prev, nodes, roots) -> dict[str, Any]
             task_keys = keys.per_task[task]
             pos = np.clip(np.searchsorted(nodes, task_keys), 0, max(len(nodes) - 1, 0))
             in_cluster = (nodes[pos] == task_keys) if len(nodes) else np.zeros(len(task_keys), bool)
-            root = np.where(in_cluster, roots[pos] if len(nodes) else 0, task_keys)
+            root = np.where(in_cluster, reps[pos] if len(nodes) else 0, task_keys)
+            similarity = np.where(in_cluster, sims[pos] if len(nodes) else 0.0, 0.0)
             dropped = root != task_keys
             counts["docs"] += table.num_rows
             counts["empty"] += table.column(column).null_count
@@ -329,6 +314,9 @@ def _write_outputs(op, ctx, tasks, keys, n_prev, nodes, roots) -> dict[str, Any]
                             "source": table.column("source").take(sel),
                             "cluster": keys.ids.take(pa.array(root[in_cluster])),
                             "kept": pa.array(~dropped[in_cluster]),
+                            "similarity": pa.array(
+                                similarity[in_cluster], pa.float32(), mask=~dropped[in_cluster]
+                            ),
                         },
                         schema=audit_schema,
                     )
@@ -339,8 +327,7 @@ def _write_outputs(op, ctx, tasks, keys, n_prev, nodes, roots) -> dict[str, Any]
     counts["kept"] = counts["docs"] - counts["dropped"]
     counts["clusters"] = len(cluster_roots)
     counts.update(method=op.config.method)
-    if op.config.method == "minhash":
-        counts["bands"], counts["rows"] = op.bands_rows()
+    counts.update(op.method.summary())
     return counts
 
 

@@ -1,4 +1,4 @@
-"""Losses: causal LM (pretrain and completion-only SFT) and DPO.
+"""Loss functions: causal LM (pretrain and completion-only SFT) and DPO.
 
 Labels follow the loader's convention (``dataforge.loader.collate``): they are already
 shifted, ``labels[:, t]`` is the target of the logits at position ``t`` (the next input

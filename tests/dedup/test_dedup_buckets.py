@@ -1,59 +1,46 @@
-"""Sharded connected components and SimHash near pairs against brute force."""
+"""Candidate pairs from buckets and SimHash near pairs against brute force."""
 
 from __future__ import annotations
 
 import itertools
+from collections import defaultdict
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dataforge.ops.dedup.buckets import bucket_pair_edges, packed_bucket_pair_edges
 from dataforge.ops.dedup.simhash import block_masks, hamming_pairs, table_keys
-from dataforge.ops.dedup.unionfind import (
-    bucket_star_edges,
-    connected_components,
-    packed_bucket_star_edges,
-)
 
 
-def _naive_roots(edges):
-    parent = {}
-
-    def find(x):
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            x = parent[x]
-        return x
-
-    for a, b in edges:
-        if a != b:
-            ra, rb = find(a), find(b)
-            parent[max(ra, rb)] = min(ra, rb)
-    return {x: find(x) for x in parent if any(x in e and e[0] != e[1] for e in edges)}
-
-
-@settings(max_examples=80, deadline=None)
-@given(
-    st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60)), max_size=120),
-    st.integers(1, 5),
-)
-def test_components_match_union_find(edges, shards):
-    nodes, roots, _ = connected_components(np.array(edges, dtype=np.int64).reshape(-1, 2), shards)
-    assert dict(zip(nodes.tolist(), roots.tolist(), strict=True)) == _naive_roots(edges)
-
-
-def test_long_chain_converges_to_smallest():
-    rng = np.random.default_rng(1)
-    perm = rng.permutation(5001)
-    chain = perm[np.stack([np.arange(5000), np.arange(1, 5001)], axis=1)]
-    nodes, roots, rounds = connected_components(chain, shards=4)
-    assert len(nodes) == 5001 and (roots == 0).all() and rounds < 40
-
-
-def test_bucket_star_edges():
+def test_bucket_pair_edges_small_bucket_gives_all_pairs():
     keys = np.array([5, 5, 5, 9, 7, 7], np.uint64)
     nodes = np.array([4, 2, 8, 1, 3, 3], np.uint32)
-    assert bucket_star_edges(keys, nodes).tolist() == [[4, 2], [8, 2]]
+    assert bucket_pair_edges(keys, nodes, max_partners=2).tolist() == [[4, 2], [8, 2], [8, 4]]
+    assert bucket_pair_edges(keys, nodes, max_partners=1).tolist() == [[4, 2], [8, 2]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 40)), max_size=80), st.integers(1, 5))
+def test_bucket_pair_edges_match_brute_force(entries, partners):
+    keys = np.array([k for k, _ in entries], np.uint64)
+    nodes = np.array([n for _, n in entries], np.uint32)
+    want = set()
+    buckets = defaultdict(set)
+    for k, n in entries:
+        buckets[k].add(n)
+    for members in buckets.values():
+        ordered = sorted(members)  # repeated entries of one node count once... or more
+        for i, node in enumerate(ordered):
+            for j in {0, *range(max(i - partners + 1, 0), i)} - {i}:
+                want.add((node, ordered[j]))
+    got = {tuple(e) for e in bucket_pair_edges(keys, nodes, partners).tolist()}
+    # Every member is paired with the smallest one, and nothing outside its bucket.
+    assert {(n, min(m)) for m in buckets.values() for n in m if n != min(m)} <= got
+    assert all(any(a in m and b in m for m in buckets.values()) for a, b in got)
+    assert all(a > b for a, b in got)
+    if all(len([1 for k, n in entries if k == key]) == len(m) for key, m in buckets.items()):
+        assert got == want  # without repeated entries, exactly the partner rule
 
 
 @settings(max_examples=40, deadline=None)
@@ -95,8 +82,10 @@ def test_hamming_pairs_match_brute_force(seed, k):
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 40)), max_size=60))
-def test_packed_star_edges_equal_unpacked(entries):
+def test_packed_pair_edges_equal_unpacked(entries):
     keys = np.array([k << 7 for k, _ in entries], np.uint32)
     nodes = np.array([n for _, n in entries], np.uint32)
     packed = (keys.astype(np.uint64) << np.uint64(32)) | nodes.astype(np.uint64)
-    assert packed_bucket_star_edges(packed).tolist() == bucket_star_edges(keys, nodes).tolist()
+    assert (
+        packed_bucket_pair_edges(packed, 3).tolist() == bucket_pair_edges(keys, nodes, 3).tolist()
+    )

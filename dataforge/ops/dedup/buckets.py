@@ -1,0 +1,91 @@
+"""Candidate pairs from bucket entries, and routing of edges to the shards that own them.
+
+Node keys are integers below ``2^31``; node ``x`` is owned by shard ``x % shards``. Every
+bucket (documents that share a key) gives candidate pairs: each member with up to
+``max_partners`` members before it in key order. A bucket of up to ``max_partners + 1``
+documents gives all its pairs (a member whose nearest bucket-mate is not the smallest one
+is still compared with it); a huge bucket (10^5 exact copies) costs ``max_partners`` pairs
+per member, not 10^10, and every member is still paired with the smallest one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["MAX_NODE", "bucket_pair_edges", "packed_bucket_pair_edges", "route_edges"]
+
+MAX_NODE = (1 << 31) - 1
+
+
+def bucket_pair_edges(
+    bucket_keys: np.ndarray, nodes: np.ndarray, max_partners: int = 1
+) -> np.ndarray:
+    """Pairs ``(node, earlier member)`` of every bucket with 2+ nodes: each member with the
+    smallest member and the ``max_partners - 1`` members just before it.
+
+    Returns:
+        ``(k, 2)`` int64 array, sorted, unique, larger node first; never a self loop.
+    """
+    if len(nodes) == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    nodes = nodes.astype(np.int64, copy=False)
+    order = np.lexsort((nodes, bucket_keys))
+    keys, nodes = bucket_keys[order], nodes[order]
+    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    sizes = np.diff(np.append(starts, len(keys)))
+    first = np.repeat(starts, sizes)
+    local = np.arange(len(nodes)) - first
+    pieces = [np.stack([nodes, nodes[first]], axis=1)[local > 0]]
+    for back in range(1, max_partners):
+        has = local > back  # partner i - back exists and is not the first member
+        idx = np.flatnonzero(has)
+        pieces.append(np.stack([nodes[idx], nodes[idx - back]], axis=1))
+    edges = np.concatenate(pieces)
+    return unique_edges(edges[edges[:, 0] != edges[:, 1]])
+
+
+def packed_bucket_pair_edges(packed: np.ndarray, max_partners: int = 1) -> np.ndarray:
+    """:func:`bucket_pair_edges` for entries packed as ``key << 32 | node`` (uint32 each).
+
+    Sorts ``packed`` in place (no argsort, no gathered copies: the memory peak is the
+    entries plus two uint32 views) and keeps only buckets with 2+ entries before building
+    edges.
+    """
+    if len(packed) < 2:
+        return np.zeros((0, 2), dtype=np.int64)
+    packed.sort()
+    keys = (packed >> np.uint64(32)).astype(np.uint32)
+    same = keys[1:] == keys[:-1]
+    del keys
+    in_bucket = np.zeros(len(packed), dtype=bool)
+    in_bucket[1:] |= same
+    in_bucket[:-1] |= same
+    entries = packed[in_bucket]
+    del in_bucket, same
+    return bucket_pair_edges(
+        (entries >> np.uint64(32)).astype(np.uint32),
+        (entries & np.uint64(0xFFFFFFFF)).astype(np.uint32),
+        max_partners,
+    )
+
+
+def unique_edges(edges: np.ndarray) -> np.ndarray:
+    """Sorted unique rows; node keys fit 31 bits, so a row packs into one int64 (1-D
+    ``np.unique`` is far faster than ``axis=0``)."""
+    if len(edges) == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    packed = np.unique((edges[:, 0].astype(np.int64) << 32) | edges[:, 1].astype(np.int64))
+    return np.stack([packed >> 32, packed & 0xFFFFFFFF], axis=1)
+
+
+def route_edges(edges: np.ndarray, shards: int, both: bool = True) -> list[np.ndarray]:
+    """Edges split by the owner of their first node; ``both``: each undirected edge in
+    both directions (so each side's owner sees it)."""
+    if both and len(edges):
+        edges = np.concatenate([edges, edges[:, ::-1]])
+    edges = edges.reshape(-1, 2)
+    owner = edges[:, 0] % shards
+    order = np.argsort(owner, kind="stable")
+    edges, owner = edges[order], owner[order]
+    bounds = np.searchsorted(owner, np.arange(shards + 1))
+    return [edges[bounds[i] : bounds[i + 1]] for i in range(shards)]

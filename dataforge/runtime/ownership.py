@@ -1,0 +1,225 @@
+"""Who may write a run directory, and what in it dataforge may remove.
+
+A folder is a dataforge run only if it holds the run marker (``.dataforge-run``), written
+when dataforge creates the run in an absent or empty folder. ``--overwrite`` removes only
+the entries dataforge writes (:data:`OWNED_ENTRIES`), never a folder without the marker,
+and the output may never be equal to, inside, or above an input (checked by ``validate``
+and ``run`` before Ray starts).
+
+One writer per run directory: :func:`acquire_run_lock` returns a :class:`RunLock` held for
+the whole run. The local implementation is an exclusive ``flock`` on ``OUT/.dataforge-lock``;
+the kernel drops it when the holder dies, so a lock left by a killed run is taken over by
+the next run, which says whose it was (the holder's host, pid and start time stay in the
+file until a clean release). Object storage gets a lease behind the same interface.
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import json
+import os
+import shutil
+import socket
+from pathlib import Path
+from typing import Any, Protocol
+
+from dataforge.config import PipelineConfig
+from dataforge.io.globbing import may_match_below
+from dataforge.io.readers import InputTask
+
+__all__ = [
+    "LOCK_FILE",
+    "OWNED_ENTRIES",
+    "RUN_MARKER",
+    "LocalRunLock",
+    "RunDirError",
+    "RunLock",
+    "RunLockedError",
+    "acquire_run_lock",
+    "claim_run_dir",
+    "describe_takeover",
+    "output_overlaps_inputs",
+    "remove_owned_entries",
+]
+
+RUN_MARKER = ".dataforge-run"
+LOCK_FILE = ".dataforge-lock"
+# Everything dataforge writes at the top of a run directory (the barrier ops add their audit
+# folders, named after the op). The marker and the lock file stay through --overwrite.
+OWNED_ENTRIES = (
+    "manifest.json", "plan.json", "_work", "logs", "rejects", "mds", "parquet", "jsonl",
+    "report.html", "dedup", "sample",
+)  # fmt: skip
+
+
+class RunDirError(ValueError):
+    """OUT holds something this run must not touch (another config or input set, a
+    folder that is not a run, an input)."""
+
+
+class RunLockedError(RunDirError):
+    """Another live run holds OUT."""
+
+
+class RunLock(Protocol):
+    """An exclusive hold on one run directory, for the whole run.
+
+    Attributes:
+        holder: who holds it (``host``, ``pid``, ``started``).
+        previous: the holder recorded by a run that died without releasing, else None.
+    """
+
+    holder: dict[str, Any]
+    previous: dict[str, Any] | None
+
+    def release(self) -> None: ...
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    return (
+        f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
+        f"started {holder.get('started', '?')}"
+    )
+
+
+class LocalRunLock:
+    """``flock`` on ``OUT/.dataforge-lock`` (local disks; NFS v4 maps it to a lease)."""
+
+    def __init__(self, fd: int, holder: dict[str, Any], previous: dict[str, Any] | None):
+        self._fd: int | None = fd
+        self.holder = holder
+        self.previous = previous
+
+    def release(self) -> None:
+        """Clear the holder record, then unlock (idempotent)."""
+        if self._fd is None:
+            return
+        os.ftruncate(self._fd, 0)
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> LocalRunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> dict[str, Any] | None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    data = os.read(fd, 4096)
+    if not data.strip():
+        return None
+    try:
+        holder = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return {"host": "?", "pid": "?", "started": "? (unreadable lock record)"}
+    return holder if isinstance(holder, dict) else None
+
+
+def acquire_run_lock(out: Path) -> RunLock:
+    """Take the exclusive lock on run directory ``out`` (which must exist).
+
+    Raises:
+        RunLockedError: another live run holds it; the message names its host, pid and
+            start time.
+    """
+    fd = os.open(Path(out) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _read_holder(fd) or {}
+        os.close(fd)
+        raise RunLockedError(
+            f"{out} is being written by another dataforge run ({_describe(holder)}); wait for "
+            "it to finish or choose another -o"
+        ) from None
+    previous = _read_holder(fd)
+    holder = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, json.dumps(holder).encode())
+    os.fsync(fd)
+    return LocalRunLock(fd, holder, previous)
+
+
+def describe_takeover(lock: RunLock) -> str | None:
+    """A log line when ``lock`` was left behind by a run that is no longer running."""
+    if lock.previous is None:
+        return None
+    return f"taking over the lock of a run that is no longer running ({_describe(lock.previous)})"
+
+
+def claim_run_dir(out: Path) -> None:
+    """Make ``out`` a run directory, or check that it is one.
+
+    An absent or empty folder is created and marked; a folder with the marker is accepted;
+    anything else (a file, a folder of someone's data, a run of an older dataforge) is
+    refused and left untouched.
+
+    Raises:
+        RunDirError: ``out`` is a file, or a non-empty folder without the run marker.
+    """
+    if out.exists() and not out.is_dir():
+        raise RunDirError(f"{out} is a file, not a run directory; choose another -o")
+    if (out / RUN_MARKER).is_file():
+        return
+    if out.exists() and any(p.name != LOCK_FILE for p in out.iterdir()):
+        raise RunDirError(
+            f"{out} is not empty and is not a dataforge run directory (no {RUN_MARKER}); "
+            "dataforge never writes into or removes such a folder: choose another -o"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    # Exclusive create: a second run claiming the same empty folder at the same moment
+    # finds the marker there (the lock then decides who writes).
+    try:
+        fd = os.open(out / RUN_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write('{"dataforge_run": 1}\n')
+
+
+def remove_owned_entries(out: Path) -> list[str]:
+    """Remove what dataforge wrote in run directory ``out`` (``--overwrite``); anything
+    else a user put there stays. Returns the names removed."""
+    assert (out / RUN_MARKER).is_file(), f"{out} is not a claimed run directory"
+    removed = []
+    for name in OWNED_ENTRIES:
+        path = out / name
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+        else:
+            continue
+        removed.append(name)
+    return removed
+
+
+def output_overlaps_inputs(out: Path, config: PipelineConfig, tasks: list[InputTask]) -> list[str]:
+    """Why ``out`` may not be the output of ``config`` over ``tasks`` (empty if it may):
+    it is, or lies above, an input file, or a source's glob could read files written in it.
+    """
+    real_out = Path(os.path.realpath(out))
+    problems = []
+    for task in tasks:
+        if Path(os.path.realpath(task.path)).is_relative_to(real_out):
+            problems.append(
+                f"output {out} holds input file {task.path} of source {task.source!r}; the "
+                "output must not be equal to or above an input"
+            )
+            break
+    for source in config.inputs:
+        if may_match_below(str(config.resolve(source.path)), real_out):
+            problems.append(
+                f"output {out} lies inside the folder that source {source.name!r} reads "
+                f"({source.path!r}): a run could read its own output; choose an -o outside it"
+            )
+    return problems[:1]  # one line: the first overlap says what to change

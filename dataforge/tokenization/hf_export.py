@@ -1,0 +1,125 @@
+"""Write a dataforge tokenizer as a Hugging Face tokenizer (remote code, see
+:mod:`dataforge.tokenization.hf_remote`).
+
+The sentencepiece BPE model becomes a ``tokenizers`` BPE: the same vocabulary and ids,
+every split of every normal piece into two pieces as a merge, ranked by the merged piece's
+id (sentencepiece BPE ids follow the merge score), byte fallback, spaces as U+2581, and
+the user-defined pieces (chat markers, the boundary marker) as added tokens matched before
+BPE, as sentencepiece matches them (control pieces are never matched in text). The
+segmenter settings (engine, HMM, user dictionary) go to ``dataforge_segmenter.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from dataforge.tokenization.segment import MARKER
+from dataforge.tokenization.tokenizer import read_tokenizer_json
+
+__all__ = ["REMOTE_MODULE", "bpe_tokenizer_json", "write_hf_tokenizer"]
+
+REMOTE_MODULE = "tokenization_dataforge"
+"""File (``<name>.py``) the export copies the remote tokenizer code into."""
+
+_CONTROL = ("<pad>", "<bos>", "<eos>", "<unk>")
+
+
+def bpe_tokenizer_json(spm_model: bytes) -> str:
+    """The ``tokenizers`` JSON of a sentencepiece BPE model (see the module docstring)."""
+    import sentencepiece as spm
+    from tokenizers import AddedToken, Tokenizer, decoders, normalizers
+    from tokenizers.models import BPE
+
+    sp = spm.SentencePieceProcessor(model_proto=spm_model)
+    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
+    normal = {
+        sp.id_to_piece(i)
+        for i in range(sp.get_piece_size())
+        if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i) or sp.is_unused(i))
+        and sp.id_to_piece(i) not in _user_defined(sp)
+    }
+    merges = []
+    for piece in normal:
+        for k in range(1, len(piece)):
+            left, right = piece[:k], piece[k:]
+            if left in normal and right in normal:
+                merges.append((vocab[piece], vocab[left], vocab[right], left, right))
+    merges.sort()
+    model = BPE(
+        vocab=vocab,
+        merges=[(left, right) for *_, left, right in merges],
+        unk_token="<unk>",
+        byte_fallback=True,
+        fuse_unk=True,
+    )
+    tok = Tokenizer(model)
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
+    # Only user-defined pieces are matched in text, as in sentencepiece: a literal "<unk>"
+    # or "<bos>" in a document is text, not a control token.
+    user = sorted(_user_defined(sp), key=vocab.get)
+    tok.add_special_tokens([AddedToken(p, normalized=False, special=True) for p in user])
+    return tok.to_str()
+
+
+def _user_defined(sp) -> set[str]:
+    from sentencepiece import sentencepiece_model_pb2 as model_pb2
+
+    proto = model_pb2.ModelProto()
+    proto.ParseFromString(sp.serialized_model_proto())
+    user = model_pb2.ModelProto.SentencePiece.USER_DEFINED
+    return {p.piece for p in proto.pieces if p.type == user}
+
+
+def write_hf_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> dict[str, int]:
+    """Write the remote-code tokenizer files of ``tokenizer_dir`` into ``out_dir``.
+
+    Returns:
+        the special token ids (``bos_token_id``, ``eos_token_id``, ``pad_token_id``) for the
+        model's ``config.json``.
+    """
+    from dataforge.tokenization import hf_remote
+
+    tokenizer_dir, out_dir = Path(tokenizer_dir), Path(out_dir)
+    meta = read_tokenizer_json(tokenizer_dir)
+    spm_model = (tokenizer_dir / "spm.model").read_bytes()
+    (out_dir / "dataforge_bpe.json").write_text(bpe_tokenizer_json(spm_model), encoding="utf-8")
+    seg = meta["segmenter"]
+    user_words = []
+    if seg.get("user_dict"):
+        for line in (tokenizer_dir / seg["user_dict"]).read_text(encoding="utf-8").splitlines():
+            parts = line.split()
+            if parts:
+                freq = int(parts[1]) if len(parts) >= 2 else None
+                user_words.append([parts[0], freq, parts[2] if len(parts) == 3 else None])
+    segmenter = {"engine": seg["engine"], "hmm": seg["hmm"], "user_words": user_words}
+    (out_dir / "dataforge_segmenter.json").write_text(
+        json.dumps(segmenter, ensure_ascii=False), encoding="utf-8"
+    )
+    shutil.copyfile(hf_remote.__file__, out_dir / f"{REMOTE_MODULE}.py")
+    special = meta["special_tokens"]
+    chat = [p for p in special if p not in _CONTROL and p != MARKER]
+    config = {
+        "tokenizer_class": "DataforgeTokenizer",
+        "auto_map": {"AutoTokenizer": [f"{REMOTE_MODULE}.DataforgeTokenizer", None]},
+        "bos_token": "<bos>",
+        "eos_token": "<eos>",
+        "pad_token": "<pad>",
+        "unk_token": "<unk>",
+        "additional_special_tokens": chat,
+        "add_bos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 1 << 30,
+    }
+    (out_dir / "tokenizer_config.json").write_text(
+        json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8"
+    )
+    return {
+        "bos_token_id": special["<bos>"],
+        "eos_token_id": special["<eos>"],
+        "pad_token_id": special["<pad>"],
+    }

@@ -1,0 +1,124 @@
+"""Ownership and one writer: --overwrite never deletes what dataforge did not write, the
+output never overlaps an input, and two runs never share a run directory (issue cases 1, 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from chaos_kit import assert_accounted, output_ids, run_local, snapshot, write_lines
+
+from dataforge.cli import main
+from dataforge.runtime.ownership import (
+    LOCK_FILE,
+    RUN_MARKER,
+    RunDirError,
+    RunLockedError,
+    acquire_run_lock,
+)
+
+
+def _victim_pipeline(tmp_path: Path, write_pipeline, output: str) -> Path:
+    victim = tmp_path / "victim"
+    write_lines(victim / "part-0000.jsonl", ["a first document", "a second document"])
+    (victim / "manifest.json").write_text('{"source":"crawl"}\n')
+    return write_pipeline(
+        tmp_path,
+        f"""
+        name: victim
+        inputs: [{{name: crawl, path: "victim/*.jsonl"}}]
+        output: {{path: {output}}}
+        """,
+    )
+
+
+def test_overwrite_never_deletes_an_input_folder(tmp_path: Path, write_pipeline, capsys) -> None:
+    path = _victim_pipeline(tmp_path, write_pipeline, "victim")
+    before = snapshot(tmp_path / "victim")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds input file" in err[0] and "part-0000.jsonl" in err[0]
+    for overwrite in (False, True):
+        with pytest.raises(RunDirError, match="output .*victim"):
+            run_local(path, tmp_path / "victim", overwrite=overwrite)
+    # inside the folder a glob reads (the output could be read back), and above an input
+    with pytest.raises(RunDirError, match="lies inside the folder that source 'crawl' reads"):
+        run_local(path, tmp_path / "victim" / "out", ["inputs.0.path=victim/**/*.jsonl"])
+    assert not (tmp_path / "victim" / "out").exists()
+    with pytest.raises(RunDirError, match="holds input file .*part-0000.jsonl"):
+        run_local(path, tmp_path, overwrite=True)
+    assert snapshot(tmp_path / "victim") == before
+
+
+def test_a_folder_that_is_not_a_run_is_never_touched(tmp_path: Path, write_pipeline) -> None:
+    path = _victim_pipeline(tmp_path, write_pipeline, "elsewhere")
+    foreign = tmp_path / "foreign"
+    (foreign / "sub").mkdir(parents=True)
+    (foreign / "manifest.json").write_text('{"config_sha256": "abc", "status": "complete"}')
+    (foreign / "sub" / "notes.txt").write_text("mine")
+    before = snapshot(foreign)
+    for overwrite in (False, True):
+        with pytest.raises(RunDirError, match="not a dataforge run directory"):
+            run_local(path, foreign, overwrite=overwrite)
+    assert snapshot(foreign) == before and sorted(os.listdir(foreign)) == ["manifest.json", "sub"]
+
+
+def test_overwrite_removes_only_what_dataforge_wrote(tmp_path: Path, write_pipeline) -> None:
+    path = _victim_pipeline(tmp_path, write_pipeline, "out")
+    out = tmp_path / "out"
+    run_local(path, out)
+    (out / "my-notes.txt").write_text("keep me")
+    with pytest.raises(RunDirError, match="different config"):
+        run_local(path, out, ["seed=5"])
+    manifest = run_local(path, out, ["seed=5"], overwrite=True)
+    assert_accounted(manifest)
+    assert (out / "my-notes.txt").read_text() == "keep me" and (out / RUN_MARKER).is_file()
+    assert len(output_ids(out)) == 2
+
+
+def test_lock_refuses_a_second_writer_and_names_the_holder(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = acquire_run_lock(out)
+    with pytest.raises(RunLockedError, match=rf"host \S+, pid {os.getpid()}, started 20\d\d-"):
+        acquire_run_lock(out)
+    lock.release()
+    again = acquire_run_lock(out)
+    assert again.previous is None  # a clean release leaves no holder behind
+    again.release()
+
+
+def test_lock_of_a_killed_run_is_taken_over(tmp_path: Path, write_pipeline) -> None:
+    path = _victim_pipeline(tmp_path, write_pipeline, "out")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / RUN_MARKER).write_text('{"dataforge_run": 1}')
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from pathlib import Path; "
+         "from dataforge.runtime.ownership import acquire_run_lock; "
+         "acquire_run_lock(Path(sys.argv[1])); print('locked', flush=True); time.sleep(600)",
+         str(out)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunLockedError, match=f"pid {holder.pid}"):
+            run_local(path, out)
+        assert sorted(os.listdir(out)) == [LOCK_FILE, RUN_MARKER]  # nothing written
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert json.loads((out / LOCK_FILE).read_text())["pid"] == holder.pid  # left behind
+    logs: list[str] = []
+    from dataforge.config import load_pipeline
+    from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+
+    manifest = run_pipeline(load_pipeline(path), out, LocalExecutor(), log=logs.append)
+    assert any("no longer running (host" in m and f"pid {holder.pid}" in m for m in logs)
+    assert manifest["status"] == "complete" and (out / LOCK_FILE).read_text() == ""

@@ -1,0 +1,178 @@
+"""Precision first: exact verification, no merge on shared boilerplate, star clusters."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from dedup_testkit import kept_ids, make_table
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dataforge.ops.base import OpContext
+from dataforge.ops.dedup import Dedup, NormalizeConfig
+from dataforge.ops.dedup.shingles import ShingleSet
+from dataforge.ops.dedup.star import star_clusters
+from dataforge.ops.dedup.verify import Texts, verify_pairs
+
+HEAD = "【商品名称】华为旗舰店 家用电器 豪华版【购买日期】2012年3月【评价内容】"
+FOOT = (
+    "【店铺回复】亲，感谢您对本旗舰店的支持与厚爱，我们会继续努力为您提供更好的商品和服务，"
+    "祝您生活愉快！此评价对您有帮助吗？有用（0）没用（0）举报"
+)
+
+
+def _sets(docs: list[list[int]]) -> ShingleSet:
+    counts = [len(d) for d in docs]
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    flat = np.array([h for d in docs for h in d], dtype=np.uint64)
+    return ShingleSet(flat, offsets)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 30), max_size=40), st.lists(st.integers(0, 30), max_size=40)
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_jaccard_is_exact(pairs):
+    left = _sets([a for a, _ in pairs])
+    right = _sets([b for _, b in pairs])
+    jaccard, duplicate = verify_pairs(Texts(left, left), Texts(right, right), 0.5, 3, 1.0)
+    for (a, b), got, dup in zip(pairs, jaccard, duplicate, strict=True):
+        union = set(a) | set(b)
+        want = len(set(a) & set(b)) / len(union) if union else 0.0
+        assert got == pytest.approx(want)
+        assert dup == (want >= 0.5)
+
+
+def _texts(op: Dedup, texts: list[str], lang: str = "zh") -> Texts:
+    return op.verification_texts(pa.array(texts), pa.array([lang] * len(texts)))
+
+
+def _edit(text: str, rate: float, seed: int) -> str:
+    rng = random.Random(seed)
+    chars = list(text)
+    for _ in range(max(1, int(rate * len(chars)))):
+        chars[rng.randrange(len(chars))] = rng.choice(chars)
+    return "".join(chars)
+
+
+def test_template_siblings_are_not_duplicates_but_copies_are(reviews_zh):
+    """Two reviews on one shop template share most shingles (Jaccard above the threshold)
+    and are still distinct; an edited copy, a truncated copy and a copy with an added
+    line are duplicates."""
+    op = Dedup(Dedup.Config(), OpContext())
+    a, b = (HEAD + reviews_zh[i][:60] + FOOT for i in (0, 1))
+    cases = [
+        (a, b, False),
+        (a, _edit(a, 0.1, 1), True),
+        (a, a[: int(len(a) * 0.8)], True),
+        (a, "本文来源：人民网　责任编辑：王小明\n" + a, True),
+    ]
+    texts = _texts(op, [x for x, _, _ in cases] + [y for _, y, _ in cases])
+    n = len(cases)
+    cfg = op.config
+    jaccard, duplicate = verify_pairs(
+        texts.take(np.arange(n)),
+        texts.take(np.arange(n, 2 * n)),
+        cfg.threshold,
+        cfg.block,
+        cfg.max_own,
+    )
+    assert jaccard[0] >= cfg.threshold  # the shared template alone passes Jaccard ...
+    assert duplicate.tolist() == [want for _, _, want in cases]  # ... but not verification
+
+
+def _greedy_reference(edges, sims, fixed=0):
+    """The sequential definition: nodes in key order join the most similar earlier
+    representative they have an edge to, else become one."""
+    best: dict[tuple[int, int], float] = {}
+    for (u, v), s in zip(edges, sims, strict=True):
+        if u != v:
+            key = (min(u, v), max(u, v))
+            best[key] = max(best.get(key, -1.0), s)
+    nodes = sorted({x for pair in best for x in pair})
+    rep, sim = {}, {}
+    for x in nodes:
+        choices = [(-s, y) for (y, z), s in best.items() if z == x and rep.get(y) == y]
+        if x >= fixed and choices:
+            s, y = min(choices)
+            rep[x], sim[x] = y, -s
+        else:
+            rep[x], sim[x] = x, 1.0
+    return nodes, rep, sim
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 25), st.integers(0, 25), st.sampled_from([0.5, 0.7, 0.9])),
+        max_size=60,
+    ),
+    st.integers(0, 4),
+)
+def test_star_clusters_match_the_sequential_definition(triples, fixed):
+    edges = np.array([(u, v) for u, v, _ in triples], dtype=np.int64).reshape(-1, 2)
+    sims = np.array([s for _, _, s in triples])
+    nodes, reps, rep_sim = star_clusters(edges, sims, fixed_representatives=fixed)
+    want_nodes, want_rep, want_sim = _greedy_reference(edges.tolist(), sims.tolist(), fixed)
+    assert nodes.tolist() == want_nodes
+    assert reps.tolist() == [want_rep[x] for x in want_nodes]
+    assert rep_sim.tolist() == pytest.approx([want_sim[x] for x in want_nodes])
+    # Stars: a representative represents itself; nothing below `fixed` is ever a member.
+    rep_of = dict(zip(nodes.tolist(), reps.tolist(), strict=True))
+    assert all(rep_of[r] == r for r in rep_of.values())
+    assert all(rep_of[x] == x for x in rep_of if x < fixed)
+
+
+def test_no_chaining_through_a_middle_document():
+    # 1 ~ 2 and 2 ~ 3, but 1 and 3 are not similar: 3 must not end in 1's cluster.
+    nodes, reps, _ = star_clusters(np.array([[1, 2], [2, 3]]), np.array([0.8, 0.8]))
+    assert dict(zip(nodes.tolist(), reps.tolist(), strict=True)) == {1: 1, 2: 1, 3: 3}
+
+
+def test_audit_names_representative_and_similarity(reviews_zh, dedup_runner):
+    """Template siblings all kept; each copy dropped for its own sibling, with the
+    verified similarity that decided it."""
+    siblings = [HEAD + r[:80] + FOOT for r in reviews_zh[:6]]
+    copies = [_edit(s, 0.05, i) for i, s in enumerate(siblings)]
+    ids = [f"s{i}" for i in range(6)] + [f"t{i}" for i in range(6)]
+    table = make_table(siblings + copies, ["zh"] * 12, ids=ids)
+    summary, out, root = dedup_runner(table, batch=5)
+    assert kept_ids(out) == {f"s{i}" for i in range(6)}
+    assert summary["dropped"] == 6 and summary["clusters"] == 6
+    audit = {r["id"]: r for r in pq.read_table(root / "dedup" / "clusters.parquet").to_pylist()}
+    for i in range(6):
+        assert audit[f"t{i}"]["cluster"] == f"s{i}" and not audit[f"t{i}"]["kept"]
+        assert Dedup.Config().threshold <= audit[f"t{i}"]["similarity"] < 1.0
+        assert audit[f"s{i}"]["kept"] and audit[f"s{i}"]["similarity"] is None
+
+
+def test_traditional_and_simplified_copies_with_t2s(reviews_zh, dedup_runner):
+    """OpenCC s2t makes traditional copies of real reviews at test time; with
+    normalize.t2s every pair is one cluster (recall 1.0) and no other cluster appears."""
+    import opencc
+
+    to_traditional = opencc.OpenCC("s2t").convert
+    simplified = reviews_zh[:20]
+    traditional = [to_traditional(t) for t in simplified]
+    assert sum(a != b for a, b in zip(simplified, traditional, strict=True)) >= 15
+    ids = [f"s{i:02d}" for i in range(20)] + [f"t{i:02d}" for i in range(20)]
+    table = make_table(simplified + traditional, ["zh"] * 40, ids=ids)
+    summary, out, root = dedup_runner(table, normalize=NormalizeConfig(t2s=True))
+    assert kept_ids(out) == set(ids[:20])
+    assert summary["clusters"] == 20 and summary["dropped"] == 20
+    audit = pq.read_table(root / "dedup" / "clusters.parquet").to_pylist()
+    assert {(r["id"], r["cluster"]) for r in audit if not r["kept"]} == {
+        (f"t{i:02d}", f"s{i:02d}") for i in range(20)
+    }
+    _, plain, _ = dedup_runner(table)
+    assert len(kept_ids(plain)) > 20  # without t2s most traditional copies are missed

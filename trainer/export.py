@@ -1,0 +1,135 @@
+"""Exported weights: the hand-off to the next stage, to transformers and to inference.
+
+An export directory is a Hugging Face model directory whenever the model has a standard
+architecture (:func:`trainer.hf_model.unsupported_reason`; every preset has): Llama,
+Mistral or Qwen2 tensor names in ``model.safetensors``, ``config.json`` (plus a
+``dataforge`` entry: stage, step, tokens seen), ``generation_config.json`` and the
+tokenizer. ``transformers.AutoModelForCausalLM.from_pretrained(path)`` loads it. The
+tokenizer is the trainer's tokenizer directory converted to remote code (dataforge
+tokenizers, ``trust_remote_code=True``) or copied (Hugging Face tokenizers, or those of
+the model ``init_from`` imported). A model outside those architectures (LayerNorm, GELU,
+biases) is exported in the trainer's own layout (``model`` config + its tensor names),
+which ``init_from`` also reads
+(:mod:`trainer.pretrained`). Directories are written under ``.tmp-<name>`` and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+from trainer.config import ConfigError, TrainerConfig, to_plain
+from trainer.hf_model import hf_config, hf_weights, is_hf_model_dir, unsupported_reason
+from trainer.parallel import DistEnv, barrier
+
+__all__ = ["TOKENIZER_FILES", "export_checkpoint", "export_weights", "write_export"]
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+)
+"""A Hugging Face tokenizer's files, copied into an export when present."""
+
+
+def export_weights(
+    model: nn.Module, config: TrainerConfig, env: DistEnv, out_dir: Path, info: dict
+) -> None:
+    """Gather the full weights and write the export (collective; rank 0 writes)."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    weights = get_model_state_dict(model, options=options)
+    if env.is_main:
+        write_export(weights, config, out_dir, info)
+    barrier(env)
+
+
+def write_export(
+    weights: dict[str, torch.Tensor], config: TrainerConfig, out_dir: Path, info: dict
+) -> None:
+    """Write ``weights`` of ``config.model`` as an export directory (see the module doc)."""
+    model = config.model
+    tmp = out_dir.with_name(f".tmp-{out_dir.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    reason = unsupported_reason(model)
+    if reason is None:
+        special = _write_tokenizer(tmp, config.tokenizer, config.init_from)
+        save_file(hf_weights(weights, model), str(tmp / "model.safetensors"), {"format": "pt"})
+        card = hf_config(model, special) | {"dataforge": info}
+        _write_json(tmp / "config.json", card)
+        source_generation = Path(config.init_from or "") / "generation_config.json"
+        if config.init_from and source_generation.is_file():
+            shutil.copyfile(source_generation, tmp / "generation_config.json")
+        else:
+            _write_json(
+                tmp / "generation_config.json", {k: v for k, v in special.items() if v is not None}
+            )
+    else:
+        print(f"[trainer] export: trainer layout, not transformers ({reason})", flush=True)
+        if model.tie_embeddings:
+            weights = {k: v for k, v in weights.items() if k != "lm_head.weight"}
+        weights = {k: v.contiguous() for k, v in weights.items()}
+        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        _write_json(tmp / "config.json", {"model": to_plain(model), **info})
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False), "utf-8")
+
+
+def _write_tokenizer(out: Path, tokenizer: str | None, init_from: str | None) -> dict[str, Any]:
+    """Put the tokenizer next to the weights; returns its special ids for config.json."""
+    if tokenizer and (Path(tokenizer) / "spm.model").is_file():
+        from dataforge.tokenization.hf_export import write_hf_tokenizer
+
+        return write_hf_tokenizer(tokenizer, out)
+    source = tokenizer if tokenizer and Path(tokenizer).is_dir() else init_from
+    if source is None:
+        return {}
+    for name in TOKENIZER_FILES:
+        if (Path(source) / name).is_file():
+            shutil.copyfile(Path(source) / name, out / name)
+    if init_from and is_hf_model_dir(init_from):
+        card = json.loads((Path(init_from) / "config.json").read_text(encoding="utf-8"))
+        return {k: card.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    return {}
+
+
+def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
+    """``dataforge train export CKPT``: the export of a checkpoint's weights.
+
+    Raises:
+        ConfigError: ``checkpoint`` is not a complete checkpoint directory.
+    """
+    from trainer.config import config_from_mapping
+
+    checkpoint, out_dir = Path(checkpoint), Path(out_dir)
+    meta_path = checkpoint / "meta.json"
+    if not meta_path.is_file() or not (checkpoint / "train_state.pt").is_file():
+        raise ConfigError(
+            f"{checkpoint}: not a complete checkpoint (needs meta.json and train_state.pt; "
+            "give a <checkpoint.dir>/step_N directory)"
+        )
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    state = torch.load(checkpoint / "train_state.pt", mmap=True, weights_only=True)
+    config = config_from_mapping(json.loads(state["config"]), f"{checkpoint}/train_state.pt")
+    loop = state["loop"]
+    info = {"stage": meta["stage"], "step": meta["step"], "tokens_seen": loop.get("tokens", 0)}
+    write_export(state["model"], config, out_dir, info | {"tokenizer": config.tokenizer})
+    return out_dir
