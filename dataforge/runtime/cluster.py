@@ -121,7 +121,7 @@ def connect(config: PipelineConfig, address: str | None) -> str:
             _match_auth_mode(address)
         try:
             ray.init(address=address, runtime_env=env, log_to_driver=True)
-        except (ConnectionError, RuntimeError) as exc:
+        except (ConnectionError, RuntimeError, ray.exceptions.RayError) as exc:
             mode = os.environ.get("RAY_AUTH_MODE", "disabled")
             raise ClusterError(
                 f"cannot join the Ray cluster at {address}: {exc} (RAY_AUTH_MODE={mode}; a "
@@ -144,7 +144,12 @@ def connect(config: PipelineConfig, address: str | None) -> str:
 
 def cluster_wants_token(address: str) -> bool | None:
     """Ask the cluster's GCS, without a token, whether it wants one: True (token
-    authentication on), False (off), None (no answer, or not a ``host:port`` address)."""
+    authentication on), False (off), None (not a ``host:port`` address, or an answer
+    that says neither).
+
+    Raises:
+        ClusterError: nothing answers at ``address`` within ten seconds.
+    """
     import grpc
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
@@ -156,6 +161,11 @@ def cluster_wants_token(address: str) -> bool | None:
         try:
             stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=_PROBE_TIMEOUT_S)
         except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise ClusterError(
+                    f"no Ray cluster answers at {address} ({exc.code().name}); start one with "
+                    "`ray start --head` or check the address and port"
+                ) from None
             return True if exc.code() == grpc.StatusCode.UNAUTHENTICATED else None
     return False
 
