@@ -197,7 +197,9 @@ def at_scale(args) -> int:
             "per core",
             flush=True,
         )
-        ray.init(num_cpus=args.shards, include_dashboard=False, log_to_driver=False)
+        ray.init(
+            address="local", num_cpus=args.shards, include_dashboard=False, log_to_driver=False
+        )
         ctx = BarrierContext(
             parts=parts,
             decision_dir=tmp / "decisions",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -46,9 +47,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     out = _output_dir(args, config)
+    if not (args.address or config.ray.address or os.environ.get("RAY_ADDRESS")):
+        # Ray 2.60 turns token authentication on for a new local cluster and warns when the
+        # mode was left unset; we set it to that secure default, before Ray reads it at import.
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
     from dataforge.runtime.cluster import ClusterError
+    from dataforge.runtime.progress import RunProgress
     from dataforge.runtime.ray_runner import run_on_ray
 
+    progress = RunProgress(mode=args.progress, verbose=args.verbose)
     try:
         manifest = run_on_ray(
             config,
@@ -56,6 +63,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             address=args.address,
             overwrite=args.overwrite,
             log=lambda m: print(f"[dataforge] {m}", file=sys.stderr, flush=True),
+            progress=progress,
         )
     except RunDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -66,6 +74,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except OSError as exc:  # e.g. a full disk or a permission before any task ran
         print(f"error: run failed: {one_line(exc, out)}", file=sys.stderr)
         return 1
+    _write_report(out)
     total = manifest["counts"]["total"]
     print(
         json.dumps(
@@ -79,6 +88,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
             ensure_ascii=False,
         )
     )
+    return 0
+
+
+def _write_report(out: Path) -> None:
+    """``OUT/report.html`` after a run; a report that cannot be drawn does not fail the run
+    (its data is all in the manifest), it is said once."""
+    from dataforge.report import write_report
+
+    try:
+        path = write_report(out)
+    except Exception as exc:  # noqa: BLE001 - the run succeeded; say why the report did not
+        print(f"[dataforge] report not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    print(f"[dataforge] report: {path}", file=sys.stderr, flush=True)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from dataforge.report import ReportError, write_report
+
+    try:
+        path = write_report(Path(args.path), Path(args.output) if args.output else None)
+    except ReportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(path)
     return 0
 
 
@@ -145,7 +179,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="replace a run of another config or input set in OUT (removes only what "
         "dataforge wrote; never a folder that is not a run)",
     )
+    run.add_argument(
+        "--progress",
+        choices=("auto", "live", "plain", "off"),
+        default="auto",
+        help="auto: a live table in a terminal, else a status line every 10 s "
+        "(DATAFORGE_PROGRESS_INTERVAL)",
+    )
+    run.add_argument(
+        "-v", "--verbose", action="store_true", help="a line per task, and Ray's own info lines"
+    )
     run.set_defaults(func=_cmd_run)
+
+    rep = sub.add_parser(
+        "report",
+        help="write an HTML report of a pipeline run or a training run",
+        description="Write one self-contained HTML file with plots: for a pipeline run "
+        "directory (manifest.json) or a training run directory (metrics.jsonl).",
+    )
+    rep.add_argument("path", metavar="OUT|RUN_DIR")
+    rep.add_argument("-o", "--output", metavar="FILE", help="default: PATH/report.html")
+    rep.set_defaults(func=_cmd_report)
 
     val = sub.add_parser(
         "validate",

@@ -196,9 +196,9 @@ def _decode_tokens(root: Path, tokens: np.ndarray) -> str | None:
             if not path.is_absolute():
                 path = Path(config.get("base_dir", ".")) / path
             try:
-                from dataforge.tokenization import Tokenizer
+                from dataforge.tokenization.hf_tokenizer import load_tokenizer
 
-                return Tokenizer.load(path).decode([int(t) for t in tokens])
+                return load_tokenizer(path).decode([int(t) for t in tokens])
             except Exception as exc:  # noqa: BLE001 - inspect still prints the ids
                 return f"<cannot decode: {exc}>"
     return None

@@ -23,13 +23,13 @@ $(PRETRAIN_EXPORT): | $(VENV_STAMP)
 	test -f out/demo/mds/index.json || $(MAKE) demo
 	$(TRAIN) pretrain trainer/configs/pretrain_tiny.yaml
 
-demo-sft: out/sft_demo/mds/index.json $(PRETRAIN_EXPORT)
+demo-sft: out/sft_demo/mds/index.json out/sft_demo_heldout/mds/index.json $(PRETRAIN_EXPORT)
 	$(TRAIN) sft trainer/configs/sft_tiny.yaml
 
-$(SFT_EXPORT): | out/sft_demo/mds/index.json $(PRETRAIN_EXPORT)
+$(SFT_EXPORT): | out/sft_demo/mds/index.json out/sft_demo_heldout/mds/index.json $(PRETRAIN_EXPORT)
 	$(TRAIN) sft trainer/configs/sft_tiny.yaml
 
-demo-dpo: out/dpo_demo/mds/index.json $(SFT_EXPORT)
+demo-dpo: out/dpo_demo/mds/index.json out/dpo_demo_heldout/mds/index.json $(SFT_EXPORT)
 	$(TRAIN) dpo trainer/configs/dpo_tiny.yaml
 bench-trainer: $(TRAINER_BENCH_DIR)/train_step_overhead.txt $(TRAINER_BENCH_DIR)/train_mfu_cpu.txt
 

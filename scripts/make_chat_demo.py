@@ -9,6 +9,9 @@ Real text only, rearranged into chat records (deterministic: inputs sorted, no r
   that label, rejected = one with the other label; docs_en -> "what is module X for?",
   chosen = X's summary, rejected = another module's summary.
 
+Every tenth record (by position) goes to ``sft_heldout.jsonl`` / ``dpo_heldout.jsonl``
+instead: the held-out sets the tiny SFT and DPO configs evaluate on (``eval:``).
+
 Every record has ``id`` and ``prompt`` (the reader's ``text_key``), plus ``response`` /
 ``system`` / ``messages`` (SFT) or ``chosen`` / ``rejected`` (DPO) for ``meta_keys``.
 
@@ -22,6 +25,7 @@ import gzip
 import json
 from pathlib import Path
 
+HELD_OUT_EVERY = 10
 REVIEW_SYSTEM = "你是商品评论分析助手。"
 LABEL_ZH = {"pos": "正面", "neg": "负面"}
 
@@ -132,10 +136,15 @@ def main() -> int:
         sft_records(reviews, modules, args.reviews),
         dpo_records(reviews, modules, args.reviews),
     )
-    write_jsonl(args.out / "sft.jsonl", sft)
-    write_jsonl(args.out / "dpo.jsonl", dpo)
-    (args.out / ".done").write_text(json.dumps({"sft": len(sft), "dpo": len(dpo)}) + "\n")
-    print(f"{args.out}: sft {len(sft)} records, dpo {len(dpo)} records")
+    counts = {}
+    for name, records in (("sft", sft), ("dpo", dpo)):
+        held_out = records[::HELD_OUT_EVERY]
+        kept = [r for i, r in enumerate(records) if i % HELD_OUT_EVERY]
+        write_jsonl(args.out / f"{name}.jsonl", kept)
+        write_jsonl(args.out / f"{name}_heldout.jsonl", held_out)
+        counts |= {name: len(kept), f"{name}_heldout": len(held_out)}
+    (args.out / ".done").write_text(json.dumps(counts) + "\n")
+    print(f"{args.out}: " + ", ".join(f"{k} {v} records" for k, v in counts.items()))
     return 0
 
 

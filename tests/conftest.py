@@ -79,3 +79,44 @@ def pipeline_file(tmp_path: Path, small_corpus: Path) -> Path:
         output: {path: out/small, format: mds, size_limit: 4096}
     """,
     )
+
+
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+
+
+def read_demo_texts(source: str, limit: int) -> list[str]:
+    """The first ``limit`` texts of a demo-corpus source (``make demo-data``), read with
+    dataforge's own reader; skips the test when the corpus is not built."""
+    from dataforge.config import InputConfig, ReadConfig
+    from dataforge.io.readers import InputTask, TaskReader
+
+    if not (DEMO / ".done").is_file():
+        pytest.skip(f"demo corpus not built ({DEMO}/.done missing): run `make demo-data`")
+    fmt = "parquet" if source == "pkgdesc_en" else "jsonl"
+    texts: list[str] = []
+    for path in sorted((DEMO / source).glob("part-*")):
+        task = InputTask("000-000000", source, str(path), path.name, path.stat().st_size)
+        reader = TaskReader(
+            task, InputConfig(name=source, path=str(path), format=fmt), ReadConfig()
+        )
+        for batch in reader.batches():
+            texts += [
+                t
+                for t, d in zip(batch["text"].to_pylist(), batch["drop"].to_pylist(), strict=True)
+                if d is None
+            ]
+            if len(texts) >= limit:
+                return texts[:limit]
+    return texts
+
+
+@pytest.fixture(scope="session")
+def demo_reader():
+    """:func:`read_demo_texts` for test modules (``demo_reader(source, limit)``)."""
+    return read_demo_texts
+
+
+@pytest.fixture(scope="session")
+def demo_zh_texts() -> list[str]:
+    """Real Chinese text: 300 People's Daily articles and 1,500 product reviews."""
+    return read_demo_texts("news_zh", 300) + read_demo_texts("reviews_zh", 1500)

@@ -32,6 +32,7 @@ __all__ = [
     "DistributedConfig",
     "DPOConfig",
     "EvalConfig",
+    "MetricsConfig",
     "ModelConfig",
     "OptimConfig",
     "TrainConfig",
@@ -42,6 +43,8 @@ __all__ = [
 ]
 
 STAGES = ("pretrain", "sft", "dpo")
+"""The CLI's stage commands (kept here, torch-free, for ``dataforge --help``); each is an
+entry of ``trainer.objectives.OBJECTIVES``."""
 ROPE_SCALINGS = ("default", "linear", "llama3")
 
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
@@ -300,6 +303,26 @@ class DPOConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class MetricsConfig:
+    """Live metrics besides ``metrics.jsonl`` (see :mod:`trainer.prometheus`)."""
+
+    prometheus_port: int | None = None
+    """Serve Prometheus text on this port (rank 0; 0 picks a free port); None: off."""
+    prometheus_host: str = "127.0.0.1"
+    """Address to bind; ``0.0.0.0`` lets a Prometheus on another machine scrape."""
+    ema_beta: float = 0.9
+    """Smoothing of the printed tokens/s and step time (exponential moving average)."""
+
+    def __post_init__(self) -> None:
+        if self.prometheus_port is not None and not 0 <= self.prometheus_port < 65536:
+            raise ValueError(
+                f"metrics.prometheus_port must be in [0, 65535], got {self.prometheus_port}"
+            )
+        if not 0.0 <= self.ema_beta < 1.0:
+            raise ValueError(f"metrics.ema_beta must be in [0, 1), got {self.ema_beta}")
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainerConfig:
     model: ModelConfig = ModelConfig()
     optim: OptimConfig = OptimConfig()
@@ -309,6 +332,7 @@ class TrainerConfig:
     distributed: DistributedConfig = DistributedConfig()
     dpo: DPOConfig = DPOConfig()
     eval: EvalConfig = EvalConfig()
+    metrics: MetricsConfig = MetricsConfig()
     tokenizer: str | None = None
     """Tokenizer directory; gives ``model.vocab_size`` when that is null."""
     init_from: str | None = None

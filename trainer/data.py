@@ -14,7 +14,9 @@ DPO batches carry the same keys prefixed ``chosen_`` and ``rejected_``, and opti
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
@@ -24,7 +26,13 @@ from trainer.config import ConfigError, TrainerConfig
 if TYPE_CHECKING:  # an annotation only: data and objectives are independent layers
     from trainer.objectives import Objective
 
-__all__ = ["BatchSource", "ListBatchSource", "SyntheticBatchSource", "build_batch_source"]
+__all__ = [
+    "BatchSource",
+    "ListBatchSource",
+    "SyntheticBatchSource",
+    "build_batch_source",
+    "check_data_vocab",
+]
 
 Batch = dict[str, torch.Tensor]
 
@@ -100,6 +108,40 @@ class SyntheticBatchSource:
         self.index = int(state["index"])
 
 
+TOKENIZING_OPS = ("tokenize", "format_sft", "format_dpo")
+
+
+def check_data_vocab(stream: str, vocab_size: int) -> None:
+    """Refuse shards whose pipeline tokenizer (from the run's ``manifest.json`` next to a
+    local ``mds/``) has more ids than the model has embeddings.
+
+    Raises:
+        ConfigError: the tokenizer is larger than the model.
+    """
+    from dataforge.tokenization.hf_tokenizer import tokenizer_vocab_size
+
+    manifest = Path(stream).parent / "manifest.json"
+    if "://" in stream or not manifest.is_file():
+        return
+    try:
+        pipeline = json.loads(manifest.read_text(encoding="utf-8")).get("config", {})
+    except (OSError, ValueError):
+        return  # not ours to judge here; the loader reads the shards themselves
+    for stage in pipeline.get("stages", []):
+        if stage.get("op") not in TOKENIZING_OPS or not stage.get("tokenizer"):
+            continue
+        path = Path(pipeline.get("base_dir", ".")) / stage["tokenizer"]
+        try:
+            ids = tokenizer_vocab_size(path)
+        except (OSError, ValueError):
+            continue  # moved or deleted since the run: nothing to compare with
+        if ids > vocab_size:
+            raise ConfigError(
+                f"data.loader.streams {stream}: tokenized with {path} ({ids} ids) but the "
+                f"model has {vocab_size} embeddings; token ids past the table would fail mid-step"
+            )
+
+
 def build_batch_source(
     config: TrainerConfig, objective: Objective, rank: int, world_size: int
 ) -> BatchSource:
@@ -141,6 +183,8 @@ def build_batch_source(
             f"{config.model.max_seq_len}"
         )
     loader_config = from_mapping(LoaderConfig, raw, "data.loader")
+    for stream in loader_config.streams:
+        check_data_vocab(stream.path, config.model.vocab_size)
     try:
         return build_dataloader(loader_config)
     except (FileNotFoundError, ValueError) as exc:  # missing shards or columns

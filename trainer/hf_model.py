@@ -91,7 +91,8 @@ def model_config_from_hf(hf: dict[str, Any], where: str) -> ModelConfig:
             rope_theta=float(hf.get("rope_theta", 10000.0)),
             rope_scaling=dict(rope_scaling) if rope_scaling else None,
             sliding_window=window,
-            tie_embeddings=bool(hf.get("tie_word_embeddings", model_type != "llama")),
+            # transformers' default for all three config classes
+            tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
             qkv_bias=model_type == "qwen2",
             init_std=hf.get("initializer_range", 0.02),
         )

@@ -22,13 +22,14 @@ import torch
 from torch import nn
 
 from trainer.checkpoint import Checkpointer
-from trainer.config import STAGES, ConfigError, OptimConfig, TrainerConfig
+from trainer.config import ConfigError, OptimConfig, TrainerConfig
+from trainer.console import Console
 from trainer.data import BatchSource, build_batch_source
 from trainer.evaluate import Evaluator, build_eval_source
 from trainer.export import export_weights
 from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats, startup_summary
 from trainer.model import Transformer, flops_per_token
-from trainer.objectives import Objective, build_objective
+from trainer.objectives import OBJECTIVES, Objective, build_objective
 from trainer.parallel import (
     DTYPES,
     DistEnv,
@@ -39,6 +40,7 @@ from trainer.parallel import (
     unwrap,
 )
 from trainer.pretrained import load_exported, resolve_model
+from trainer.prometheus import live_exporter
 
 __all__ = ["TrainingError", "TrainResult", "build_optimizer", "lr_factor", "train", "train_step"]
 
@@ -232,8 +234,10 @@ def train(
         ConfigError: invalid stage, resume mode, or config/checkpoint/data mismatch.
         TrainingError: ``train.max_bad_steps`` consecutive non-finite steps.
     """
-    if stage not in STAGES or resume not in ("auto", "scratch"):
-        raise ConfigError(f"stage {stage!r}/resume {resume!r}; valid: {STAGES} / auto, scratch")
+    if stage not in OBJECTIVES or resume not in ("auto", "scratch"):
+        raise ConfigError(
+            f"stage {stage!r}/resume {resume!r}; valid: {', '.join(OBJECTIVES)} / auto, scratch"
+        )
     if config.train.precision == "fp16" and config.distributed.strategy == "fsdp":
         raise ConfigError("precision fp16 with fsdp is not supported (no sharded scaler); use bf16")
     config = resolve_model(config)
@@ -296,14 +300,14 @@ def _train(
         ckpt.supersede_existing()
     if latest is not None:
         loop |= ckpt.load(latest, stage, objects, source)
-        if env.is_main:
-            print(f"[trainer] resumed from {latest} at step {loop['step']}", flush=True)
-    if env.is_main:
-        print(startup_summary(config, unwrap(run.model), stage, env.world_size), flush=True)
+    console = Console(config, stage, env.is_main)
+    summary = startup_summary(config, unwrap(run.model), stage, env.world_size)
+    console.start(summary, env.world_size, str(env.device), latest, loop["step"])
     peak = device_peak_flops(env.device, config.train.precision, config.train.peak_tflops)
     # Records past the resumed step were written by the run that died after it; they are
     # recomputed now, so they go (a fresh start keeps none).
     metrics = MetricsWriter(config.run_dir, env.is_main, config.train.tensorboard, loop["step"])
+    exporter = live_exporter(config.metrics, env)
     batches, losses, saved, start_step = _endless(source), [], None, loop["step"]
     try:
         while loop["step"] < config.train.max_steps:
@@ -317,25 +321,32 @@ def _train(
             record["mfu"] = (
                 out["flops"] / record["step_time_s"] / (peak * env.world_size) if peak else None
             )
-            metrics.write(record | memory_stats(env.device))
+            record |= memory_stats(env.device)
+            metrics.write(record)
+            console.step(record)
+            if exporter is not None:
+                exporter.update(record, int(out["tokens"]) if out["applied"] else 0)
             if not out["applied"]:
                 continue
             losses.append(out["loss"])
-            if env.is_main and loop["step"] % config.train.log_interval == 0:
-                _print_record(record)
             done = loop["step"] >= config.train.max_steps
             if evaluator is not None and _eval_due(config, loop["step"], done):
                 _evaluate(run, evaluator, loop, metrics)
             if loop["step"] % config.checkpoint.interval == 0 or done:
                 objects["loop"], objects["config"] = dict(loop), config.to_json()
                 saved = ckpt.save(loop["step"], stage, objects, source)
+                console.checkpoint(saved, loop["step"])
     finally:
         metrics.close()
+        if exporter is not None:
+            exporter.close()
         for closable in (source, evaluator):
             if hasattr(closable, "close"):
                 closable.close()
     export_dir = Path(config.checkpoint.export_dir or Path(config.checkpoint.dir) / "export")
     export_weights(run.model, config, env, export_dir, _export_info(run, loop))
+    console.export(export_dir)
+    console.finish(loop["step"], loop["tokens"], loop["skipped"])
     return TrainResult(loop["step"], losses, loop["skipped"], saved, export_dir)
 
 
@@ -389,13 +400,3 @@ def _account(loop: dict, out: dict, config: TrainerConfig, elapsed: float, t_dat
         "data_wait_frac": t_data / elapsed,
         "skipped_steps": loop["skipped"],
     }
-
-
-def _print_record(record: dict[str, Any]) -> None:
-    mfu = f" mfu {record['mfu']:.1%}" if record["mfu"] is not None else ""
-    print(
-        f"step {record['step']:>6} loss {record['loss']:.4f} lr {record['lr']:.2e} "
-        f"gnorm {record['grad_norm']:.3f} tok/s {record['tokens_per_s']:,.0f}{mfu} "
-        f"data {record['data_wait_frac']:.1%}",
-        flush=True,
-    )

@@ -11,6 +11,7 @@ import dataclasses
 import typing
 from typing import Literal
 
+from dataforge.io.decoding import check_encoding
 from dataforge.typed_config import check_choices, check_range
 
 __all__ = ["INPUT_FORMATS", "MIN_SPLIT_BYTES", "InputConfig", "ReadConfig"]
@@ -37,15 +38,24 @@ class InputConfig:
     """Input keys copied into the record's ``meta``."""
     txt_unit: Literal["line", "file", "paragraph"] = "line"
     """For ``txt``: one document per line, per file, or per blank-line-separated paragraph."""
+    encoding: str = "utf-8"
+    """jsonl/txt bytes: ``utf-8``, ``auto`` (decided per file: BOM, strict UTF-8, then a
+    detector preferring GB18030), or a codec name (``gb18030``, ``big5``, ``utf-16``...).
+    A byte-order mark always wins. See :mod:`dataforge.io.decoding`."""
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
             raise ValueError(f"input name must be non-empty without '/': {self.name!r}")
         check_choices(self)
+        check_encoding(self.encoding)
+        if self.format == "parquet" and self.encoding != "utf-8":
+            raise ValueError(
+                f"encoding {self.encoding!r} applies to jsonl and txt; parquet strings are UTF-8"
+            )
 
 
 MAX_BATCH_ROWS = 1 << 22
-MAX_DOC_CHARS = 1 << 28  # the reader's line cap is a few times this, kept inside memory
+MAX_DOC_CHARS = 1 << 28  # a jsonl line may hold 12x this (worst JSON escaping)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,6 +4,18 @@ Every physical record becomes exactly one row: a record that cannot be used (mal
 JSON, missing or non-string text, over ``max_doc_chars``, invalid UTF-8 under
 ``invalid_utf8: drop``) is emitted with its drop reason so that the runtime counts it.
 Lines are read with a bounded ``readline`` so a 100 MB line never sits in memory whole.
+
+Text formats (jsonl, txt) are decoded by :mod:`dataforge.io.decoding` before lines are
+split: the source's ``encoding`` (``utf-8`` by default, ``auto``, or a codec name) decides
+per file, a byte-order mark is stripped (event ``bom_stripped``), and every record of a
+file decoded from another codec counts an event ``transcoded:<codec>``. A file that
+decodes under no candidate is dropped record by record (``invalid_encoding``). A record
+whose bytes the reader had to repair and whose text is then mostly U+FFFD (more than
+``decoding.MOJIBAKE_SHARE`` of its non-space characters: what a file read in the wrong
+codec looks like) is dropped as
+``invalid_utf8`` whatever ``read.invalid_utf8`` says; :meth:`TaskReader.decoding_report`
+tells the driver how many records of the file needed repair, so that a file read in the
+wrong codec is reported by name.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from dataforge.io.decoding import Decision, file_report, mostly_replacement, open_decoded
 from dataforge.io.files import match_files
 from dataforge.io.input_config import InputConfig, ReadConfig
 from dataforge.records import BASE_SCHEMA
@@ -32,10 +45,15 @@ from dataforge.text.surrogates import replace_lone_surrogates
 
 __all__ = ["InputTask", "ReadError", "TaskReader", "plan_input_tasks"]
 
-# surrogateescape maps each undecodable byte to U+DC80..U+DCFF: finding one means the
-# line held invalid UTF-8.
-_ESCAPED_BYTES = re.compile("[\udc80-\udcff]+")
-_LINE_SLACK = 4  # JSON escapes can make a line several times longer than its text
+# The decoding layer maps each undecodable byte to U+DC00..U+DCFF: finding one means the
+# line held bytes its codec cannot decode.
+_ESCAPED_BYTES = re.compile("[\udc00-\udcff]+")
+
+# The line cap only keeps a monster line out of memory; ``max_doc_chars`` is checked on the
+# decoded text. A JSON line can spell each character as "\uXXXX" (6 characters, 12 for a
+# character outside the BMP), plus the other keys of the record.
+_JSON_ESCAPE_WORST = 12
+_JSON_LINE_OVERHEAD = 1 << 16
 
 
 class ReadError(RuntimeError):
@@ -201,12 +219,21 @@ class TaskReader:
         self.source = source
         self.read = read
         self.events: Counter[str] = Counter()
+        self.decision: Decision | None = None
+        self._repaired_records = 0
+        self._repaired = False
         self._seen_ids: set[str] = set(task.known_ids)
         self._ord_counter = -1
 
     def accepted_ids(self) -> set[str]:
         """Ids of the records read so far that were not dropped while reading."""
         return self._seen_ids.difference(self.task.known_ids)
+
+    def decoding_report(self) -> dict[str, Any] | None:
+        """How this task's file was decoded (None for parquet); see :func:`file_report`."""
+        if self.decision is None:
+            return None
+        return file_report(self.decision, self._ord_counter + 1, self._repaired_records)
 
     def batches(self) -> Iterator[pa.Table]:
         rows: list[dict[str, Any]] = []
@@ -236,11 +263,19 @@ class TaskReader:
             for lineno, line, too_long in self._lines():
                 yield self._row_from_line(lineno, line, too_long)
 
+    def _open_text(self, raw: BinaryIO) -> io.TextIOBase:
+        text, self.decision = open_decoded(raw, self.source.encoding)
+        if self.decision.bom:
+            self.events["bom_stripped"] += 1
+        return text
+
     def _lines(self) -> Iterator[tuple[int, str, bool]]:
-        limit = self.read.max_doc_chars * (_LINE_SLACK if self.source.format == "jsonl" else 1) + 2
+        if self.source.format == "jsonl":
+            limit = self.read.max_doc_chars * _JSON_ESCAPE_WORST + _JSON_LINE_OVERHEAD
+        else:
+            limit = self.read.max_doc_chars + 2
         with _open_task(self.task) as raw:
-            # newline=None: \r\n, \r and \n all end a line (CR-only files are common in old corpora)
-            text = io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape", newline=None)
+            text = self._open_text(raw)
             lineno = self.task.first_record
             while True:
                 line = text.readline(limit)
@@ -269,6 +304,12 @@ class TaskReader:
 
     def _finish(self, row: dict[str, Any]) -> dict[str, Any]:
         row["_ord"] = self._next_ord()
+        self._repaired = False
+        decision = self.decision
+        if decision is not None and decision.undecodable:
+            row["drop"], row["text"] = "invalid_encoding", ""
+        elif decision is not None and decision.transcoded:
+            self.events[f"transcoded:{decision.encoding}"] += 1
         if row["drop"] is None:
             if row["id"] in self._seen_ids:
                 row["drop"] = "duplicate_id"
@@ -283,6 +324,8 @@ class TaskReader:
     def _fix_utf8(self, text: str) -> tuple[str, str | None]:
         if not _ESCAPED_BYTES.search(text):
             return text, None
+        self._repaired_records += 1
+        self._repaired = True  # until _finish: U+FFFD in this record came from its bytes
         if self.read.invalid_utf8 == "drop":
             return "", "invalid_utf8"
         self.events["invalid_utf8_replaced"] += 1
@@ -344,25 +387,26 @@ class TaskReader:
             row["drop"] = "too_long"
         elif not text.strip():
             row["drop"] = "empty"
+        elif self._repaired and mostly_replacement(text):
+            row["drop"] = "invalid_utf8"
         else:
             row["text"] = text
         return row
 
     def _txt_file_row(self) -> Iterator[dict[str, Any]]:
         with _open_binary(self.task.path) as raw:
-            data = raw.read(self.read.max_doc_chars * 4 + 1)
-            overflow = len(data) > self.read.max_doc_chars * 4
+            data = self._open_text(raw).read(self.read.max_doc_chars + 1)
         row = self._base_row("0")
-        if overflow:
+        if len(data) > self.read.max_doc_chars:
             row["drop"] = "too_long"
             yield self._finish(row)
             return
-        text, bad = self._fix_utf8(data.decode("utf-8", errors="surrogateescape"))
+        text, bad = self._fix_utf8(data)
         if bad:
             row["drop"] = bad
             yield self._finish(row)
             return
-        yield self._finish(self._with_text(row, text.replace("\r\n", "\n").replace("\r", "\n")))
+        yield self._finish(self._with_text(row, text))
 
     def _txt_paragraph_rows(self) -> Iterator[dict[str, Any]]:
         para: list[str] = []

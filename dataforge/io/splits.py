@@ -11,7 +11,8 @@
   compressed column data; rows are numbered from the rows of the groups before.
 * **Compressed files** (``.gz``, ``.zst``) are one stream that can only be read from the
   start: they stay one task, whatever their size. So do ``txt`` files read per paragraph
-  or per file.
+  or per file, and files of a source whose ``encoding`` is not UTF-8 (decoding is decided
+  per file).
 
 Splits of a file get task ids ``<file task id>-<split:06d>``, which sort in file order;
 a file that fits one split keeps its file task id.
@@ -19,6 +20,7 @@ a file that fits one split keeps its file task id.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -47,6 +49,10 @@ def unsplittable_reason(task: InputTask, source: InputConfig) -> str | None:
         return "compressed single stream"
     if source.format == "txt" and source.txt_unit != "line":
         return f"txt_unit: {source.txt_unit}"
+    if source.format != "parquet" and codecs.lookup(source.encoding).name != "utf-8":
+        # Decoding is decided per file (BOM, detection) and a "\n" byte need not end a
+        # line in every codec (UTF-16): such a file is read whole.
+        return f"encoding: {source.encoding}"
     return None
 
 

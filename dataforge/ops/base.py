@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -47,11 +48,15 @@ class OpContext:
         seed: the pipeline seed (ops derive their own seeds from it).
         sources: source name -> language code, in YAML order.
         base_dir: directory that relative model/tokenizer paths resolve against.
+        record_langs: the languages a record can carry when it reaches this op, set when
+            an earlier ``lang_id`` stage decides them (its ``keep`` list; ``("*",)`` when
+            it keeps every language); None: each record has its source's language.
     """
 
     seed: int = 0
     sources: dict[str, str] = dataclasses.field(default_factory=dict)
     base_dir: str = "."
+    record_langs: tuple[str, ...] | None = None
 
 
 class Op:
@@ -66,6 +71,9 @@ class Op:
     def __init__(self, config: Any, context: OpContext | None = None) -> None:
         self.config = config
         self.context = context or OpContext()
+        self.events: Counter[str] = Counter()
+        """Counts of changes that kept the record (``convert:t2s``...); the runtime sums
+        them per task into the manifest's ``counts.by_source.<name>.events``."""
 
     def setup(self) -> None:
         """Load heavy state once per actor. Default: nothing to load."""
@@ -180,6 +188,7 @@ def _scatter(batch: pa.Table, live_idx: np.ndarray, live_out: pa.Table) -> pa.Ta
 # so that one op's heavy imports (jieba, kenlm, sentencepiece) are paid only when used.
 OP_REGISTRY: dict[str, str] = {
     "clean": "dataforge.ops.clean:Clean",
+    "lang_id": "dataforge.ops.lang_id:LangId",
     "quality_filter": "dataforge.ops.quality:QualityFilter",
     "perplexity_filter": "dataforge.ops.perplexity:PerplexityFilter",
     "dedup": "dataforge.ops.dedup:Dedup",

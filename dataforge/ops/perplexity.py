@@ -9,8 +9,9 @@ are dropped with reason ``perplexity`` outside ``[min_ppl, max_ppl]`` or outside
 
 A record whose language has no model follows ``missing_model``: ``keep`` passes it
 unscored, ``drop`` drops it (``perplexity:no_model``), ``error`` (default) makes
-``dataforge validate`` fail for any source of that language, and a record that still
-arrives is counted as ``error:perplexity_no_model``.
+``dataforge validate`` fail for any source of that language (or, after a ``lang_id``
+stage, any language it keeps), and a record that still arrives is counted as
+``error:perplexity_no_model``.
 """
 
 from __future__ import annotations
@@ -145,7 +146,19 @@ class PerplexityFilter(Filter):
         problems = []
         for lang, model_str in sorted(self.config.models.items()):
             problems += self._validate_model(lang, self._resolve(model_str))
-        if self.config.missing_model == "error":
+        record_langs = self.context.record_langs
+        if self.config.missing_model == "error" and record_langs is not None:
+            if "*" in record_langs:
+                problems.append(
+                    "perplexity_filter: an earlier lang_id keeps every language; set its keep "
+                    "list or missing_model: keep|drop"
+                )
+            for lang in sorted(set(record_langs) - set(self.config.models) - {"*"}):
+                problems.append(
+                    f"perplexity_filter: lang_id keeps {lang!r}, which has no model "
+                    f"(models: {sorted(self.config.models)}); add one or set missing_model: keep|drop"
+                )
+        elif self.config.missing_model == "error":
             for source, lang in self.context.sources.items():
                 if lang not in self.config.models:
                     problems.append(

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -97,30 +96,25 @@ def auth_token_available() -> bool:
     return (Path.home() / ".ray" / "auth_token").is_file()
 
 
-def connect(config: PipelineConfig, address: str | None) -> str:
+def connect(config: PipelineConfig, address: str | None, verbose: bool = False) -> str:
     """Join the cluster (see :func:`resolve_address`) or start embedded local Ray.
-    Returns a description for the log.
+    Returns a description for the log. Ray's own info lines show with ``verbose`` only
+    (they stay in Ray's session logs).
 
     Raises:
         ClusterError: the cluster at the address cannot be joined (the message says why,
             with the authentication settings in force).
     """
-    if not sys.stderr.isatty():
-        # Without a terminal Ray Data logs a progress table every few seconds; keep the
-        # log readable (our own per-task lines remain).
-        logging.getLogger("ray.data").setLevel(logging.WARNING)
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        # ...which Ray Data would otherwise announce with a warning on every run.
-        logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     if ray.is_initialized():
         return "already initialized Ray"
     address = resolve_address(config, address)
     env = {"env_vars": {"PYTHONHASHSEED": "0"}}
+    level = logging.INFO if verbose else logging.WARNING
     if address:
         if "RAY_AUTH_MODE" not in os.environ:
             _match_auth_mode(address)
         try:
-            ray.init(address=address, runtime_env=env, log_to_driver=True)
+            ray.init(address=address, runtime_env=env, log_to_driver=True, logging_level=level)
         except (ConnectionError, RuntimeError, ray.exceptions.RayError) as exc:
             mode = os.environ.get("RAY_AUTH_MODE", "disabled")
             raise ClusterError(
@@ -133,6 +127,7 @@ def connect(config: PipelineConfig, address: str | None) -> str:
     ray.init(
         # "local": without it ray.init() joins any cluster already running on this machine.
         address="local",
+        logging_level=level,
         num_cpus=config.ray.num_cpus or os.cpu_count() or 1,
         object_store_memory=config.ray.object_store_memory,
         include_dashboard=False,

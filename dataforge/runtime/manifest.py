@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from dataforge.config import PipelineConfig
 from dataforge.io.readers import InputTask
 from dataforge.io.sinks import write_json_atomic
 from dataforge.runtime.failures import RunFailed
@@ -27,6 +28,7 @@ __all__ = [
     "RunDirError",
     "check_accounting",
     "check_inputs_unchanged",
+    "decoding_warnings",
     "plan_changes",
     "prepare_run_dir",
     "sum_counts",
@@ -136,9 +138,8 @@ def sum_counts(seg_stats: list[list[dict[str, Any]]]) -> dict[str, Any]:
                 if k == last:
                     acc["kept"] += c["kept"]
                     acc["repeated"] += c["repeated"]
-            if k == 0:
-                for src in stats["by_source"]:
-                    by_source[src]["events"].update(stats.get("events", {}))
+            for src in stats["by_source"]:  # a task reads one source
+                by_source[src]["events"].update(stats.get("events", {}))
     total = {"input": 0, "kept": 0, "repeated": 0, "dropped": Counter()}
     for acc in by_source.values():
         total["input"] += acc["input"]
@@ -153,6 +154,33 @@ def sum_counts(seg_stats: list[list[dict[str, Any]]]) -> dict[str, Any]:
         "by_source": plain,
         "total": {**total, "dropped": dict(sorted(total["dropped"].items()))},
     }
+
+
+def decoding_warnings(
+    config: PipelineConfig, tasks: list[InputTask], decoding: dict[str, dict[str, Any] | None]
+) -> list[str]:
+    """One line per input file that was probably read in the wrong encoding: undecodable
+    under ``encoding: auto``, or with more than a small share of records holding bytes its
+    codec could not decode (see ``TaskReader.decoding_report``), with the setting to change."""
+    index = {s.name: i for i, s in enumerate(config.inputs)}
+    lines = []
+    for task in tasks:
+        report = decoding.get(task.task_id)
+        if not report or not report["suspect"]:
+            continue
+        key = f"inputs[{index[task.source]}].encoding"
+        if report["decided_by"] == "undecodable":
+            lines.append(
+                f"{task.path}: decodes under no candidate encoding; its {report['records']} "
+                f"records were dropped as invalid_encoding (set {key} to the file's codec)"
+            )
+            continue
+        lines.append(
+            f"{task.path}: {report['invalid_records']} of {report['records']} records held bytes "
+            f"invalid in {report['encoding']} (repaired with U+FFFD or dropped); the file is "
+            f"probably in another encoding: set {key} to auto or its codec (e.g. gb18030, big5)"
+        )
+    return lines
 
 
 def check_accounting(counts: dict[str, Any], records_in_output: int, max_error_rate: float) -> None:

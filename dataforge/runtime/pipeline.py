@@ -27,10 +27,12 @@ from dataforge.io.sinks import merge_mds_indexes, write_json_atomic
 from dataforge.io.splits import split_input_tasks
 from dataforge.runtime.barriers import BarrierContext, run_planner
 from dataforge.runtime.failures import RunFailed, collect_task_failures, driver_failure_message
+from dataforge.runtime.histograms import merge_distributions
 from dataforge.runtime.manifest import (
     AccountingError,
     check_accounting,
     check_inputs_unchanged,
+    decoding_warnings,
     prepare_run_dir,
     sum_counts,
     versions,
@@ -42,6 +44,7 @@ from dataforge.runtime.ownership import (
     describe_takeover,
     output_overlaps_inputs,
 )
+from dataforge.runtime.progress import RunProgress
 from dataforge.runtime.segments import Segment, SegmentRunner, build_segments, make_op
 from dataforge.runtime.split_ids import settle_split_ids
 
@@ -49,7 +52,8 @@ __all__ = ["Executor", "LocalExecutor", "run_pipeline"]
 
 
 class Executor(Protocol):
-    """Runs ``SegmentRunner(config, segment, work_dir).run_task(task)`` for many tasks."""
+    """Runs ``SegmentRunner(config, segment, work_dir).run_task(task)`` for many tasks and
+    calls ``on_task(stats)`` as each one commits."""
 
     num_cpus: int
 
@@ -62,7 +66,7 @@ class Executor(Protocol):
         segment: Segment,
         work_dir: Path,
         tasks: list[dict[str, Any]],
-        log: Callable[[str], None],
+        on_task: Callable[[dict[str, Any]], None],
     ) -> None: ...
 
 
@@ -75,10 +79,10 @@ class LocalExecutor:
     def check_paths(self, config, work, tasks) -> None:
         """Tasks run in this process, which sees what the driver sees."""
 
-    def run_segment(self, config, segment, work_dir, tasks, log) -> None:
+    def run_segment(self, config, segment, work_dir, tasks, on_task) -> None:
         runner = SegmentRunner(config, segment, str(work_dir))
         for task in tasks:
-            runner.run_task(task)
+            on_task(runner.run_task(task))
 
 
 def _log(msg: str) -> None:
@@ -92,6 +96,7 @@ def run_pipeline(
     *,
     overwrite: bool = False,
     log: Callable[[str], None] = _log,
+    progress: RunProgress | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) ``config`` into ``out``. Returns the manifest.
 
@@ -106,6 +111,7 @@ def run_pipeline(
             written with ``status: failed`` and no dataset index).
         RunFailed: a task or the driver failed; one or two lines, the trace in ``OUT/logs/``.
     """
+    progress = progress or RunProgress.silent()
     sha = config_sha256(config)
     out = Path(out)
     input_tasks = split_input_tasks(
@@ -129,60 +135,77 @@ def run_pipeline(
         executor.check_paths(config, out / "_work", input_tasks)
         run = _Run(config, out, out / "_work", sha, time.time(), log, input_tasks,
                    build_segments(config))  # fmt: skip
+        progress.start({t.task_id: t.bytes if t.length is None else t.length for t in input_tasks})
         try:
-            return _execute(run, executor)
+            manifest = _execute(run, executor, progress)
+            progress.finish(manifest)
+            return manifest
         except (AccountingError, RunFailed):
             raise
         except Exception as exc:  # noqa: BLE001 - reported in one line, the trace kept in logs/
             raise RunFailed(driver_failure_message(out, exc)) from exc
+        finally:
+            progress.close()
     finally:
         lock.release()
 
 
-def _execute(run: _Run, executor: Executor) -> dict[str, Any]:
-    config, work = run.config, run.work
+def _execute(run: _Run, executor: Executor, progress: RunProgress) -> dict[str, Any]:
     for segment in run.segments:
         if segment.barrier_in is not None:
             stage_index, stage = segment.barrier_in
             t0 = time.time()
+            progress.barrier_started(stage_index, stage.op)
             run.barrier_summaries[stage_index] = _run_barrier(
-                config, run.out, work, segment.index - 1, stage_index, stage, run.seg_stats[-1],
-                executor,
+                run.config, run.out, run.work, segment.index - 1, stage_index, stage,
+                run.seg_stats[-1], executor,
             )  # fmt: skip
+            progress.barrier_finished()
             run.timings[f"barrier{stage_index}:{stage.op}"] = round(time.time() - t0, 3)
-        tasks = _segment_tasks(segment, run.input_tasks, work)
-        seg_dir = work / f"seg{segment.index}"
-        pending = [t for t in tasks if not (seg_dir / f"{t['task_id']}.done").exists()]
-        run.log(
-            f"segment {segment.index}: {len(pending)} of {len(tasks)} tasks to run "
-            f"(ops: {[s.op for _, s in segment.stages] or '-'})"
-        )
-        t0 = time.time()
-        if pending:
-            try:
-                executor.run_segment(config, segment, work, pending, run.log)
-            except Exception as exc:
-                failures = collect_task_failures(seg_dir, [t["task_id"] for t in pending])
-                if not failures:
-                    raise
-                more = f" (and {len(failures) - 1} more failed tasks)" if len(failures) > 1 else ""
-                trace = failures[0]["trace"]
-                raise RunFailed(
-                    failures[0]["message"] + more + (f"\nfull trace: {trace}" if trace else "")
-                ) from exc
-        if segment.index == 0:
-            run.input_tasks = settle_split_ids(
-                work / "seg0",
-                run.input_tasks,
-                config,
-                lambda redo, seg=segment: executor.run_segment(
-                    config, seg, work, _segment_tasks(seg, redo, work), run.log
-                ),
-            )
-        run.timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
-        run.seg_stats.append([_read_marker(work, segment.index, t["task_id"]) for t in tasks])
+        _run_segment(run, segment, executor, progress)
     check_inputs_unchanged(run.input_tasks)
     return _commit(run)
+
+
+def _run_segment(run: _Run, segment: Segment, executor: Executor, progress: RunProgress) -> None:
+    """The segment's pending tasks; a failed task is reported in one line (RunFailed)."""
+    config, work = run.config, run.work
+    tasks = _segment_tasks(segment, run.input_tasks, work)
+    seg_dir = work / f"seg{segment.index}"
+    pending = [t for t in tasks if not (seg_dir / f"{t['task_id']}.done").exists()]
+    if len(pending) < len(tasks):  # progress shows the rest
+        run.log(
+            f"segment {segment.index}: {len(pending)} of {len(tasks)} tasks to run "
+            f"({len(tasks) - len(pending)} already committed)"
+        )
+    t0 = time.time()
+    progress.segment_started(
+        segment.index, [s.op for _, s in segment.stages], [t["task_id"] for t in pending]
+    )
+    if pending:
+        try:
+            executor.run_segment(config, segment, work, pending, progress.task_committed)
+        except Exception as exc:
+            failures = collect_task_failures(seg_dir, [t["task_id"] for t in pending])
+            if not failures:
+                raise
+            more = f" (and {len(failures) - 1} more failed tasks)" if len(failures) > 1 else ""
+            trace = failures[0]["trace"]
+            raise RunFailed(
+                failures[0]["message"] + more + (f"\nfull trace: {trace}" if trace else "")
+            ) from exc
+    if segment.index == 0:
+        run.input_tasks = settle_split_ids(
+            seg_dir,
+            run.input_tasks,
+            config,
+            lambda redo: executor.run_segment(
+                config, segment, work, _segment_tasks(segment, redo, work), lambda stats: None
+            ),
+        )
+    progress.segment_finished()
+    run.timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
+    run.seg_stats.append([_read_marker(work, segment.index, t["task_id"]) for t in tasks])
 
 
 @dataclasses.dataclass
@@ -335,6 +358,8 @@ def _commit(run: _Run) -> dict[str, Any]:
     final_seg = segments[-1].index
     task_ids = [t.task_id for t in input_tasks]
     counts = sum_counts(seg_stats)
+    decoding = {stats["task_id"]: stats.get("decoding") for stats in seg_stats[0]}
+    warnings = decoding_warnings(config, input_tasks, decoding)
     manifest: dict[str, Any] = {
         "name": config.name,
         "status": "failed",
@@ -343,13 +368,20 @@ def _commit(run: _Run) -> dict[str, Any]:
         "versions": versions(),
         "inputs": [
             {"source": t.source, "path": t.path, "bytes": t.bytes, "task_id": t.task_id}
+            | ({"decoding": decoding[t.task_id]} if decoding.get(t.task_id) else {})
             for t in input_tasks
         ],
         "counts": counts,
+        "warnings": warnings,
         "stages": _stage_report(config, seg_stats, barrier_summaries),
         "timings": timings,
+        "distributions": merge_distributions(
+            [s.get("distributions", {}) for stats in seg_stats for s in stats]
+        ),
     }
     sources = [s.name for s in config.inputs]
+    for warning in warnings:  # before the checks: a wrong encoding often fails the run
+        log(f"warning: {warning}")
     try:
         _check_unique_ids(work, final_seg, task_ids)
         parts = _move_parts(config, out, work, final_seg, task_ids)
@@ -417,14 +449,21 @@ def _collect_rejects(out: Path, work: Path, n_segments: int, task_ids: list[str]
 
 
 def _stage_report(config, seg_stats, barrier_summaries) -> list[dict[str, Any]]:
-    seconds: dict[str, float] = {}
+    """Per stage: ``seconds`` spent in it inside the tasks (summed over tasks, so actor-
+    seconds) and ``cpu_seconds`` of CPU those calls used."""
+    sums: dict[str, dict[str, float]] = {"op_seconds": {}, "op_cpu_seconds": {}}
     for stats_list in seg_stats:
         for stats in stats_list:
-            for key, value in stats.get("op_seconds", {}).items():
-                seconds[key] = seconds.get(key, 0.0) + value
+            for field, into in sums.items():
+                for key, value in stats.get(field, {}).items():
+                    into[key] = into.get(key, 0.0) + value
     report = []
     for i, stage in enumerate(config.stages):
-        entry: dict[str, Any] = {"op": stage.op, "cpu_seconds": round(seconds.get(str(i), 0.0), 3)}
+        entry: dict[str, Any] = {
+            "op": stage.op,
+            "seconds": round(sums["op_seconds"].get(str(i), 0.0), 3),
+            "cpu_seconds": round(sums["op_cpu_seconds"].get(str(i), 0.0), 3),
+        }
         if i in barrier_summaries:
             entry["summary"] = barrier_summaries[i]
         report.append(entry)

@@ -1,24 +1,22 @@
-"""Ray execution: each segment's tasks run on a Ray Data actor pool.
+"""Ray execution: each segment's tasks run on a pool of Ray actors.
 
 ``dataforge run`` starts embedded local Ray or joins a cluster
-(:mod:`dataforge.runtime.cluster`: connection, authentication, path checks). One Ray Data dataset of task descriptors per segment
-is mapped by :class:`_SegmentActor` (``compute=ActorPoolStrategy``): every actor loads the
-segment's ops once (jieba, KenLM, tokenizer) and processes whole input files, committing
-one part per task. The fused per-actor op chain avoids an Arrow hand-off between stages,
+(:mod:`dataforge.runtime.cluster`: connection, authentication, path checks). Each
+segment's task descriptors are handed to a pool of :class:`_SegmentActor`: every actor
+loads the segment's ops once (jieba, KenLM, tokenizer) and processes whole input files
+(or splits), committing one part per task. The fused per-actor op chain avoids an Arrow
+hand-off between stages,
 which on small machines costs more than the stages themselves.
 """
 
 from __future__ import annotations
 
-import json
-import warnings
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import ray
-from ray.util.annotations import RayDeprecationWarning
 
 from dataforge.config import PipelineConfig
 from dataforge.io.readers import InputTask
@@ -29,27 +27,31 @@ from dataforge.runtime.cluster import (
     resolve_run_paths,
 )
 from dataforge.runtime.pipeline import run_pipeline
+from dataforge.runtime.progress import RunProgress
+from dataforge.runtime.ray_metrics import RayMetrics
 from dataforge.runtime.segments import Segment, SegmentRunner
 
 __all__ = ["RayExecutor", "run_on_ray"]
 
 
 class _SegmentActor:
-    """Callable class for ``map_batches``: one SegmentRunner per actor."""
+    """One SegmentRunner per actor: the segment's ops load once and serve many tasks."""
 
     def __init__(self, config: PipelineConfig, segment: Segment, work_dir: str) -> None:
         self.runner = SegmentRunner(config, segment, work_dir)
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        results = []
-        for task_json in batch.column("task").to_pylist():
-            stats = self.runner.run_task(json.loads(task_json))
-            results.append(json.dumps({"task_id": stats["task_id"], "rows": stats["rows_written"]}))
-        return pa.table({"result": results})
+    def run_task(self, task: dict[str, Any]) -> dict[str, Any]:
+        return self.runner.run_task(task)
 
 
 class RayExecutor:
-    """Runs a segment's tasks on a Ray Data actor pool sized from the config or cluster."""
+    """Runs a segment's tasks on a pool of Ray actors sized from the config or cluster.
+
+    Plain actors rather than a Ray Data ``map_batches`` pool: the pool hands each idle actor
+    the next task and reports every committed task at once (live progress). The constructor
+    arguments are small enough for Ray to inline, so actor restarts (``max_restarts``) never
+    depend on objects in the object store.
+    """
 
     ray_available = True
 
@@ -70,40 +72,31 @@ class RayExecutor:
         segment: Segment,
         work_dir: Path,
         tasks: list[dict[str, Any]],
-        log: Callable[[str], None],
+        on_task: Callable[[dict[str, Any]], None],
     ) -> None:
         cpus_per_actor = config.ray.cpus_per_actor
         size = config.ray.actors or max(1, int(self.num_cpus // cpus_per_actor))
-        size = min(size, len(tasks))
-        ds = ray.data.from_items(
-            [{"task": json.dumps(t)} for t in tasks], override_num_blocks=len(tasks)
-        )
-        with warnings.catch_warnings():
-            # Ray 2.60 has no named parameter for the actors' restart limits yet and warns
-            # about passing them as remote args; the limits matter more than the warning.
-            warnings.simplefilter("ignore", RayDeprecationWarning)
-            ds = ds.map_batches(
-                _SegmentActor,
-                fn_constructor_kwargs={
-                    "config": config,
-                    "segment": segment,
-                    "work_dir": str(work_dir),
-                },
-                batch_size=1,
-                batch_format="pyarrow",
-                compute=ray.data.ActorPoolStrategy(size=size),
-                num_cpus=cpus_per_actor,
-                max_restarts=config.ray.max_task_retries,
-                max_task_retries=config.ray.max_task_retries,
-            )
-        done = 0
-        for row in ds.iter_rows():
-            done += 1
-            result = json.loads(row["result"])
-            log(
-                f"segment {segment.index}: task {result['task_id']} committed "
-                f"({result['rows']} rows) [{done}/{len(tasks)}]"
-            )
+        retries = config.ray.max_task_retries
+        actor_class = ray.remote(
+            num_cpus=cpus_per_actor, max_restarts=retries, max_task_retries=retries
+        )(_SegmentActor)
+        actors = [
+            actor_class.remote(config, segment, str(work_dir)) for _ in range(min(size, len(tasks)))
+        ]
+        queue = deque(tasks)
+        running: dict[ray.ObjectRef, Any] = {}
+        try:
+            for actor in actors:
+                running[actor.run_task.remote(queue.popleft())] = actor
+            while running:
+                (ready,), _ = ray.wait(list(running), num_returns=1)
+                actor = running.pop(ready)
+                on_task(ray.get(ready))
+                if queue:
+                    running[actor.run_task.remote(queue.popleft())] = actor
+        finally:
+            for actor in actors:
+                ray.kill(actor)
 
 
 def run_on_ray(
@@ -112,17 +105,20 @@ def run_on_ray(
     address: str | None = None,
     overwrite: bool = False,
     log: Callable[[str], None] | None = None,
+    progress: RunProgress | None = None,
 ) -> dict[str, Any]:
-    """``dataforge run``: resolve the run's paths, claim and lock ``out``, then start or
-    join Ray and run the pipeline on it (a refused or already complete run never starts
-    Ray)."""
+    """``dataforge run``: claim and lock ``out``, then start or join Ray and run the
+    pipeline on it (a refused or already complete run never starts Ray). The pipeline's
+    counters also go to Ray's metrics (:mod:`dataforge.runtime.ray_metrics`)."""
     config, out = resolve_run_paths(config, out)
     kwargs = {"log": log} if log else {}
+    progress = progress or RunProgress.silent()
 
     def start_ray() -> RayExecutor:
-        where = connect(config, address)
+        where = connect(config, address, verbose=progress.verbose)
         if log:
             log(f"running on {where}")
+        progress.listeners = (*progress.listeners, RayMetrics(config))
         return RayExecutor(config, cluster=resolve_address(config, address) is not None)
 
-    return run_pipeline(config, out, start_ray, overwrite=overwrite, **kwargs)
+    return run_pipeline(config, out, start_ray, overwrite=overwrite, progress=progress, **kwargs)

@@ -37,6 +37,7 @@ from dataforge.io.sinks import PartWriter, write_json_atomic
 from dataforge.ops.base import BarrierOp, Op, OpContext, op_class
 from dataforge.records import DROP
 from dataforge.runtime.failures import RunFailed, clear_task_failure, record_task_failure
+from dataforge.runtime.histograms import Distributions
 from dataforge.runtime.split_ids import is_split_with_ids, write_split_ids
 
 __all__ = ["Segment", "SegmentRunner", "build_segments", "make_op", "op_context"]
@@ -78,14 +79,25 @@ def build_segments(config: PipelineConfig) -> list[Segment]:
     return segments
 
 
-def op_context(config: PipelineConfig) -> OpContext:
+def op_context(config: PipelineConfig, stage: StageConfig | None = None) -> OpContext:
+    """What the op of ``stage`` may know: seed, sources and, after a ``lang_id`` stage,
+    the languages its records can carry."""
+    record_langs = None
+    for earlier in config.stages:
+        if earlier is stage:
+            break
+        if earlier.op == "lang_id":
+            record_langs = tuple(earlier.params.keep) or ("*",)
     return OpContext(
-        seed=config.seed, sources={s.name: s.lang for s in config.inputs}, base_dir=config.base_dir
+        seed=config.seed,
+        sources={s.name: s.lang for s in config.inputs},
+        base_dir=config.base_dir,
+        record_langs=record_langs if stage is not None else None,
     )
 
 
 def make_op(stage: StageConfig, config: PipelineConfig) -> Op:
-    return op_class(stage.op)(stage.params, op_context(config))
+    return op_class(stage.op)(stage.params, op_context(config, stage))
 
 
 def declared_encodings(config: PipelineConfig) -> dict[str, str]:
@@ -152,6 +164,7 @@ class SegmentRunner:
             reader = TaskReader(input_task, source, self.config.read)
             yield from reader.batches()
             stats["events"] = dict(reader.events)
+            stats["decoding"] = reader.decoding_report()
             if is_split_with_ids(input_task, self.config):
                 self._split_ids = reader.accepted_ids()
             return
@@ -166,19 +179,22 @@ class SegmentRunner:
                 if decision_path and Path(decision_path).exists()
                 else None
             )
-            started = time.perf_counter()
+            started = _clock()
             live = self.barrier_in.apply(live, decision)
             self._time(stats, self.segment.barrier_in[0], started)
         size = self.config.read.batch_rows
         for offset in range(0, live.num_rows, size):
             yield live.slice(offset, size)
 
-    def _time(self, stats: dict[str, Any], stage_index: int, started: float) -> None:
+    def _time(self, stats: dict[str, Any], stage_index: int, started: tuple[float, float]) -> None:
         key = str(stage_index)
-        stats["op_seconds"][key] = stats["op_seconds"].get(key, 0.0) + time.perf_counter() - started
+        wall, cpu = _clock()
+        stats["op_seconds"][key] = stats["op_seconds"].get(key, 0.0) + wall - started[0]
+        stats["op_cpu_seconds"][key] = stats["op_cpu_seconds"].get(key, 0.0) + cpu - started[1]
 
     def _process(self, task: dict[str, Any], tmp: Path) -> dict[str, Any]:
-        stats: dict[str, Any] = {"task_id": task["task_id"], "op_seconds": {}, "events": {}}
+        stats: dict[str, Any] = {"task_id": task["task_id"], "events": {}}
+        stats |= {"op_seconds": {}, "op_cpu_seconds": {}}
         self._split_ids = None
         counts: dict[str, dict[str, Any]] = defaultdict(
             lambda: {
@@ -192,34 +208,56 @@ class SegmentRunner:
             }
         )
         sinks = _PartSinks(tmp, self.config, self.segment.final, self.declared)
+        dists = Distributions()
+        for _, _, op in self.ops:
+            op.events.clear()
         started_all = time.perf_counter()
         for batch in self._input_batches(task, stats):
             self._records_read += batch.num_rows
             if self.segment.index == 0:
                 for src, n in Counter(batch.column("source").to_pylist()).items():
                     counts[src]["input"] += n
+                dists.observe_input(batch)
             for stage_index, stage, op in self.ops:
-                started = time.perf_counter()
+                started = _clock()
                 batch = _run_op_isolating_errors(op, batch, stage.batch_size)
                 self._time(stats, stage_index, started)
+                if stage.op == "perplexity_filter":
+                    dists.observe_perplexity(batch)
             mask = pc.is_null(batch.column(DROP))
             dropped = batch.filter(pc.invert(mask))
             live = batch.filter(mask)
             if self.barrier_out is not None and live.num_rows:
-                started = time.perf_counter()
+                started = _clock()
                 live = self.barrier_out.prepare(live)
                 self._time(stats, self.segment.barrier_out[0], started)
             _count(counts, live, dropped)
+            if self.segment.final:
+                dists.observe_output(live)
             sinks.write(live, dropped)
+        for _, _, op in self.ops:
+            _merge_events(stats, op)
         stats["rows_written"] = sinks.close()
         if self._split_ids is not None:
             write_split_ids(tmp, self._split_ids)
             self._split_ids = None
         stats["seconds"] = time.perf_counter() - started_all
+        stats["distributions"] = dists.to_json()
         stats["by_source"] = {
             src: {**c, "dropped": dict(c["dropped"])} for src, c in sorted(counts.items())
         }
         return stats
+
+
+def _clock() -> tuple[float, float]:
+    """Wall and CPU (this process) seconds, for per-stage timings."""
+    return time.perf_counter(), time.process_time()
+
+
+def _merge_events(stats: dict[str, Any], op: Op) -> None:
+    events = stats.setdefault("events", {})
+    for key, n in op.events.items():
+        events[key] = events.get(key, 0) + n
 
 
 def _run_op_isolating_errors(op: Op, batch: pa.Table, batch_size: int | None) -> pa.Table:
@@ -233,9 +271,13 @@ def _run_op_isolating_errors(op: Op, batch: pa.Table, batch_size: int | None) ->
             ],
             promote_options="default",
         )
+    events_before = Counter(op.events)
     try:
         return op(batch)
     except Exception:  # noqa: BLE001 - isolated and counted per record below
+        # The rows are redone one by one below: forget what the failed call counted.
+        op.events.clear()
+        op.events.update(events_before)
         if batch.num_rows == 1:
             reason = f"error:{op.name}"
             return batch.set_column(

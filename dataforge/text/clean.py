@@ -22,6 +22,11 @@ Per string, in this order:
    collapse to one (indentation kept when ``keep_indentation``), at most
    ``max_blank_lines`` consecutive blank lines, and the text is trimmed.
 
+8. Script conversion when ``convert`` names an OpenCC config (``t2s``, ``s2t``, ``tw2s``,
+   ``hk2s``...; :func:`dataforge.text.script.convert_script`): phrase-level Traditional
+   <-> Simplified conversion, last (it maps characters to characters and never touches
+   whitespace or markup).
+
 Steps 1-6 repeat on the records that steps 5-6 changed, because decoding ``&amp;lt;`` or
 removing a tag can reveal new markup; the op is therefore idempotent:
 ``clean(clean(x)) == clean(x)``. Every step is an Arrow compute kernel over the whole
@@ -37,6 +42,8 @@ import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from dataforge.text.script import check_conversion, convert_script
 
 __all__ = ["CleanConfig", "REPLACEMENT_CHAR", "clean_text"]
 
@@ -128,6 +135,8 @@ class CleanConfig:
     """When collapsing spaces, keep leading indentation (code, tables)."""
     max_blank_lines: int = 1
     """Most consecutive blank lines kept (0: none) when normalizing whitespace."""
+    convert: str | None = None
+    """OpenCC script conversion (``t2s``, ``s2t``, ``tw2s``, ``hk2s``, ``s2tw``...); null: none."""
 
     def __post_init__(self) -> None:
         if self.normalization not in NORMALIZATION_FORMS:
@@ -138,6 +147,8 @@ class CleanConfig:
             raise ValueError(
                 f"clean.invalid_utf8={self.invalid_utf8!r}; valid: {', '.join(INVALID_UTF8_POLICIES)}"
             )
+        if self.convert is not None:
+            check_conversion(self.convert)
         if not isinstance(self.max_blank_lines, int) or self.max_blank_lines < 0:
             raise ValueError(f"clean.max_blank_lines={self.max_blank_lines!r}; must be an int >= 0")
         for field, pattern in (("url_replacement", _URL), ("email_replacement", _EMAIL)):
@@ -162,6 +173,8 @@ def clean_text(text: pa.Array, config: CleanConfig) -> pa.Array:
         rewritten = pc.replace_with_mask(rewritten, changed, again)
     if config.normalize_whitespace:
         rewritten = _tidy_whitespace(rewritten, config)
+    if config.convert is not None:
+        rewritten = convert_script(rewritten, config.convert)
     return rewritten
 
 

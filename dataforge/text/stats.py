@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["document_stats", "load_stopwords"]
+__all__ = ["document_stats", "han_latin_counts", "load_stopwords"]
 
 
 @functools.cache
@@ -75,6 +75,13 @@ _DIGIT_BYTES = _byte_class((0x30, 0x39))
 _LATIN_BYTES = _byte_class((0x41, 0x5A), (0x61, 0x7A), (0xC3, 0xC9))
 _HAN_BYTES = _byte_class((0xE4, 0xE9))
 _LETTER_BYTES = _byte_class((0x41, 0x5A), (0x61, 0x7A), (0xC3, 0xDB), (0xE4, 0xED))
+
+
+def han_latin_counts(text: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per document: Han characters (U+4000..U+9FFF) and Latin letters (ASCII plus accented
+    Latin-1..Latin Extended), the two counts behind ``cjk_fraction``."""
+    han, latin = _byte_counts(text, _HAN_BYTES, _LATIN_BYTES)
+    return han, latin
 
 
 def _flat(lists: pa.Array) -> tuple[pa.Array, np.ndarray]:

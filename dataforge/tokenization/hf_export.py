@@ -86,6 +86,7 @@ def write_hf_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> dict[s
 
     tokenizer_dir, out_dir = Path(tokenizer_dir), Path(out_dir)
     meta = read_tokenizer_json(tokenizer_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     spm_model = (tokenizer_dir / "spm.model").read_bytes()
     (out_dir / "dataforge_bpe.json").write_text(bpe_tokenizer_json(spm_model), encoding="utf-8")
     seg = meta["segmenter"]

@@ -62,3 +62,17 @@ def test_demo_corpus_every_document_same_ids_and_round_trip(hf_tokenizer, tiny: 
     ]
     assert mismatched == []
     assert [hf_tokenizer.decode(ids) for ids in expected] == texts
+
+
+def test_jieba_engine_tokenizer_same_ids(tmp_path):
+    """The remote code segments with the engine the tokenizer was trained with."""
+    from tokenization_testkit import fixture_texts, tiny_spec
+
+    from dataforge.tokenization import train_tokenizer
+
+    train_tokenizer(tiny_spec(engine="jieba"), tmp_path / "tok")
+    write_hf_tokenizer(tmp_path / "tok", tmp_path / "hf")
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True)
+    tok = Tokenizer.load(tmp_path / "tok")
+    texts = fixture_texts() + EDGE_CASES[:5]
+    assert [hf(t)["input_ids"] for t in texts] == tok.encode_batch(texts)

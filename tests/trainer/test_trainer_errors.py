@@ -80,6 +80,17 @@ def test_tokenizer_larger_than_the_model(tmp_path, capsys, monkeypatch, pretrain
     assert "has 2000 ids but the model only 64 embeddings" in err
 
 
+def test_shards_tokenized_with_a_larger_vocabulary(tmp_path, capsys, monkeypatch, pretrain_mds):
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "spm.model").write_bytes(b"")
+    (tok / "tokenizer.json").write_text(json.dumps({"format_version": 1, "vocab_size": 2000}))
+    pipeline = {"base_dir": str(tmp_path), "stages": [{"op": "tokenize", "tokenizer": "tok"}]}
+    (pretrain_mds.parent / "manifest.json").write_text(json.dumps({"config": pipeline}))
+    err = _fails(tmp_path, capsys, monkeypatch, data=_loader(pretrain_mds))
+    assert f"tokenized with {tok} (2000 ids) but the model has 64 embeddings" in err
+
+
 def test_sequence_length_beyond_the_model(tmp_path, capsys, monkeypatch, pretrain_mds):
     data = _loader(pretrain_mds, max_seq_len=512, max_tokens=1024)
     err = _fails(tmp_path, capsys, monkeypatch, data=data)

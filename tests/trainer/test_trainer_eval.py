@@ -107,3 +107,30 @@ def test_epochs_set_the_number_of_steps(tmp_path, make_config, make_batch, capsy
     model = Transformer(config.model)
     assert f"{model.num_params() / 1e6:,.1f}M parameters" in out
     assert "up to 256 tokens per step" in out
+
+
+def test_a_new_objective_is_one_class_and_one_registry_entry(
+    tmp_path, make_config, make_batch, monkeypatch
+):
+    """An objective the loop has never heard of: causal LM that also logs top-1 accuracy."""
+    from trainer.objectives import OBJECTIVES, CausalLM
+
+    class CausalLMWithAccuracy(CausalLM):
+        stat_names = ("correct",)
+
+        def loss(self, model, batch, training=True):
+            logits = model(batch["input_ids"], batch.get("position_ids"))
+            loss = causal_lm_loss_sum(logits, batch["labels"])
+            hits = (logits.argmax(-1) == batch["labels"]) & (batch["labels"] != -100)
+            return loss, hits.sum().double().view(1)
+
+        def metrics(self, loss_sum, stats, weight):
+            return super().metrics(loss_sum, stats, weight) | {"accuracy": stats[0] / weight}
+
+    monkeypatch.setitem(OBJECTIVES, "lm_accuracy", lambda config: CausalLMWithAccuracy())
+    config = make_config(tmp_path, train={"max_steps": 30})
+    train(config, "lm_accuracy", source=ListBatchSource([make_batch(0)]))
+    records = _records(tmp_path / "run")
+    assert records[0]["accuracy"] < 0.2 and records[-1]["accuracy"] > 0.9  # memorised
+    meta = json.loads((tmp_path / "ckpt" / "step_00000030" / "meta.json").read_text())
+    assert meta["stage"] == "lm_accuracy"

@@ -141,6 +141,16 @@ def test_export_loads_in_transformers_with_equal_logits(tmp_path):
 
 
 def test_unsupported_architecture_is_refused_with_the_supported_list(tmp_path):
+    llama = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}
+    llama |= {"vocab_size": 8, "num_hidden_layers": 1, "intermediate_size": 8}
+    (tmp_path / "config.json").write_text(
+        json.dumps(llama | {"rope_scaling": {"rope_type": "yarn"}})
+    )
+    with pytest.raises(
+        ConfigError,
+        match="rope_scaling type 'yarn' is not supported; valid: default, linear, llama3",
+    ):
+        load_exported(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 64}))
     with pytest.raises(
         ConfigError,

@@ -1,7 +1,8 @@
 """The quick start end to end on the demo data, with a tiny tokenizer (CPU, fp32).
 
 The data comes from the shipped pipelines the Makefile runs (pipelines/sft_demo.yaml,
-pipelines/dpo_demo.yaml over scripts/make_chat_demo.py's chat sets), run Ray-free into a
+pipelines/dpo_demo.yaml over scripts/make_chat_demo.py's chat sets and their held-out
+tenth), run Ray-free into a
 temporary directory with the tokenizer and input paths overridden; the pretraining shards
 come from a tokenize-only pipeline over the demo corpus's English docs (pipelines/demo.yaml
 also filters with KenLM models that `make test` does not build).
@@ -45,12 +46,6 @@ def _pipeline(path: Path, out: Path, overrides: list[str]) -> Path:
     return out / "mds"
 
 
-def _split(src: Path, train: Path, held_out: Path, every: int = 10) -> None:
-    lines = src.read_text(encoding="utf-8").splitlines(keepends=True)
-    train.write_text("".join(x for i, x in enumerate(lines) if i % every), encoding="utf-8")
-    held_out.write_text("".join(x for i, x in enumerate(lines) if not i % every), "utf-8")
-
-
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     """Tokenizer, chat sets and MDS shards in a temporary directory."""
@@ -85,11 +80,10 @@ def demo(tmp_path_factory):
         cwd=ROOT,
     )
     out = {"tokenizer": tokenizer}
-    for kind in ("sft", "dpo"):
-        _split(chat / f"{kind}.jsonl", chat / f"{kind}_train.jsonl", chat / f"{kind}_held.jsonl")
-        for part in ("train", "held"):
+    for kind in ("sft", "dpo"):  # the train sets and their held-out tenth, as mk/loader.mk
+        for part, name in (("train", kind), ("held", f"{kind}_heldout")):
             overrides = [
-                f"inputs.0.path={chat / f'{kind}_{part}.jsonl'}",
+                f"inputs.0.path={chat / f'{name}.jsonl'}",
                 f"stages.0.tokenizer={tokenizer}",
             ]
             pipeline = ROOT / "pipelines" / f"{kind}_demo.yaml"
@@ -108,7 +102,10 @@ def demo(tmp_path_factory):
 def _overrides(name: str, demo: dict, run: Path) -> list[str]:
     streams = {"pretrain": demo["pretrain"], "sft": demo["sft_train"], "dpo": demo["dpo_train"]}
     stage = name.split("_")[0]
-    return [
+    held_out = (
+        [f"eval.streams=[{{path: '{demo[stage + '_held']}'}}]"] if stage != "pretrain" else []
+    )
+    return held_out + [
         f"tokenizer={demo['tokenizer']}",
         f"data.loader.streams=[{{path: '{streams[stage]}'}}]",
         f"run_dir={run / 'run'}",
@@ -140,6 +137,9 @@ def test_tiny_configs_chain_pretrain_sft_dpo(demo, tmp_path, monkeypatch):
         assert result.steps == 3 and len(result.losses) == 3
         previous = result.export_dir
         assert json.loads((previous / "config.json").read_text())["dataforge"]["step"] == 3
+        records = [json.loads(x) for x in (run / "run" / "metrics.jsonl").open()]
+        evals = [r for r in records if "val_loss" in r]  # sft/dpo_tiny evaluate on held-out
+        assert [r["step"] for r in evals] == ([] if name == "pretrain_tiny" else [3])
 
 
 @pytest.mark.parametrize("name", BIG)
@@ -216,5 +216,5 @@ def test_sft_then_dpo_from_an_imported_llama(demo, tmp_path, monkeypatch):
     records = [json.loads(x) for x in (tmp_path / "dpo" / "run" / "metrics.jsonl").open()]
     (final,) = [r for r in records if "val_loss" in r]
     assert 0.0 <= final["val_preference_accuracy"] <= 1.0
-    held_out = (demo["root"] / "chat" / "dpo_held.jsonl").read_text().splitlines()
+    held_out = (demo["root"] / "chat" / "dpo_heldout.jsonl").read_text().splitlines()
     assert final["val_weight"] == len(held_out)  # every held-out pair, once

@@ -88,8 +88,17 @@ def test_packed_unshifted_labels_never_cross_documents(tmp_path, monkeypatch):
         packing=True,
         shift_labels=False,
     )
+    from transformers.modeling_flash_attention_utils import prepare_fa_kwargs_from_position_ids
+
     with build_dataloader(config) as loader:
         for batch in loader:
             starts = batch["position_ids"] == 0
             assert (batch["labels"][starts] == -100).all()
             assert (batch["labels"][batch["attention_mask"] == 0] == -100).all()
+            # Flattened to one row (docs/loader.md), transformers' flash-attention path finds
+            # exactly the loader's documents (padding becomes one-token sequences).
+            (cu, _), _ = prepare_fa_kwargs_from_position_ids(batch["position_ids"].view(1, -1))
+            real = batch["attention_mask"].view(-1).bool()
+            theirs = {s for s in cu[:-1].tolist() if real[s]}
+            ours = {s for s in batch["cu_seqlens"][:-1].tolist() if real[s]}
+            assert theirs == ours and len(ours) > len(batch["input_ids"])

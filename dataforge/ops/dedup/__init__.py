@@ -30,7 +30,6 @@ import pyarrow.compute as pc
 from dataforge.ops.base import BarrierOp, set_drop_reasons
 from dataforge.ops.dedup.method import DedupMethod
 from dataforge.ops.dedup.registry import METHODS
-from dataforge.ops.dedup.script import to_simplified
 from dataforge.ops.dedup.shingles import (
     ShingleSet,
     normalize_texts,
@@ -40,6 +39,7 @@ from dataforge.ops.dedup.shingles import (
 )
 from dataforge.ops.dedup.verify import Texts
 from dataforge.records import ORD
+from dataforge.text.script import convert_script
 from dataforge.typed_config import check_choices
 
 __all__ = ["DECISION_REASON", "Dedup", "KeepConfig", "NormalizeConfig"]
@@ -216,11 +216,7 @@ class Dedup(BarrierOp):
             base = Path(self.context.base_dir) / path
             if not (base / "dedup" / "signatures.parquet").is_file():
                 problems.append(f"dedup.against: {base}/dedup/signatures.parquet not found")
-        if self.config.engine == "rensa" and self.config.method == "minhash":
-            try:
-                import rensa  # noqa: F401
-            except ImportError:
-                problems.append("dedup.engine: rensa is not installed (or use engine: numpy)")
+        problems += self.method.problems()
         if self.config.normalize.t2s:
             try:
                 import opencc  # noqa: F401
@@ -255,7 +251,7 @@ class Dedup(BarrierOp):
             group = texts.take(pa.array(idx))
             group = group.combine_chunks() if isinstance(group, pa.ChunkedArray) else group
             if self.config.normalize.t2s:
-                group = to_simplified(group)
+                group = convert_script(group, "t2s")
             yield kind, idx, group
 
     def _normalized(self, texts: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:

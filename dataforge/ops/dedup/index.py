@@ -12,7 +12,10 @@ as Ray actors (this module has no ray import). Lifecycle of a shard:
 2. ``candidate_edges``: sort the entries, turn every bucket into candidate pairs
    (:func:`dataforge.ops.dedup.buckets.bucket_pair_edges`; SimHash: pairs within
    ``max_hamming``), free the entries, route each pair to the owner of its first node.
-3. Verified methods: ``receive_candidates``; ``add_payload`` keeps the shingle sequences
+3. Verified methods: ``receive_candidates``; with a screen (MinHash) ``add_signatures`` /
+   ``forward_signatures`` / ``screen`` / ``emit_screened`` drop the pairs whose signature
+   estimate is far below the threshold (chance band collisions) before any text is read;
+   ``add_payload`` keeps the shingle sequences
    (and signatures) of the owned candidate nodes; ``forward`` sends each pair ``(u, v)``
    with the shingles of ``u`` to the owner of ``v``, whose ``verify`` scores the pair
    (:mod:`dataforge.ops.dedup.verify`: exact Jaccard and own content) and keeps the
@@ -62,7 +65,8 @@ class IndexShard:
         self._nodes: list[np.ndarray] = []
         self._fingerprints: list[np.ndarray] = []
         self._candidates = np.zeros((0, 2), dtype=np.int64)
-        self._parts: list[tuple[np.ndarray, np.ndarray, Texts]] = []
+        self._parts: list[tuple[np.ndarray, np.ndarray, Texts | None]] = []
+        self._screened = np.zeros((0, 2), dtype=np.int64)
         self._pool = _empty_pool()
         self._decided: list[tuple[np.ndarray, np.ndarray]] = []
 
@@ -125,6 +129,49 @@ class IndexShard:
     def candidate_nodes(self) -> np.ndarray:
         """The owned nodes that have a candidate pair (their payload is needed)."""
         return np.unique(self._candidates[:, 0])
+
+    # -- screening on signatures (methods with a screen_floor) ----------------------------
+
+    def add_signatures(self, nodes: np.ndarray, signatures: np.ndarray) -> int:
+        """Keep the signatures of owned candidate nodes (for :meth:`screen`)."""
+        self._parts.append((np.asarray(nodes, dtype=np.int64), signatures, None))
+        return sum(len(p[0]) for p in self._parts)
+
+    def forward_signatures(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(pairs (u, v) with u < v, sig(u))`` routed to the owner of ``v``."""
+        nodes, order, sigs = self._signature_pool()
+        edges = self._candidates[self._candidates[:, 0] < self._candidates[:, 1]]
+        owner = edges[:, 1] % self.shards
+        out = []
+        for i in range(self.shards):
+            part = edges[owner == i]
+            rows = order[np.searchsorted(nodes, part[:, 0], sorter=order)]
+            out.append((part, sigs[rows] if len(part) else np.zeros(0)))
+        return out
+
+    def _signature_pool(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        nodes = np.concatenate([np.zeros(0, np.int64), *(p[0] for p in self._parts)])
+        sigs = np.concatenate([p[1] for p in self._parts]) if self._parts else np.zeros(0)
+        return nodes, np.argsort(nodes, kind="stable"), sigs
+
+    def screen(self, *parts) -> int:
+        """Keep the forwarded pairs whose signature estimate reaches the method's floor."""
+        flat = [p for p in _flatten(parts) if len(p[0])]
+        nodes, order, sigs = self._signature_pool()
+        kept = [np.zeros((0, 2), np.int64)]
+        for edges, sig_u in flat:
+            rows = order[np.searchsorted(nodes, edges[:, 1], sorter=order)]
+            estimate = self.method.signature_similarity(sig_u, sigs[rows])
+            kept.append(edges[estimate >= self.method.screen_floor()])
+        self._screened = np.concatenate(kept)
+        return len(self._screened)
+
+    def emit_screened(self) -> list[np.ndarray]:
+        """The screened pairs, routed for :meth:`receive_candidates`; frees the signatures."""
+        edges, self._screened, self._parts = self._screened, np.zeros((0, 2), np.int64), []
+        return route_edges(edges, self.shards)
+
+    # -- verification on the texts ----------------------------------------------------------
 
     def add_payload(self, nodes: np.ndarray, signatures: np.ndarray, texts: Texts | None) -> int:
         """Keep the signatures and shingle sequences of owned candidate nodes (``texts``:

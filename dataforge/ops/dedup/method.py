@@ -51,6 +51,10 @@ class DedupMethod:
     def __init__(self, config: Any) -> None:
         self.config = config
 
+    def problems(self) -> list[str]:
+        """What ``dataforge validate`` should report before any work (missing packages)."""
+        return []
+
     def signature_type(self) -> pa.DataType:
         return pa.uint64()
 
@@ -79,6 +83,11 @@ class DedupMethod:
 
     def max_hamming(self) -> int | None:
         """Fingerprints in one bucket further apart than this are no candidates."""
+        return None
+
+    def screen_floor(self) -> float | None:
+        """Candidates whose ``signature_similarity`` is below this are dropped before the
+        texts are read (None: no screening)."""
         return None
 
     def signature_similarity(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import array
 import functools
 import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -143,6 +144,14 @@ class MinHashMethod(DedupMethod):
     name = "minhash"
     key_bits = 32
 
+    def problems(self) -> list[str]:
+        if self.config.engine == "rensa":
+            try:
+                import rensa  # noqa: F401
+            except ImportError:
+                return ["dedup.engine: rensa is not installed (or use engine: numpy)"]
+        return []
+
     def signature_type(self) -> pa.DataType:
         return pa.binary(4 * self.config.num_perm)
 
@@ -187,6 +196,13 @@ class MinHashMethod(DedupMethod):
         rows, sigs = self.values(signatures)
         bands, band_rows = self.bands_rows()
         return BucketEntries(rows, band_keys(sigs, bands, band_rows, self.config.hash_seed))
+
+    def screen_floor(self) -> float | None:
+        """Four standard deviations of the signature estimate below ``threshold``
+        (0.23 for 0.4 with 128 permutations): a pair there is a chance collision of its
+        bands, not a duplicate (a true pair at the threshold lands below with p ~ 3e-5)."""
+        t = self.config.threshold
+        return t - 4.0 * math.sqrt(t * (1.0 - t) / self.config.num_perm)
 
     def signature_similarity(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
         return signature_jaccard(left, right)

@@ -12,8 +12,9 @@ Steps (``plan``):
    shard ``bucket_key % N``. N = ``index_shards`` (default: cluster CPUs). Shards are Ray
    actors (:class:`dataforge.ops.dedup.index.IndexShard`) when Ray is available.
 3. **Candidates and verification.** Each shard turns its buckets into candidate pairs,
-   routed to the shard that owns the first node. Verified methods (MinHash, SimHash): the
-   parts are read again and only the candidate records are shingled, their shingle
+   routed to the shard that owns the first node. MinHash first screens them on the
+   signatures (chance band collisions, far below the threshold, go). Verified methods
+   (MinHash, SimHash): the parts are read again and only the candidate records are shingled, their shingle
    sequences going to the owning shard; each pair is scored on the shard that owns its
    second node (:mod:`dataforge.ops.dedup.verify`: exact Jaccard >= ``threshold``, and not
    two documents that each have content of their own). Memory on a shard: the shingles of
@@ -201,6 +202,24 @@ def _send_payload(backend, op, signatures, node_keys, needed, texts=None) -> lis
     return pending
 
 
+def _needed(backend: Any) -> np.ndarray:
+    """Keys of the records that have a candidate pair on some shard."""
+    return np.unique(np.concatenate([np.zeros(0, np.int64), *backend.call_all("candidate_nodes")]))
+
+
+def _send_signatures(backend, op, signatures, node_keys, needed) -> list:
+    """Signatures of the candidate records to the shards that own them (screening)."""
+    rows, values = op.method.values(signatures)
+    wanted = np.isin(node_keys[rows], needed)
+    nodes, values = node_keys[rows][wanted], values[wanted]
+    owner = nodes % backend.count
+    return [
+        backend.call_one(shard, "add_signatures", nodes[owner == shard], values[owner == shard])
+        for shard in range(backend.count)
+        if (owner == shard).any()
+    ]
+
+
 def _stream(backend, send, op, ctx, tasks, keys, previous, with_text: bool = False) -> int:
     """Send every part's signature column (``with_text``: and a table of its texts and
     languages) through ``send``; returns the non-null count."""
@@ -231,11 +250,14 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
     _hook("indexed", attempt, backend)
     stats: dict[str, Any] = {}
     stats["candidate_pairs"] = sum(backend.exchange("candidate_edges", "receive_candidates")) // 2
+    if op.method.verified and op.method.screen_floor() is not None:
+        send = functools.partial(_send_signatures, needed=_needed(backend))
+        _stream(backend, send, op, ctx, tasks, keys, previous)
+        stats["screened_pairs"] = sum(backend.exchange("forward_signatures", "screen"))
+        backend.exchange("emit_screened", "receive_candidates")
     if op.method.verified:
         # Only candidate records are read back and shingled (the driver holds their keys).
-        needed = np.unique(
-            np.concatenate([np.zeros(0, np.int64), *backend.call_all("candidate_nodes")])
-        )
+        needed = _needed(backend)
         stats["candidate_docs"] = len(needed)
         send = functools.partial(_send_payload, needed=needed)
         _stream(backend, send, op, ctx, tasks, keys, previous, with_text=True)

@@ -1,0 +1,305 @@
+"""Sections of a pipeline run's report, from ``manifest.json`` and the audit folders.
+
+Plots: drop reasons per source; text length before and after, token length of what was
+written; perplexity per source with the cutoffs; dedup cluster sizes with example clusters;
+the sampling mixture (natural, target, realized); time and CPU per stage. A plot whose stage
+is not in the run is replaced by a note saying so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from dataforge.report.page import Plot, Section, legend, new_figure, table_html
+from dataforge.runtime.summary import SOURCE_HEADER, STAGE_HEADER, source_rows, stage_rows
+
+__all__ = ["pipeline_sections"]
+
+TOP_REASONS = 8
+EXAMPLE_CLUSTERS = 5
+
+
+def _note(text: str) -> str:
+    return f'<p class="note">{text}</p>'
+
+
+def pipeline_sections(out: Path) -> tuple[str, str, list[Section]]:
+    manifest = json.loads((out / "manifest.json").read_text())
+    sources = sorted(manifest["counts"]["by_source"])
+    dists = manifest.get("distributions", {})
+    subtitle = (
+        f"{out} · status {manifest['status']} · config sha256 {manifest['config_sha256'][:12]}"
+        f" · {manifest['timings'].get('total', 0):.1f} s"
+    )
+    sections = [
+        Section(
+            "Records per source",
+            [
+                Plot(
+                    "drop_reasons", "Dropped records per source by reason", lambda: _drops(manifest)
+                )
+            ],
+            table_html(SOURCE_HEADER, source_rows(manifest), text_columns=(5,)),
+        ),
+        _lengths_section(dists, sources),
+        _perplexity_section(manifest, dists, sources),
+        _dedup_section(manifest, out),
+        _sample_section(manifest),
+        Section(
+            "Time and CPU per stage",
+            [
+                Plot(
+                    "stage_time",
+                    "Seconds inside each stage (summed over tasks) and their CPU "
+                    "seconds; wall time of each segment and barrier",
+                    lambda: _times(manifest),
+                )
+            ],
+            table_html(STAGE_HEADER, stage_rows(manifest)),
+        ),  # fmt: skip
+    ]
+    return f"dataforge run: {manifest['name']}", subtitle, sections
+
+
+def _drops(manifest: dict[str, Any]):
+    by_source = manifest["counts"]["by_source"]
+    sources = sorted(by_source)
+    totals = Counter(manifest["counts"]["total"]["dropped"])
+    top = [r for r, _ in totals.most_common(TOP_REASONS)]
+    fig = new_figure(9, 0.5 * len(sources) + 2.2)
+    ax = fig.add_subplot()
+    left = np.zeros(len(sources))
+    inputs = np.array([max(1, by_source[s]["input"]) for s in sources], dtype=float)
+    for reason in [*top, "other"]:
+        values = np.array(
+            [
+                sum(n for r, n in by_source[s]["dropped"].items() if r not in top)
+                if reason == "other"
+                else by_source[s]["dropped"].get(reason, 0)
+                for s in sources
+            ],
+            dtype=float,
+        )
+        if values.any():
+            share = values / inputs
+            ax.barh(sources, share, left=left, label=reason)
+            left += share
+    ax.set_xlabel("share of the source's input records dropped")
+    ax.set_xlim(0, 1)
+    ax.invert_yaxis()
+    legend(ax, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def _hist_axes(ax, edges: np.ndarray, series: list[tuple[str, list[int]]], xlabel: str) -> None:
+    used = np.zeros(len(edges) - 1, dtype=bool)
+    for label, counts in series:
+        ax.stairs(np.asarray(counts), edges, label=label)
+        used |= np.asarray(counts) > 0
+    ax.set_xscale("log")
+    if used.any():  # the populated bins, one bin of margin each side
+        bins = np.flatnonzero(used)
+        ax.set_xlim(edges[max(0, bins[0] - 1)], edges[min(len(edges) - 1, bins[-1] + 2)])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("records")
+    legend(ax, fontsize=7)
+
+
+def _grid(n: int, width: float = 9.0, row_height: float = 2.6):
+    cols = min(2, n)
+    rows = (n + cols - 1) // cols
+    fig = new_figure(width, row_height * rows + 0.4)
+    return fig, [fig.add_subplot(rows, cols, i + 1) for i in range(n)]
+
+
+def _lengths_section(dists: dict[str, Any], sources: list[str]) -> Section:
+    hists = dists.get("histograms", {})
+    section = Section("Text and token lengths")
+    if not hists.get("chars_before"):
+        section.html = _note("This run's manifest has no length distributions.")
+        return section
+    edges = np.asarray(dists["bin_edges"])
+
+    def chars():
+        fig, axes = _grid(len(sources))
+        for ax, src in zip(axes, sources, strict=True):
+            series = [
+                (k.split("_")[1], hists.get(k, {}).get(src))
+                for k in ("chars_before", "chars_after")
+            ]
+            _hist_axes(ax, edges, [(k, c) for k, c in series if c], "characters")
+            ax.set_title(src, fontsize=9)
+        return fig
+
+    section.plots.append(Plot("text_length", "Text length per source, as read (before) and "
+                              "as written (after)", chars))  # fmt: skip
+    if hists.get("tokens_after"):
+
+        def tokens():
+            fig = new_figure()
+            _hist_axes(fig.add_subplot(), edges, sorted(hists["tokens_after"].items()), "tokens")
+            return fig
+
+        section.plots.append(Plot("token_length", "Tokens per written record, per source "
+                                  "(tokenize runs last, so there is no 'before')", tokens))  # fmt: skip
+    else:
+        section.html = _note("No tokenize stage: no token lengths.")
+    return section
+
+
+def _ppl_cutoffs(manifest: dict[str, Any]) -> dict[str, list[tuple[str, float]]]:
+    """Per language: the perplexity_filter's min/max cutoffs and bucket cutoffs."""
+    cutoffs: dict[str, list[tuple[str, float]]] = {}
+    for stage in manifest["config"]["stages"]:
+        if stage["op"] != "perplexity_filter":
+            continue
+        params = stage.get("params", stage)
+        for key in ("max_ppl", "min_ppl"):
+            for lang, value in (params.get(key) or {}).items():
+                cutoffs.setdefault(lang, []).append((key, float(value)))
+        for lang, pair in (params.get("bucket_cutoffs") or {}).items():
+            cutoffs.setdefault(lang, []).extend(
+                [("head|middle", float(pair[0])), ("middle|tail", float(pair[1]))]
+            )
+    return cutoffs
+
+
+def _perplexity_section(manifest, dists, sources) -> Section:
+    section = Section("Perplexity")
+    ppl = dists.get("histograms", {}).get("ppl")
+    if not ppl:
+        section.html = _note("No perplexity_filter stage (or nothing scored) in this run.")
+        return section
+    edges = np.asarray(dists["bin_edges"])
+    langs = {i["name"]: i.get("lang") for i in manifest["config"]["inputs"]}
+    cutoffs = _ppl_cutoffs(manifest)
+    scored = [s for s in sources if s in ppl]
+
+    def draw():
+        fig, axes = _grid(len(scored))
+        for ax, src in zip(axes, scored, strict=True):
+            _hist_axes(ax, edges, [("scored", ppl[src])], "perplexity")
+            lo, hi = ax.get_xlim()
+            for (name, value), color in zip(cutoffs.get(langs.get(src), []), "rgbm", strict=False):
+                ax.axvline(value, color=color, linestyle="--", label=f"{name} {value:g}")
+                lo, hi = min(lo, value / 1.5), max(hi, value * 1.5)
+            ax.set_xlim(lo, hi)  # the cutoffs stay in view
+            legend(ax, fontsize=7)
+            ax.set_title(f"{src} ({langs.get(src)})", fontsize=9)
+        return fig
+
+    section.plots.append(Plot("perplexity", "Perplexity of every scored record (kept and "
+                              "dropped) per source, with the stage's cutoffs", draw))  # fmt: skip
+    return section
+
+
+def _dedup_section(manifest: dict[str, Any], out: Path) -> Section:
+    section = Section("Dedup clusters")
+    path = out / "dedup" / "clusters.parquet"
+    if not path.exists():
+        section.html = _note("No dedup stage (no dedup/clusters.parquet) in this run.")
+        return section
+    clusters = pq.read_table(path, columns=["id", "source", "cluster", "kept"])
+    sizes = Counter(clusters.column("cluster").to_pylist())
+    size_counts = Counter(sizes.values())
+
+    def draw():
+        fig = new_figure(9, 3.2)
+        ax = fig.add_subplot()
+        xs = sorted(size_counts)
+        ax.bar([str(x) for x in xs], [size_counts[x] for x in xs])
+        ax.set_yscale("log")
+        ax.set_xlabel("cluster size (records)")
+        ax.set_ylabel("clusters")
+        return fig
+
+    section.plots.append(Plot("dedup_clusters", "Clusters of near-duplicates by size", draw))
+    section.html = _cluster_examples(clusters, sizes, out)
+    return section
+
+
+def _cluster_examples(clusters: pa.Table, sizes: Counter, out: Path) -> str:
+    """The largest clusters, each member with its text where the rejects hold it."""
+    largest = [c for c, n in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])) if n > 1]
+    largest = largest[:EXAMPLE_CLUSTERS]
+    if not largest:
+        return _note("No cluster has more than one record.")
+    members = clusters.filter(pc.is_in(clusters.column("cluster"), pa.array(largest)))
+    texts = _reject_texts(out, set(members.column("id").to_pylist()))
+    rows = []
+    for row in sorted(
+        members.to_pylist(), key=lambda r: (largest.index(r["cluster"]), not r["kept"], r["id"])
+    ):
+        text = texts.get(row["id"], "(kept: in the output)" if row["kept"] else "")
+        rows.append([row["cluster"], row["id"], "kept" if row["kept"] else "dropped", text[:300]])
+    return table_html(["cluster", "record", "", "text"], rows, text_columns=(1, 2, 3))
+
+
+def _reject_texts(out: Path, ids: set[str]) -> dict[str, str]:
+    texts: dict[str, str] = {}
+    for part in sorted((out / "rejects").glob("*.parquet")):
+        if "text" not in pq.read_schema(part).names:
+            return texts
+        table = pq.read_table(part, columns=["id", "text"])
+        table = table.filter(pc.is_in(table.column("id"), pa.array(sorted(ids), pa.string())))
+        texts.update(
+            zip(table.column("id").to_pylist(), table.column("text").to_pylist(), strict=True)
+        )
+    return texts
+
+
+def _sample_section(manifest: dict[str, Any]) -> Section:
+    section = Section("Sampling mixture")
+    summary = next(
+        (s["summary"] for s in manifest["stages"] if s["op"] == "sample" and "summary" in s), None
+    )
+    if summary is None:
+        section.html = _note("No sample stage in this run.")
+        return section
+    per_source = summary["sources"]
+    names = sorted(per_source)
+
+    def draw():
+        fig = new_figure(9, 3.4)
+        ax = fig.add_subplot()
+        x = np.arange(len(names))
+        for k, (key, label) in enumerate(
+            [("q", "natural"), ("effective_p", "target"), ("realized_share", "realized")]
+        ):
+            ax.bar(x + (k - 1) * 0.27, [per_source[n][key] for n in names], 0.27, label=label)
+        ax.set_xticks(x, names)
+        ax.set_ylabel(f"share of {summary.get('unit', 'units')}")
+        legend(ax, fontsize=8)
+        return fig
+
+    section.plots.append(Plot("sampling_mixture", f"Share of each source: natural, target "
+                              f"(alpha {summary.get('alpha')}) and realized", draw))  # fmt: skip
+    return section
+
+
+def _times(manifest: dict[str, Any]):
+    stages = manifest["stages"]
+    fig = new_figure(9, 3.4)
+    ax1, ax2 = fig.subplots(1, 2)
+    names = [f"{i}:{s['op']}" for i, s in enumerate(stages)]
+    y = np.arange(len(names))
+    ax1.barh(y - 0.2, [s.get("seconds", 0.0) for s in stages], 0.4, label="seconds")
+    ax1.barh(y + 0.2, [s.get("cpu_seconds", 0.0) for s in stages], 0.4, label="CPU seconds")
+    ax1.set_yticks(y, names)
+    ax1.invert_yaxis()
+    legend(ax1, fontsize=7)
+    ax1.set_title("per stage (inside tasks)", fontsize=9)
+    phases = {k: v for k, v in manifest.get("timings", {}).items() if k != "total"}
+    ax2.barh(list(phases), list(phases.values()))
+    ax2.invert_yaxis()
+    ax2.set_xlabel("wall seconds")
+    ax2.set_title("per segment and barrier", fontsize=9)
+    return fig
