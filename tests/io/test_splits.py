@@ -90,7 +90,7 @@ def test_parquet_splits_by_row_groups(tmp_path: Path) -> None:
     assert read_tasks(splits, source) == read_tasks([file_task(path)], source)
 
 
-def test_compressed_and_paragraph_files_stay_one_task(tmp_path: Path) -> None:
+def test_compressed_paragraph_and_non_utf8_files_stay_one_task(tmp_path: Path) -> None:
     gz = tmp_path / "big.jsonl.gz"
     with gzip.open(gz, "wt") as f:
         for i in range(3000):
@@ -101,6 +101,10 @@ def test_compressed_and_paragraph_files_stay_one_task(tmp_path: Path) -> None:
     txt.write_text("para one\nstill one\n\npara two\n" * 200)
     para = InputConfig(name="s", path=str(txt), format="txt", txt_unit="paragraph")
     assert split_task(file_task(txt), para, 1024) == [file_task(txt)]
+    gbk = InputConfig(name="s", path=str(txt), format="txt", encoding="gbk")
+    assert split_task(file_task(txt), gbk, 1024) == [file_task(txt)]  # decoded per file
+    utf8 = InputConfig(name="s", path=str(txt), format="txt", encoding="UTF8")
+    assert len(split_task(file_task(txt), utf8, 1024)) > 1
 
 
 def test_split_bytes_is_validated(tmp_path: Path, write_pipeline) -> None:
