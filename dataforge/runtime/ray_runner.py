@@ -94,6 +94,10 @@ class RayExecutor:
                 on_task(ray.get(ready))
                 if queue:
                     running[actor.run_task.remote(queue.popleft())] = actor
+                else:
+                    # Idle for good: free its CPU now. An actor restarted after its node was
+                    # lost may need it to finish its task (a deadlock otherwise).
+                    ray.kill(actor)
         finally:
             for actor in actors:
                 ray.kill(actor)

@@ -226,6 +226,7 @@ def test_two_nodes_path_check_then_node_loss(ray_start_cluster, tmp_path: Path) 
     deadline = time.time() + 300
     while len(list(markers.glob("*.done"))) < 2 and run.poll() is None and time.time() < deadline:
         time.sleep(0.05)
+    assert run.poll() is None, "the run ended before the node could be lost"
     os.kill(second.raylet_pid(), signal.SIGKILL)
     _, stderr = run.communicate(timeout=600)
     first_rc = run.returncode
