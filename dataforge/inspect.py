@@ -91,6 +91,27 @@ def _histogram(values: list[int]) -> list[dict[str, int]]:
     ]
 
 
+def _check_counts(root: Path, decoded: int, indexed: int) -> dict[str, Any] | None:
+    """The decoded total must match the index and the run's manifest; returns the
+    manifest's per-source counts (None without a manifest)."""
+    if decoded != indexed:  # iter_samples checks each shard; this is the total
+        raise MDSCorruptError(f"{root}: decoded {decoded} samples, index says {indexed}")
+    manifest = root.parent / "manifest.json"
+    if not manifest.is_file():
+        return None
+    try:
+        recorded = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise MDSCorruptError(f"{manifest}: unreadable ({exc})") from None
+    if not isinstance(recorded, dict):
+        raise MDSCorruptError(f"{manifest}: not a run manifest (a mapping)")
+    output, counts = recorded.get("output"), recorded.get("counts")
+    records = output.get("records") if isinstance(output, dict) else None
+    if isinstance(records, int) and records != decoded:
+        raise MDSCorruptError(f"{root}: holds {decoded} samples, the run's manifest says {records}")
+    return counts.get("by_source") if isinstance(counts, dict) else None
+
+
 def summarize(path: Path) -> dict[str, Any]:
     root = dataset_dir(path)
     index = read_index(root)
@@ -137,21 +158,9 @@ def summarize(path: Path) -> dict[str, Any]:
             ]
             for s, v in sorted(ppl.items())
         }
-    decoded = sum(per_source.values())
-    if decoded != summary["samples"]:  # iter_samples checks each shard; this is the total
-        raise MDSCorruptError(f"{root}: decoded {decoded} samples, index says {summary['samples']}")
-    manifest = root.parent / "manifest.json"
-    if manifest.is_file():
-        try:
-            recorded = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise MDSCorruptError(f"{manifest}: unreadable ({exc})") from None
-        records = (recorded.get("output") or {}).get("records")
-        if isinstance(records, int) and records != decoded:
-            raise MDSCorruptError(
-                f"{root}: holds {decoded} samples, the run's manifest says {records}"
-            )
-        summary["manifest_counts"] = recorded.get("counts", {}).get("by_source")
+    manifest_counts = _check_counts(root, sum(per_source.values()), summary["samples"])
+    if manifest_counts is not None:
+        summary["manifest_counts"] = manifest_counts
     return summary
 
 
@@ -189,12 +198,13 @@ def _decode_tokens(root: Path, tokens: np.ndarray) -> str | None:
     manifest = root.parent / "manifest.json"
     if not manifest.exists():
         return None
-    config = json.loads(manifest.read_text()).get("config", {})
-    for stage in config.get("stages", []):
-        if stage.get("op") == "tokenize" and stage.get("tokenizer"):
-            path = Path(stage["tokenizer"])
+    config = json.loads(manifest.read_text()).get("config")
+    stages = config.get("stages") if isinstance(config, dict) else None
+    for stage in stages if isinstance(stages, list) else []:
+        if isinstance(stage, dict) and stage.get("op") == "tokenize" and stage.get("tokenizer"):
+            path = Path(str(stage["tokenizer"]))
             if not path.is_absolute():
-                path = Path(config.get("base_dir", ".")) / path
+                path = Path(str(config.get("base_dir", "."))) / path
             try:
                 from dataforge.tokenization.hf_tokenizer import load_tokenizer
 

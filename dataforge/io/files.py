@@ -10,7 +10,6 @@ directory (the basename when the pattern names one file), and a derived record i
 from __future__ import annotations
 
 import glob
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,8 +59,7 @@ def match_files(pattern: str) -> list[MatchedFile]:
         raise FileNotFoundError(f"input {pattern!r} matches no file")
     root = glob_root(pattern)
     matched = []
-    for file, real in files:
-        stat = os.stat(real)
+    for file, real, stat in files:
         relpath = (
             Path(file).relative_to(root).as_posix()
             if Path(file).is_relative_to(root)

@@ -11,33 +11,70 @@ folders, and names starting with ``.`` only match a pattern part that starts wit
 
 from __future__ import annotations
 
-import fnmatch
 import glob
 import os
+import re
+import stat
 from pathlib import Path
 
 __all__ = ["expand_glob", "may_match_below"]
 
 
 def _part_matches(name: str, part: str) -> bool:
-    if name.startswith(".") and not part.startswith("."):
-        return False
-    return fnmatch.fnmatchcase(name, part)
+    return re.fullmatch(_part_regex(part), name) is not None
 
 
-def _matches(names: list[str], parts: list[str]) -> bool:
-    if not parts:
-        return not names
-    if parts[0] == "**":  # zero or more names, none of them hidden
-        return any(
-            _matches(names[i:], parts[1:])
-            for i in range(len(names) + 1)
-            if not any(n.startswith(".") for n in names[:i])
-        )
-    return bool(names) and _part_matches(names[0], parts[0]) and _matches(names[1:], parts[1:])
+def _class_end(part: str, start: int) -> int:
+    """Index of the ``]`` closing the ``[`` at ``start`` (glob's rules), else -1."""
+    j = start + 1
+    if j < len(part) and part[j] == "!":
+        j += 1
+    if j < len(part) and part[j] == "]":
+        j += 1
+    return part.find("]", j)
 
 
-def _walk_recursive(root: Path, parts: list[str]) -> list[str]:
+def _part_regex(part: str) -> str:
+    """One pattern part as a regex over one name (``*`` and ``?`` never cross ``/``)."""
+    out = [] if part.startswith(".") else [r"(?!\.)"]
+    i = 0
+    while i < len(part):
+        c = part[i]
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[" and (end := _class_end(part, i)) > 0:
+            body = part[i + 1 : end]
+            negate = body.startswith("!")
+            body = body[1:] if negate else body
+            body = body.replace("\\", r"\\").replace("[", r"\[")
+            if not negate and body.startswith("^"):
+                body = "\\" + body
+            out.append("[" + ("^" if negate else "") + body + "]")
+            i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def _pattern_regex(parts: list[str]) -> re.Pattern[str]:
+    """The relative part of a pattern as one regex over ``/``-joined names: ``**`` is zero
+    or more names, none hidden."""
+    pieces = []
+    for k, part in enumerate(parts):
+        last = k == len(parts) - 1
+        if part == "**":
+            pieces.append(r"(?:(?!\.)[^/]*(?:/(?!\.)[^/]*)*)?" if last else r"(?:(?!\.)[^/]*/)*")
+        else:
+            pieces.append(_part_regex(part) + ("" if last else "/"))
+    return re.compile("".join(pieces))
+
+
+def _walk_recursive(root: Path, parts: list[str]) -> list[tuple[str, str]]:
+    """(path, path with the folder's real path) of the files under ``root`` that match."""
+    regex = _pattern_regex(parts)
     found = []
     seen_dirs: set[tuple[int, int]] = set()
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
@@ -47,28 +84,52 @@ def _walk_recursive(root: Path, parts: list[str]) -> list[str]:
             continue
         seen_dirs.add((st.st_dev, st.st_ino))
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        rel = Path(dirpath).relative_to(root).parts
-        found += [os.path.join(dirpath, f) for f in filenames if _matches([*rel, f], parts)]
+        rel = os.path.relpath(dirpath, root)
+        prefix = "" if rel == "." else rel + "/"
+        real_dir = os.path.realpath(dirpath)
+        found += [
+            (os.path.join(dirpath, f), os.path.join(real_dir, f))
+            for f in filenames
+            if regex.fullmatch(prefix + f)
+        ]
     return found
 
 
-def expand_glob(pattern: str) -> list[tuple[str, str]]:
-    """(path, real path) of every file ``pattern`` matches, sorted by path, each real
-    file once (the first path in that order)."""
+def _with_real_dirs(paths: list[str]) -> list[tuple[str, str]]:
+    real_dirs: dict[str, str] = {}
+    out = []
+    for path in paths:
+        head, name = os.path.split(path)
+        if head not in real_dirs:
+            real_dirs[head] = os.path.realpath(head or ".")
+        out.append((path, os.path.join(real_dirs[head], name)))
+    return out
+
+
+def expand_glob(pattern: str) -> list[tuple[str, str, os.stat_result]]:
+    """(path, real path, stat) of every regular file ``pattern`` matches, sorted by path,
+    each real file once (the first path in that order)."""
     all_parts = Path(pattern).parts
     if "**" in all_parts:
         n_fixed = next(i for i, p in enumerate(all_parts) if glob.has_magic(p))
         root = Path(*all_parts[:n_fixed]) if n_fixed else Path(".")
-        paths = _walk_recursive(root, list(all_parts[n_fixed:])) if root.is_dir() else []
+        pairs = _walk_recursive(root, list(all_parts[n_fixed:])) if root.is_dir() else []
     else:
-        paths = glob.glob(pattern)
+        pairs = _with_real_dirs(glob.glob(pattern))
     seen: set[str] = set()
     files = []
-    for path in sorted(paths):
-        real = os.path.realpath(path)
-        if real not in seen and os.path.isfile(real):
+    for path, real in sorted(pairs):
+        if os.path.islink(real):  # the folder is resolved; only the file itself may be a link
+            real = os.path.realpath(real)
+        if real in seen:
+            continue
+        try:
+            st = os.stat(real)
+        except OSError:  # a dangling link
+            continue
+        if stat.S_ISREG(st.st_mode):
             seen.add(real)
-            files.append((path, real))
+            files.append((path, real, st))
     return files
 
 

@@ -34,6 +34,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from dataforge.config import PipelineConfig
 from dataforge.io.readers import InputTask
+from dataforge.runtime.failures import RunFailed
 from dataforge.runtime.segments import make_op
 
 __all__ = [
@@ -54,7 +55,7 @@ _PROBE = ".node-probe"
 _RAY_WORKING_DIR = "/runtime_resources/working_dir_files/"
 
 
-class ClusterError(RuntimeError):
+class ClusterError(RunFailed):
     """The cluster cannot be joined, or a node cannot see a path of the run."""
 
 

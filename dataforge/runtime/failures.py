@@ -100,7 +100,11 @@ def driver_failure_message(out: Path, exc: BaseException) -> str:
     to ``OUT/logs/driver.log``)."""
     # A task's RunFailed arrives wrapped by Ray (RayTaskError, UserCodeException): its own
     # message is in the text; anything else is the driver's own failure.
+    cause = getattr(exc, "cause", None)  # RayTaskError keeps the task's own exception
     found = re.search(r"RunFailed: (.+)", str(exc))
-    message = found.group(1) if found else one_line(getattr(exc, "cause", None) or exc, out)
+    if isinstance(cause, RunFailed):
+        message = str(cause)
+    else:
+        message = found.group(1) if found else one_line(cause or exc, out)
     trace = write_trace(out / "logs", "driver", exc)
     return message + (f"\nfull trace: {trace}" if trace else "")

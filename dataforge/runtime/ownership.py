@@ -159,9 +159,10 @@ def describe_takeover(lock: RunLock) -> str | None:
 def claim_run_dir(out: Path) -> None:
     """Make ``out`` a run directory, or check that it is one.
 
-    An absent or empty folder is created and marked; a folder with the marker is accepted;
-    anything else (a file, a folder of someone's data, a run of an older dataforge) is
-    refused and left untouched.
+    An absent or empty folder is created and marked; a folder with the marker is accepted,
+    and so is a complete or failed run of a dataforge from before markers (only dataforge's
+    entries, a manifest with a config hash and dataforge's version), which is marked;
+    anything else (a file, a folder of someone's data) is refused and left untouched.
 
     Raises:
         RunDirError: ``out`` is a file, or a non-empty folder without the run marker.
@@ -170,7 +171,12 @@ def claim_run_dir(out: Path) -> None:
         raise RunDirError(f"{out} is a file, not a run directory; choose another -o")
     if (out / RUN_MARKER).is_file():
         return
-    if out.exists() and any(p.name != LOCK_FILE for p in out.iterdir()):
+    # The marker may appear between the check above and this listing: a concurrent claim.
+    if (
+        out.exists()
+        and any(p.name not in (LOCK_FILE, RUN_MARKER) for p in out.iterdir())
+        and not _is_unmarked_run(out)
+    ):
         raise RunDirError(
             f"{out} is not empty and is not a dataforge run directory (no {RUN_MARKER}); "
             "dataforge never writes into or removes such a folder: choose another -o"
@@ -184,6 +190,25 @@ def claim_run_dir(out: Path) -> None:
         return
     with os.fdopen(fd, "w") as f:
         f.write('{"dataforge_run": 1}\n')
+
+
+def _is_unmarked_run(out: Path) -> bool:
+    """A run written before run markers existed: only dataforge's entries, and a manifest
+    with a config hash and dataforge's version (a stray ``manifest.json`` is not enough)."""
+    if any(p.name not in (*OWNED_ENTRIES, LOCK_FILE, RUN_MARKER) for p in out.iterdir()):
+        return False
+    try:
+        manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    sha = manifest.get("config_sha256") if isinstance(manifest, dict) else None
+    versions = manifest.get("versions") if isinstance(manifest, dict) else None
+    return (
+        isinstance(sha, str)
+        and len(sha) == 64
+        and isinstance(versions, dict)
+        and "dataforge" in versions
+    )
 
 
 def remove_owned_entries(out: Path) -> list[str]:

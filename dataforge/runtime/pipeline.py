@@ -26,7 +26,12 @@ from dataforge.io.readers import InputTask, plan_input_tasks
 from dataforge.io.sinks import merge_mds_indexes, write_json_atomic
 from dataforge.io.splits import split_input_tasks
 from dataforge.runtime.barriers import BarrierContext, run_planner
-from dataforge.runtime.failures import RunFailed, collect_task_failures, driver_failure_message
+from dataforge.runtime.failures import (
+    RunFailed,
+    clear_task_failure,
+    collect_task_failures,
+    driver_failure_message,
+)
 from dataforge.runtime.histograms import merge_distributions
 from dataforge.runtime.manifest import (
     AccountingError,
@@ -130,13 +135,13 @@ def run_pipeline(
             log(f"{out} already holds the complete output of this config; nothing to do")
             return json.loads((out / "manifest.json").read_text())
         log(f"{'resuming' if state == 'resume' else 'starting'} run {config.name!r} into {out}")
-        if not hasattr(executor, "run_segment"):
-            executor = executor()
-        executor.check_paths(config, out / "_work", input_tasks)
         run = _Run(config, out, out / "_work", sha, time.time(), log, input_tasks,
                    build_segments(config))  # fmt: skip
         progress.start({t.task_id: t.bytes if t.length is None else t.length for t in input_tasks})
         try:
+            if not hasattr(executor, "run_segment"):
+                executor = executor()  # starts or joins Ray: its failure is reported alike
+            executor.check_paths(config, out / "_work", input_tasks)
             manifest = _execute(run, executor, progress)
             progress.finish(manifest)
             return manifest
@@ -183,12 +188,14 @@ def _run_segment(run: _Run, segment: Segment, executor: Executor, progress: RunP
         segment.index, [s.op for _, s in segment.stages], [t["task_id"] for t in pending]
     )
     if pending:
+        for t in pending:  # a failure record of an earlier attempt says nothing now
+            clear_task_failure(seg_dir, t["task_id"])
         try:
             executor.run_segment(config, segment, work, pending, progress.task_committed)
         except Exception as exc:
             failures = collect_task_failures(seg_dir, [t["task_id"] for t in pending])
-            if not failures:
-                raise
+            if not failures:  # none recorded (a full disk): the exception's own message
+                raise RunFailed(driver_failure_message(run.out, exc)) from exc
             more = f" (and {len(failures) - 1} more failed tasks)" if len(failures) > 1 else ""
             trace = failures[0]["trace"]
             raise RunFailed(

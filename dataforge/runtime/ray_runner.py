@@ -117,12 +117,23 @@ def run_on_ray(
     config, out = resolve_run_paths(config, out)
     kwargs = {"log": log} if log else {}
     progress = progress or RunProgress.silent()
+    connected_here = []
 
     def start_ray() -> RayExecutor:
+        if not ray.is_initialized():
+            connected_here.append(True)
         where = connect(config, address, verbose=progress.verbose)
         if log:
             log(f"running on {where}")
         progress.listeners = (*progress.listeners, RayMetrics(config))
         return RayExecutor(config, cluster=resolve_address(config, address) is not None)
 
-    return run_pipeline(config, out, start_ray, overwrite=overwrite, progress=progress, **kwargs)
+    try:
+        return run_pipeline(
+            config, out, start_ray, overwrite=overwrite, progress=progress, **kwargs
+        )
+    finally:
+        # Stops the worker-log relay too, so that Ray's copies of a failed task's trace do
+        # not trail after the one-line error the CLI prints next.
+        if connected_here and ray.is_initialized():
+            ray.shutdown()

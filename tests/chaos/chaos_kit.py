@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 from pathlib import Path
 
 from dataforge.config import load_pipeline
@@ -52,3 +53,12 @@ def write_lines(path: Path, texts: list[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts))
     return path
+
+
+def mount_tmpfs(where: Path, size: str) -> bool:
+    """Mount a tmpfs of ``size`` at ``where`` (a small disk to fill); False if not allowed."""
+    where.mkdir(parents=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
+    )
+    return proc.returncode == 0

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from chaos_kit import assert_accounted, output_ids, run_local, snapshot, write_lines
+from chaos_kit import assert_accounted, mount_tmpfs, output_ids, run_local, snapshot, write_lines
 
 from dataforge.cli import main
 from dataforge.io.mds import iter_samples
@@ -54,6 +54,7 @@ def test_bad_jsonl_corpus_every_record_accounted(tmp_path: Path, write_pipeline)
     corpus.mkdir()
     (corpus / "bad.jsonl").write_bytes(b"".join(BAD_LINES))
     (corpus / "empty.jsonl").write_bytes(b"")
+    (corpus / "bom.jsonl").write_bytes(b'\xef\xbb\xbf{"text": "after a BOM"}\n{"text": "2nd"}\n')
     with open(corpus / "huge.jsonl", "wb") as f:  # a 50 MB line between two good ones
         f.write(b'{"text": "before"}\n{"text": "' + b"x" * (50 << 20) + b'"}\n{"text": "after"}\n')
     (corpus / "bad.jsonl.gz").write_bytes(gzip.compress(b"".join(BAD_LINES)))
@@ -65,12 +66,14 @@ def test_bad_jsonl_corpus_every_record_accounted(tmp_path: Path, write_pipeline)
     counts = manifest["counts"]["by_source"]["s"]
     per_copy = {"error:json": 2, "error:json_blank_line": 1, "error:json_not_object": 1,
                 "error:missing_text": 1, "error:text_type": 1, "empty": 1}  # fmt: skip
-    assert counts["input"] == 3 * len(BAD_LINES) + 3
+    assert counts["input"] == 3 * len(BAD_LINES) + 3 + 2
     assert counts["dropped"] == {**{k: 3 * v for k, v in per_copy.items()}, "too_long": 1}
-    assert counts["kept"] == 3 * 5 + 2 and counts["events"]["invalid_utf8_replaced"] == 3
+    assert counts["kept"] == 3 * 5 + 2 + 2 and counts["events"]["invalid_utf8_replaced"] == 3
+    assert counts["events"]["bom_stripped"] == 1
     texts = [s["text"] for s in iter_samples(tmp_path / "out")]
     assert texts.count("a CRLF line") == 3 and texts.count("no final newline") == 3
     assert "invalid \ufffd UTF-8" in texts and "before" in texts and "after" in texts
+    assert "after a BOM" in texts
     assert len(output_ids(tmp_path / "out")) == counts["kept"]
     assert snapshot(corpus) == before
 
@@ -114,19 +117,12 @@ def test_glob_matching_nothing_is_a_usage_error(tmp_path: Path, write_pipeline, 
     assert len(err) == 1 and "inputs[0] (s): path 'in/*.jsonl' matches no file" in err[0]
 
 
-def _mount_tmpfs(where: Path, size: str) -> bool:
-    where.mkdir(parents=True)
-    opts = ["-o", f"size={size}"]
-    return subprocess.run(["mount", "-t", "tmpfs", *opts, "tmpfs", str(where)],
-                          capture_output=True).returncode == 0  # fmt: skip
-
-
 @pytest.mark.slow
 def test_full_disk_fails_in_one_line_and_resumes_identically(
     tmp_path: Path, write_pipeline
 ) -> None:
     disk = tmp_path / "disk"
-    if os.geteuid() != 0 or not _mount_tmpfs(disk, "400k"):
+    if os.geteuid() != 0 or not mount_tmpfs(disk, "400k"):
         pytest.skip("needs root and `mount -t tmpfs` to make a small full disk")
     try:
         for f in range(8):

@@ -126,3 +126,16 @@ def test_not_a_dataset_is_exit_2(tmp_path: Path, capsys) -> None:
     for path in (tmp_path, tmp_path / "absent"):
         code, err = _inspect(capsys, str(path))
         assert code == 2 and len(err) == 1 and "no index.json" in err[0]
+
+
+def test_summary_checks_the_runs_manifest(dataset: Path, capsys) -> None:
+    (dataset.parent / "manifest.json").write_text(json.dumps({"output": {"records": 21}}))
+    code, err = _inspect(capsys, str(dataset.parent))
+    assert code == 1 and len(err) == 1 and "holds 20 samples, the run's manifest says 21" in err[0]
+
+
+@pytest.mark.parametrize("manifest", ["[1, 2]", '{"output": 5, "counts": []}', "{not json"])
+def test_malformed_manifest_next_to_the_data(dataset: Path, capsys, manifest: str) -> None:
+    (dataset.parent / "manifest.json").write_text(manifest)
+    code, err = _inspect(capsys, str(dataset.parent), "--head", "1")
+    assert (code, len(err)) == ((0, 0) if manifest.startswith('{"output"') else (1, 1)), err

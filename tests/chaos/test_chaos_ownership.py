@@ -122,3 +122,46 @@ def test_lock_of_a_killed_run_is_taken_over(tmp_path: Path, write_pipeline) -> N
     manifest = run_pipeline(load_pipeline(path), out, LocalExecutor(), log=logs.append)
     assert any("no longer running (host" in m and f"pid {holder.pid}" in m for m in logs)
     assert manifest["status"] == "complete" and (out / LOCK_FILE).read_text() == ""
+
+
+def test_concurrent_claims_of_one_empty_folder_all_succeed(tmp_path: Path) -> None:
+    import threading
+
+    from dataforge.runtime.ownership import claim_run_dir
+
+    for attempt in range(200):
+        out = tmp_path / f"out{attempt}"
+        start, errors = threading.Barrier(4), []
+
+        def claim(out: Path = out, start: threading.Barrier = start, errors: list = errors) -> None:
+            start.wait()
+            try:
+                claim_run_dir(out)
+            except RunDirError as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=claim) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and os.listdir(out) == [RUN_MARKER]
+
+
+def test_a_run_from_before_markers_is_adopted_only_when_it_is_one(tmp_path: Path) -> None:
+    from dataforge.runtime.ownership import claim_run_dir
+
+    legacy = {"config_sha256": "a" * 64, "versions": {"dataforge": "0.1.0"}, "status": "complete"}
+    for extra, adopted in ((None, True), ("notes.txt", False)):
+        out = tmp_path / f"old-{adopted}"
+        (out / "mds").mkdir(parents=True)
+        (out / "manifest.json").write_text(json.dumps(legacy))
+        if extra:
+            (out / extra).write_text("mine")
+        if adopted:
+            claim_run_dir(out)
+            assert (out / RUN_MARKER).is_file()
+        else:
+            with pytest.raises(RunDirError, match="not a dataforge run directory"):
+                claim_run_dir(out)
+            assert not (out / RUN_MARKER).exists()

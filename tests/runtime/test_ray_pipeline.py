@@ -140,7 +140,9 @@ def test_truncated_input_fails_the_run_naming_the_file(tmp_path: Path, write_pip
     )
     proc = cli("run", str(path))
     assert proc.returncode == 1
-    *_, error, trace_line = proc.stderr.splitlines()  # the run ends with these two lines
+    lines = proc.stderr.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("error: run failed: task"))
+    error, trace_line = lines[at : at + 2]
     assert error.startswith("error: run failed: task 000-000000 (") and "RayTask" not in error
     assert "cut.jsonl.zst" in error and "truncated" in error
     trace = Path(trace_line.removeprefix("full trace: "))

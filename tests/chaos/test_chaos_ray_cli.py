@@ -1,5 +1,6 @@
-"""Two real ``dataforge run`` processes into one OUT: one runs, the other is refused
-naming the holder, before it starts Ray (case 2)."""
+"""Real ``dataforge run`` processes on Ray: two into one OUT (one runs, the other is
+refused naming the holder before it starts Ray; case 2), and a full disk (exit 1, one line
+naming the path)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from chaos_kit import output_ids, run_local
+from chaos_kit import mount_tmpfs, output_ids, run_local, write_lines
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -40,3 +41,35 @@ def test_two_concurrent_runs_one_writer(pipeline_file: Path, tmp_path: Path) -> 
     assert rerun.returncode == 0 and "nothing to do" in rerun.stderr
     assert "running on" not in rerun.stderr  # a complete run never starts Ray again
     assert not os.path.exists(out / "_work")
+
+
+def test_full_disk_under_ray_exits_1_in_one_line(tmp_path: Path, write_pipeline) -> None:
+
+    disk = tmp_path / "disk"
+    if os.geteuid() != 0 or not mount_tmpfs(disk, "300k"):
+        pytest.skip("needs root and `mount -t tmpfs` to make a small full disk")
+    try:
+        for f in range(4):
+            write_lines(
+                tmp_path / "in" / f"f{f}.jsonl", [f"{f}/{i} " + "字" * 600 for i in range(80)]
+            )
+        path = write_pipeline(
+            tmp_path,
+            """
+            name: disk
+            inputs: [{name: s, path: "in/*.jsonl", lang: zh}]
+            ray: {num_cpus: 1, max_task_retries: 0}
+            output: {path: out, compression: null}
+            """,
+        )
+        proc = subprocess.run(
+            [sys.executable, "-m", "dataforge.cli", "run", str(path), "-o", str(disk / "out")],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "no space left on device" in errors[0], proc.stderr[-3000:]
+        assert str(disk / "out") in errors[0] and "Traceback" not in errors[0]
+        assert not (disk / "out" / "manifest.json").exists()
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
