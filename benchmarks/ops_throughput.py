@@ -5,6 +5,11 @@ Prints per source: docs, MB, docs/s and MB/s of ``clean`` and of ``quality_filte
 the vectorized ``clean`` against a naive per-record Python implementation of the same
 rules (:func:`naive_clean`) run in the same process on the same records.
 
+``quality_filter`` is also timed against its previous implementation (statistics of
+commit 7a636d5, kept in ``tests/text/stats_v1.py``, every stage on every document):
+both run interleaved ``--repeats`` times in CPU seconds of this process, the median ratio
+is printed, and the drop reasons must be identical (the script fails otherwise).
+
 With ``--compare-jieba N`` it also segments N Chinese docs (news + reviews) with
 ``jieba`` and ``rjieba`` and prints their speed ratio and agreement.
 
@@ -19,18 +24,23 @@ import collections
 import glob
 import gzip
 import html
+import importlib.util
 import json
 import re
+import statistics
 import time
 import unicodedata
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dataforge.ops.clean import Clean
-from dataforge.ops.quality import QualityFilter
+from dataforge.ops.quality import QualityFilter, first_failure
 from dataforge.records import BASE_SCHEMA
+from dataforge.text.stats import load_stopwords
 
 SOURCES = {  # name -> (glob, lang)
     "news_zh": ("news_zh/*.jsonl.zst", "zh"),
@@ -94,6 +104,54 @@ def run_batched(op, batch: pa.Table, size: int) -> tuple[pa.Table, float]:
     return pa.concat_tables(parts), time.perf_counter() - start
 
 
+def load_previous_stats():
+    """The previous statistics module (the baseline), kept as the tests' oracle."""
+    path = Path(__file__).resolve().parent.parent / "tests" / "text" / "stats_v1.py"
+    spec = importlib.util.spec_from_file_location("stats_v1", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+stats_v1 = load_previous_stats()
+
+
+def previous_reasons(quality: QualityFilter, batch: pa.Table) -> list[str | None]:
+    """The drop reasons of the previous implementation: all measures of every document."""
+    text = pc.fill_null(batch.column("text").combine_chunks(), "")
+    langs = pc.fill_null(batch.column("lang").combine_chunks(), "")
+    reasons = np.full(batch.num_rows, None, dtype=object)
+    for lang in pc.unique(langs).to_pylist():
+        rows = np.flatnonzero(pc.equal(langs, lang).to_numpy(False))
+        t = quality.thresholds_for(lang)
+        sizes = set(t.max_top_ngram_chars_fraction or ()) | set(
+            t.max_duplicate_ngram_chars_fraction or ()
+        )
+        stopwords = load_stopwords(t.stopwords) if t.stopwords else None
+        m = stats_v1.document_stats(text.take(rows), t.segmenter, stopwords, sizes)
+        reasons[rows] = first_failure(m, t)
+    return reasons.tolist()
+
+
+def quality_vs_previous(
+    quality: QualityFilter, batches: list[pa.Table], repeats: int
+) -> tuple[float, float, float]:
+    """Median CPU seconds of the current and previous quality filter over ``batches`` (runs
+    interleaved) and the median of the per-repeat ratios; fails on any differing reason."""
+    current, previous, ratios = [], [], []
+    for _ in range(repeats):
+        start = time.process_time()
+        new = [quality(b).column("drop").to_pylist() for b in batches]
+        current.append(time.process_time() - start)
+        start = time.process_time()
+        old = [previous_reasons(quality, b) for b in batches]
+        previous.append(time.process_time() - start)
+        ratios.append(previous[-1] / current[-1])
+        if new != old:
+            raise SystemExit("quality_filter decisions differ from the previous implementation")
+    return statistics.median(current), statistics.median(previous), statistics.median(ratios)
+
+
 def compare_jieba(texts: list[str]) -> None:
     import jieba
     import rjieba
@@ -122,6 +180,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=2000, help="docs per source (0: all)")
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--compare-jieba", type=int, default=0, metavar="N")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved quality runs")
     args = parser.parse_args()
 
     clean, quality = Clean(Clean.Config()), QualityFilter(QualityFilter.Config())
@@ -131,7 +190,7 @@ def main() -> None:
         f"{'naive MB/s':>10} {'ratio':>6} {'quality docs/s':>14} {'MB/s':>6} {'dropped':>8} "
         f"{'dropped MB':>10}"
     )
-    reasons_by_source = {}
+    reasons_by_source, quality_batches = {}, []
     for name, (_, lang) in SOURCES.items():
         texts = load_source(args.data, name, args.limit)
         mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
@@ -141,6 +200,7 @@ def main() -> None:
             naive_clean(t)
         t_naive = time.perf_counter() - start
         filtered, t_quality = run_batched(quality, cleaned, args.batch)
+        quality_batches += [cleaned.slice(i, args.batch) for i in range(0, len(texts), args.batch)]
         reasons = filtered.column("drop").to_pylist()
         drops = collections.Counter(r for r in reasons if r)
         dropped_mb = sum(len(t.encode("utf-8")) for t, r in zip(texts, reasons, strict=True) if r)
@@ -155,6 +215,11 @@ def main() -> None:
     for name, (drops, total) in reasons_by_source.items():
         shown = ", ".join(f"{r} {n / total:.1%}" for r, n in drops.most_common())
         print(f"  {name}: {shown or 'none'}")
+    now, before, ratio = quality_vs_previous(quality, quality_batches, args.repeats)
+    print(
+        f"\nquality_filter vs previous implementation (identical reasons, {args.repeats} "
+        f"interleaved runs, CPU s): {now:.3f} s vs {before:.3f} s, median ratio {ratio:.2f}x"
+    )
     if args.compare_jieba:
         half = args.compare_jieba // 2
         zh = load_source(args.data, "news_zh", half) + load_source(args.data, "reviews_zh", half)

@@ -18,11 +18,6 @@ __all__ = ["main"]
 _EXTENSIONS = ("dataforge.tokenization.cli", "dataforge.lm.cli", "trainer.cli")
 
 
-def _output_dir(args: argparse.Namespace, config) -> Path:
-    output = getattr(args, "output", None)
-    return Path(output) if output else config.resolve(config.output.path)
-
-
 def _checked_config(args: argparse.Namespace):
     """Load the pipeline and run every validation check; print the problems and return
     None if there are any."""
@@ -31,7 +26,7 @@ def _checked_config(args: argparse.Namespace):
 
     try:
         config = load_pipeline(args.pipeline, args.set)
-        problems = validate_pipeline(config, _output_dir(args, config))
+        problems = validate_pipeline(config, _output_location(args, config))
     except ConfigError as exc:
         problems = [str(exc)]
     for p in problems:
@@ -40,13 +35,15 @@ def _checked_config(args: argparse.Namespace):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from dataforge.io.fs import StorageError
+    from dataforge.io.lease import LeaseHeldError
     from dataforge.runtime.failures import RunFailed, one_line
     from dataforge.runtime.manifest import AccountingError, RunDirError
 
     config = _checked_config(args)
     if config is None:
         return 2
-    out = _output_dir(args, config)
+    out = _output_location(args, config)
     if not (args.address or config.ray.address or os.environ.get("RAY_ADDRESS")):
         # Ray 2.60 turns token authentication on for a new local cluster and warns when the
         # mode was left unset; we set it to that secure default, before Ray reads it at import.
@@ -65,16 +62,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
             log=lambda m: print(f"[dataforge] {m}", file=sys.stderr, flush=True),
             progress=progress,
         )
-    except RunDirError as exc:
+    except (RunDirError, LeaseHeldError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except StorageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except (AccountingError, ClusterError, RunFailed) as exc:
         print(f"error: run failed: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # e.g. a full disk or a permission before any task ran
         print(f"error: run failed: {one_line(exc, out)}", file=sys.stderr)
         return 1
-    _write_report(out)
+    if "://" not in out:  # the report is drawn from local files (object storage: not yet)
+        _write_report(Path(out))
     total = manifest["counts"]["total"]
     print(
         json.dumps(
@@ -89,6 +90,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def _output_location(args: argparse.Namespace, config) -> str:
+    """``-o`` (relative to the working directory) or ``output.path`` (relative to the
+    pipeline file); a URI is kept as it is."""
+    given = getattr(args, "output", None)
+    if not given:
+        return config.locate(config.output.path)
+    return given if "://" in given else str(Path(given).resolve())
 
 
 def _write_report(out: Path) -> None:
@@ -134,15 +144,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from dataforge.inspect import inspect_path
+    from dataforge.inspect import inspect_path, local_dataset
+    from dataforge.io.fs import StorageError
     from dataforge.io.mds import MDSCorruptError, MDSFormatError
 
     try:
-        return inspect_path(Path(args.path), head=args.head, verify=args.verify, as_json=args.json)
+        with local_dataset(args.path) as path:
+            return inspect_path(path, head=args.head, verify=args.verify, as_json=args.json)
     except MDSCorruptError as exc:
         print(f"error: corrupt dataset: {exc}", file=sys.stderr)
         return 1
-    except MDSFormatError as exc:
+    except (MDSFormatError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -16,6 +16,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
+from dataforge.io.fs import StorageConfig
 from dataforge.io.input_config import INPUT_FORMATS, InputConfig, ReadConfig
 from dataforge.io.mds_index import MAX_SHARD_BYTES
 from dataforge.typed_config import (
@@ -37,6 +38,7 @@ __all__ = [
     "RayConfig",
     "ReadConfig",
     "StageConfig",
+    "StorageConfig",
     "apply_overrides",
     "config_sha256",
     "from_mapping",
@@ -95,7 +97,7 @@ class RayConfig:
     object_store_memory: int | None = None
     """Bytes for embedded Ray's object store (default: Ray's)."""
     actors: int | None = None
-    """Actor-pool size of each segment (default: the cluster's CPUs)."""
+    """Size of the run's actor pool, shared by all segments (default: the cluster's CPUs)."""
     cpus_per_actor: float = 1.0
     max_task_retries: int = 2
 
@@ -162,6 +164,7 @@ class PipelineConfig:
     seed: int = 0
     ray: RayConfig = RayConfig()
     read: ReadConfig = ReadConfig()
+    storage: StorageConfig = StorageConfig()
     max_error_rate: float = 0.001
     """Fraction of records per source that may end as ``error:<kind>`` before the run fails."""
     base_dir: str = "."
@@ -177,12 +180,19 @@ class PipelineConfig:
             raise ValueError(f"max_error_rate must be in [0, 1]: {self.max_error_rate}")
 
     def resolve(self, path: str) -> Path:
-        """A path from the YAML, resolved against the pipeline file's directory."""
+        """A local path from the YAML, resolved against the pipeline file's directory."""
         p = Path(path).expanduser()
         return p if p.is_absolute() else Path(self.base_dir) / p
 
+    def locate(self, path: str) -> str:
+        """A path or URI from the YAML: a URI (``s3://...``) unchanged, a local path resolved
+        against the pipeline file's directory."""
+        return path if "://" in path else str(self.resolve(path))
 
-_PIPELINE_KEYS = {"name", "inputs", "output", "stages", "seed", "ray", "read", "max_error_rate"}
+
+_PIPELINE_KEYS = {
+    "name", "inputs", "output", "stages", "seed", "ray", "read", "storage", "max_error_rate"
+}  # fmt: skip
 _STAGE_RUNTIME_KEYS = {"op", "batch_size"}
 
 
@@ -262,6 +272,7 @@ def config_sha256(config: PipelineConfig) -> str:
     ``output.keep_work`` and ``ray`` placement do not change results and are excluded."""
     plain = to_plain(config)
     plain.pop("ray", None)
+    plain.pop("storage", None)  # where the bytes live does not change them
     plain.pop("base_dir", None)
     plain["output"].pop("keep_work", None)
     plain["output"].pop("path", None)  # the run directory is the identity, not part of it

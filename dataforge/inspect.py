@@ -6,8 +6,11 @@ refuses unsafe indexes before any shard is opened).
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ from dataforge.io.mds import (
     shard_hash,
 )
 
-__all__ = ["InspectError", "inspect_path", "summarize", "verify_dataset"]
+__all__ = ["InspectError", "inspect_path", "local_dataset", "summarize", "verify_dataset"]
 
 HIST_EDGES = [0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536, 1 << 62]
 
@@ -202,9 +205,9 @@ def _decode_tokens(root: Path, tokens: np.ndarray) -> str | None:
     stages = config.get("stages") if isinstance(config, dict) else None
     for stage in stages if isinstance(stages, list) else []:
         if isinstance(stage, dict) and stage.get("op") == "tokenize" and stage.get("tokenizer"):
-            path = Path(str(stage["tokenizer"]))
-            if not path.is_absolute():
-                path = Path(str(config.get("base_dir", "."))) / path
+            path = str(stage["tokenizer"])
+            if "://" not in path and not Path(path).is_absolute():
+                path = str(Path(str(config.get("base_dir", "."))) / path)
             try:
                 from dataforge.tokenization.hf_tokenizer import load_tokenizer
 
@@ -212,6 +215,39 @@ def _decode_tokens(root: Path, tokens: np.ndarray) -> str | None:
             except Exception as exc:  # noqa: BLE001 - inspect still prints the ids
                 return f"<cannot decode: {exc}>"
     return None
+
+
+@contextmanager
+def local_dataset(location: str) -> Iterator[Path]:
+    """A local directory for ``location``: itself, or for a URI a temporary copy of the MDS
+    dataset (a run's ``manifest.json`` and ``mds/``, never ``_work/``), removed after.
+
+    Raises:
+        InspectError: the location holds no MDS index.
+        StorageError: it cannot be reached.
+    """
+    from dataforge.io.fs import is_uri, scratch_dir
+    from dataforge.io.run_store import RunStore
+
+    if not is_uri(location):
+        yield Path(location)
+        return
+    store = RunStore(location)
+    if store.exists("index.json"):
+        wanted = [""]
+    elif store.exists("mds/index.json"):
+        wanted = ["mds", "manifest.json"]
+    elif store.exists("manifest.json"):
+        raise InspectError(f"{location}: run has no MDS index (failed, incomplete, or not MDS)")
+    else:
+        raise InspectError(f"{location}: no index.json here or in {location}/mds")
+    scratch = scratch_dir("inspect")
+    try:
+        for rel in wanted:
+            store.download(rel, scratch / rel if rel else scratch)
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def inspect_path(path: Path, head: int = 0, verify: bool = False, as_json: bool = False) -> int:

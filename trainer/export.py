@@ -95,6 +95,10 @@ def _write_json(path: Path, value: Any) -> None:
 
 def _write_tokenizer(out: Path, tokenizer: str | None, init_from: str | None) -> dict[str, Any]:
     """Put the tokenizer next to the weights; returns its special ids for config.json."""
+    if tokenizer:
+        from dataforge.tokenization.hf_tokenizer import local_tokenizer_dir
+
+        tokenizer = str(local_tokenizer_dir(tokenizer))  # a URI: the node's cached copy
     if tokenizer and (Path(tokenizer) / "spm.model").is_file():
         from dataforge.tokenization.hf_export import write_hf_tokenizer
 

@@ -13,6 +13,7 @@ import glob
 from dataclasses import dataclass
 from pathlib import Path
 
+from dataforge.io.fs import glob_uri, is_uri
 from dataforge.io.globbing import expand_glob
 
 __all__ = ["FORMAT_SUFFIXES", "MatchedFile", "format_for_suffix", "glob_root", "match_files"]
@@ -47,13 +48,19 @@ def glob_root(pattern: str) -> Path:
 
 
 def match_files(pattern: str) -> list[MatchedFile]:
-    """The regular files ``pattern`` (a path or recursive glob) matches, sorted, each real
-    file once (:func:`~dataforge.io.globbing.expand_glob`: symlinked or looping folders
-    never repeat a file); ``path`` is the real path.
+    """The regular files ``pattern`` (a path or recursive glob, local or a URI) matches,
+    sorted, each real file once (:func:`~dataforge.io.globbing.expand_glob`: symlinked or
+    looping folders never repeat a file); ``path`` is the real path (or the URI).
 
     Raises:
         FileNotFoundError: nothing matches.
+        StorageError: a URI's storage cannot be used (unreachable, denied, no bucket).
     """
+    if is_uri(pattern):
+        found = [MatchedFile(e.path, e.relpath, e.size, e.mtime_ns) for e in glob_uri(pattern)]
+        if not found:
+            raise FileNotFoundError(f"input {pattern!r} matches no file")
+        return found
     files = expand_glob(pattern)
     if not files:
         raise FileNotFoundError(f"input {pattern!r} matches no file")

@@ -35,6 +35,7 @@ import zstandard
 
 from dataforge.io.decoding import Decision, file_report, mostly_replacement, open_decoded
 from dataforge.io.files import match_files
+from dataforge.io.fs import open_input_file, open_input_stream
 from dataforge.io.input_config import InputConfig, ReadConfig
 from dataforge.records import BASE_SCHEMA
 from dataforge.typed_config import ConfigError
@@ -87,16 +88,18 @@ class InputTask:
 
 
 def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
-    """Expand every source's path/glob into sorted tasks (:func:`~dataforge.io.files.match_files`).
+    """Expand every source's path/glob (local or a URI) into sorted tasks
+    (:func:`~dataforge.io.files.match_files`).
 
     Raises:
         ConfigError: a source's path matches no file, or two sources match the same file.
+        StorageError: a URI's storage cannot be reached.
     """
     tasks = []
     owner: dict[str, str] = {}
     for s_idx, source in enumerate(config.inputs):
         try:
-            files = match_files(str(config.resolve(source.path)))
+            files = match_files(config.locate(source.path))
         except FileNotFoundError:
             raise ConfigError(
                 f"inputs[{s_idx}] ({source.name}): path {source.path!r} matches no file"
@@ -123,10 +126,25 @@ def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
 
 def _open_binary(path: str) -> BinaryIO:
     if path.endswith(".gz"):
-        return gzip.open(path, "rb")
+        return _GzipStream(path)
     if path.endswith(".zst") or path.endswith(".zstd"):
         return io.BufferedReader(_ZstdFrames(path), buffer_size=1 << 20)
-    return open(path, "rb")  # noqa: SIM115
+    raw = open_input_stream(path)
+    return raw if isinstance(raw, io.IOBase) else io.BufferedReader(raw, buffer_size=1 << 20)
+
+
+class _GzipStream(gzip.GzipFile):
+    """``gzip.open`` over the filesystem seam (closes the stream it opened)."""
+
+    def __init__(self, path: str) -> None:
+        self._stream = open_input_stream(path)
+        super().__init__(fileobj=self._stream, mode="rb")
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._stream.close()
 
 
 def _open_task(task: InputTask) -> BinaryIO:
@@ -165,7 +183,7 @@ class _ZstdFrames(io.RawIOBase):
     """
 
     def __init__(self, path: str) -> None:
-        self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._file = open_input_stream(path)  # closed in close()
         self._path = path
         self._dobj = zstandard.ZstdDecompressor().decompressobj()
         self._pending = b""
@@ -428,7 +446,7 @@ class TaskReader:
             yield self._row_from_line(start, "\n".join(para), False)
 
     def _parquet_rows(self) -> Iterator[dict[str, Any]]:
-        pf = pq.ParquetFile(self.task.path)
+        pf = pq.ParquetFile(open_input_file(self.task.path))
         names = set(pf.schema_arrow.names)
         wanted = [self.source.text_key]
         if self.source.id_key:

@@ -160,16 +160,21 @@ class PartWriter:
         return self.rows
 
 
-def merge_mds_indexes(root: Path, part_dirs: list[Path]) -> dict[str, Any]:
+def merge_mds_indexes(store: Any, root: str, part_dirs: list[str]) -> dict[str, Any]:
     """Write ``root/index.json`` listing the shards of every part in the given order
-    (basenames made relative to ``root``). Returns the merged index."""
+    (basenames made relative to ``root``). Returns the merged index.
+
+    Args:
+        store: the run directory (a :class:`dataforge.io.run_store.RunStore`).
+        root: the dataset directory, relative to the store (``mds`` or ``mds/<source>``).
+        part_dirs: part directories under ``root``, relative to the store.
+    """
     shards = []
     for part in part_dirs:
-        index_path = part / "index.json"
-        if not index_path.exists():
+        index = store.read_json(f"{part}/index.json")
+        if index is None:
             continue  # a task with no kept records writes no shard
-        index = json.loads(index_path.read_text())
-        rel = part.relative_to(root).as_posix()
+        rel = part[len(root) :].lstrip("/")
         for shard in index["shards"]:
             shard = dict(shard)
             for key in ("raw_data", "zip_data"):
@@ -177,5 +182,5 @@ def merge_mds_indexes(root: Path, part_dirs: list[Path]) -> dict[str, Any]:
                     shard[key] = {**shard[key], "basename": f"{rel}/{shard[key]['basename']}"}
             shards.append(shard)
     merged = {"version": 2, "shards": shards}
-    write_json_atomic(root / "index.json", merged)
+    store.write_json(f"{root}/index.json", merged)
     return merged

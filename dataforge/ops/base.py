@@ -20,6 +20,7 @@ import dataclasses
 import importlib
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -57,6 +58,21 @@ class OpContext:
     sources: dict[str, str] = dataclasses.field(default_factory=dict)
     base_dir: str = "."
     record_langs: tuple[str, ...] | None = None
+
+    def locate(self, path: str) -> str:
+        """A model/tokenizer path from the config: a URI unchanged, a local path resolved
+        against ``base_dir``."""
+        if "://" in path:
+            return path
+        p = Path(path).expanduser()
+        return str(p if p.is_absolute() else Path(self.base_dir) / p)
+
+    def local_path(self, path: str, companions: tuple[str, ...] = ()) -> Path:
+        """:meth:`locate`, then for a URI a copy in this node's cache (fetched once, with the
+        files named ``<path><suffix>`` for each suffix in ``companions``)."""
+        from dataforge.io.node_cache import fetch_to_cache
+
+        return fetch_to_cache(self.locate(path), companions)
 
 
 class Op:

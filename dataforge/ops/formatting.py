@@ -70,8 +70,7 @@ class _ChatOp(Mapper):
         self._tokenizer = None
 
     def tokenizer_dir(self) -> Path:
-        path = Path(self.config.tokenizer).expanduser()
-        return path if path.is_absolute() else Path(self.context.base_dir) / path
+        return self.context.local_path(self.config.tokenizer)
 
     def validate(self) -> list[str]:
         from dataforge.tokenization import read_tokenizer_json

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import json
+import posixpath
 from pathlib import Path
 from typing import Any, Literal
 
@@ -133,19 +134,27 @@ class PerplexityFilter(Filter):
 
     # -- paths -------------------------------------------------------------------------
     def _resolve(self, path: str) -> Path:
-        p = Path(path).expanduser()
-        return p if p.is_absolute() else Path(self.context.base_dir) / p
+        return self.context.local_path(path)
 
-    def _tokenizer_dir(self, model: Path, card: ModelCard) -> Path:
+    def _model(self, model_str: str) -> Path:
+        """The model file with its card beside it (a URI's copied to the node's cache)."""
+        return self.context.local_path(model_str, companions=(".json",))
+
+    def _tokenizer_dir(self, model_str: str, card: ModelCard) -> Path:
         if self.config.tokenizer is not None:
             return self._resolve(self.config.tokenizer)
-        return model.parent / card.tokenizer_path
+        model = self.context.locate(model_str)
+        if "://" in model:  # the card's tokenizer path is relative to the model's URI
+            scheme, _, rest = model.partition("://")
+            rest = posixpath.normpath(posixpath.join(posixpath.dirname(rest), card.tokenizer_path))
+            return self._resolve(f"{scheme}://{rest}")
+        return Path(model).parent / card.tokenizer_path
 
     # -- validate (no loading) -----------------------------------------------------------
     def validate(self) -> list[str]:
         problems = []
         for lang, model_str in sorted(self.config.models.items()):
-            problems += self._validate_model(lang, self._resolve(model_str))
+            problems += self._validate_model(lang, model_str)
         record_langs = self.context.record_langs
         if self.config.missing_model == "error" and record_langs is not None:
             if "*" in record_langs:
@@ -172,9 +181,10 @@ class PerplexityFilter(Filter):
                 )
         return problems
 
-    def _validate_model(self, lang: str, model: Path) -> list[str]:
-        where = f"perplexity_filter: models.{lang} {model}"
+    def _validate_model(self, lang: str, model_str: str) -> list[str]:
+        where = f"perplexity_filter: models.{lang} {model_str}"
         try:
+            model = self._model(model_str)
             with open(model, "rb") as f:
                 head = f.read(16)
         except OSError as exc:
@@ -197,7 +207,7 @@ class PerplexityFilter(Filter):
         problems += self._segmentation_problems(card, where)
         if card.segmentation == "chars":  # needs no tokenizer
             return problems
-        tok_dir = self._tokenizer_dir(model, card)
+        tok_dir = self._tokenizer_dir(model_str, card)
         spm = tok_dir / "spm.model"
         if card.segmentation == "tokenizer" and not (tok_dir / "tokenizer.json").is_file():
             problems.append(f"{where}: tokenizer {tok_dir} has no tokenizer.json")
@@ -233,12 +243,12 @@ class PerplexityFilter(Filter):
         encoders: dict[tuple[Path, str], Any] = {}
         self.scorers: dict[str, PerplexityScorer] = {}
         for lang, model_str in sorted(self.config.models.items()):
-            model = self._resolve(model_str)
+            model = self._model(model_str)
             card = read_card(model)
             problems = self._segmentation_problems(card, f"models.{lang} {model}")
             if problems:
                 raise ValueError(problems[0])
-            key = (self._tokenizer_dir(model, card).resolve(), card.segmentation)
+            key = (self._tokenizer_dir(model_str, card).resolve(), card.segmentation)
             if key not in encoders:
                 encoders[key] = lm_tokens.load_encoder(*key)
             tokenizer, tok_dir = encoders[key], key[0]

@@ -54,8 +54,7 @@ class Tokenize(Mapper):
 
     def tokenizer_dir(self) -> Path:
         """The tokenizer directory, resolved against the pipeline's base directory."""
-        path = Path(self.config.tokenizer).expanduser()
-        return path if path.is_absolute() else Path(self.context.base_dir) / path
+        return self.context.local_path(self.config.tokenizer)
 
     def validate(self) -> list[str]:
         from dataforge.tokenization.hf_tokenizer import tokenizer_vocab_size

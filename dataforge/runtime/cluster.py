@@ -55,6 +55,10 @@ _PROBE = ".node-probe"
 _RAY_WORKING_DIR = "/runtime_resources/working_dir_files/"
 
 
+class _NoLocalOutput(Exception):
+    """The run directory is on object storage: no local probe to check."""
+
+
 class ClusterError(RunFailed):
     """The cluster cannot be joined, or a node cannot see a path of the run."""
 
@@ -209,13 +213,17 @@ def node_path_problems(spec: dict[str, Any]) -> list[str]:
             continue
         if seen != size:
             problems.append(f"sees input {path} with {seen} bytes, the driver saw {size}")
-    work = Path(spec["work"])
+    work = Path(spec["work"] or ".")
     try:
+        if spec["work"] is None:
+            raise _NoLocalOutput
         if (work / _PROBE).read_text() != spec["probe"]:
             raise OSError("it holds another run's probe")
         mine = work / f"{_PROBE}-{spec['node']}"
         mine.write_text(spec["probe"])
         mine.unlink()
+    except _NoLocalOutput:
+        pass
     except OSError as exc:
         problems.append(
             f"cannot see or write the output directory {work.parent} as the driver does ({exc})"
@@ -231,7 +239,9 @@ def _remote_problems(spec: dict[str, Any]) -> list[str]:
     return node_path_problems(spec)
 
 
-def check_nodes_see_paths(config: PipelineConfig, work: Path, tasks: list[InputTask]) -> None:
+def check_nodes_see_paths(
+    config: PipelineConfig, work: Path | None, tasks: list[InputTask]
+) -> None:
     """Run :func:`node_path_problems` once on every alive node with CPUs.
 
     Raises:
@@ -239,13 +249,19 @@ def check_nodes_see_paths(config: PipelineConfig, work: Path, tasks: list[InputT
             or did not answer within two minutes.
     """
     probe = uuid.uuid4().hex
-    (work / _PROBE).write_text(probe)
+    if work is not None:  # None: the run directory is on object storage
+        (work / _PROBE).write_text(probe)
     inputs = sorted({(t.path, t.bytes) for t in tasks})
     nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
     refs = {}
     for node in nodes:
         name = f"{node['NodeManagerAddress']} ({node['NodeID'][:8]})"
-        spec = {"inputs": inputs, "work": str(work), "probe": probe, "node": node["NodeID"]}
+        spec = {
+            "inputs": inputs,
+            "work": work and str(work),
+            "probe": probe,
+            "node": node["NodeID"],
+        }
         strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
         refs[name] = _remote_problems.options(scheduling_strategy=strategy).remote(
             {**spec, "config": config}
@@ -263,7 +279,8 @@ def check_nodes_see_paths(config: PipelineConfig, work: Path, tasks: list[InputT
                 found = [f"did not answer the path check ({type(exc).__name__})"]
             problems += [f"node {name}: {p}" for p in found]
     finally:
-        (work / _PROBE).unlink(missing_ok=True)
+        if work is not None:
+            (work / _PROBE).unlink(missing_ok=True)
     if problems:
         raise ClusterError(
             "some nodes cannot see the run's paths (inputs, output, models and tokenizers "

@@ -9,17 +9,15 @@ Layout of ``OUT/``: ``.dataforge-run`` (the run marker), ``.dataforge-lock``, ``
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import platform
 from collections import Counter
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from dataforge.config import PipelineConfig
+from dataforge.io import fs
 from dataforge.io.readers import InputTask
-from dataforge.io.sinks import write_json_atomic
+from dataforge.io.run_store import RunStore
 from dataforge.runtime.failures import RunFailed
 from dataforge.runtime.ownership import RunDirError, remove_owned_entries
 
@@ -31,6 +29,7 @@ __all__ = [
     "decoding_warnings",
     "plan_changes",
     "prepare_run_dir",
+    "stage_report",
     "sum_counts",
     "versions",
 ]
@@ -65,15 +64,18 @@ def plan_changes(recorded: list[dict[str, Any]], tasks: list[InputTask]) -> list
     return changes
 
 
-def _previous_sha(out: Path) -> str | None:
-    for path in (out / "_work" / RUN_FILE, out / "manifest.json"):
-        if path.exists():
-            return json.loads(path.read_text()).get("config_sha256")
+def _previous_sha(store: RunStore) -> str | None:
+    for rel in (f"_work/{RUN_FILE}", "manifest.json"):
+        found = store.read_json(rel)
+        if found is not None:
+            return found.get("config_sha256")
     return None
 
 
-def prepare_run_dir(out: Path, config_sha: str, tasks: list[InputTask], overwrite: bool) -> str:
-    """Decide what to do with claimed, locked run directory ``out``: ``"fresh"``,
+def prepare_run_dir(
+    store: RunStore, config_sha: str, tasks: list[InputTask], overwrite: bool
+) -> str:
+    """Decide what to do with claimed, locked run directory ``store``: ``"fresh"``,
     ``"resume"`` or ``"complete"``; a fresh run records its task plan before any work.
 
     A run of the same config over the same planned inputs is resumed (or reported
@@ -83,11 +85,10 @@ def prepare_run_dir(out: Path, config_sha: str, tasks: list[InputTask], overwrit
     Raises:
         RunDirError: another config or input set (and not ``overwrite``).
     """
-    work = out / "_work"
-    previous = _previous_sha(out)
-    recorded = (
-        json.loads((out / PLAN_FILE).read_text())["tasks"] if (out / PLAN_FILE).exists() else None
-    )
+    out = store.root
+    previous = _previous_sha(store)
+    plan = store.read_json(PLAN_FILE)
+    recorded = plan["tasks"] if plan is not None else None
     if previous is not None and not overwrite:
         if previous != config_sha:
             raise RunDirError(
@@ -103,14 +104,13 @@ def prepare_run_dir(out: Path, config_sha: str, tasks: list[InputTask], overwrit
                 f"{out} holds a run over other inputs ({len(changes)} changed: {shown}); pass "
                 "--overwrite to start over or choose another -o"
             )
-        manifest = out / "manifest.json"
-        if manifest.exists() and json.loads(manifest.read_text()).get("status") == "complete":
+        manifest = store.read_json("manifest.json")
+        if manifest is not None and manifest.get("status") == "complete":
             return "complete"
         return "resume"
-    remove_owned_entries(out)
-    work.mkdir(parents=True)
-    write_json_atomic(out / PLAN_FILE, {"tasks": _plan(tasks)})
-    write_json_atomic(work / RUN_FILE, {"config_sha256": config_sha})
+    remove_owned_entries(store)
+    store.write_json(PLAN_FILE, {"tasks": _plan(tasks)})
+    store.write_json(f"_work/{RUN_FILE}", {"config_sha256": config_sha})
     return "fresh"
 
 
@@ -240,13 +240,36 @@ def check_inputs_unchanged(tasks: list[InputTask]) -> None:
     """An input rewritten while the run read it would mix two versions in one output."""
     for task in tasks:
         try:
-            stat = os.stat(task.path)
+            size, mtime_ns = fs.size_and_mtime(task.path)
         except OSError as exc:
             raise RunFailed(
-                f"input {task.path} disappeared during the run ({exc.strerror})"
+                f"input {task.path} disappeared during the run ({exc.strerror or exc})"
             ) from None
-        if (stat.st_size, stat.st_mtime_ns) != (task.bytes, task.mtime_ns):
+        if (size, mtime_ns) != (task.bytes, task.mtime_ns):
             raise RunFailed(
                 f"input {task.path} changed during the run (bytes {task.bytes} -> "
-                f"{stat.st_size}); rerun with --overwrite once the inputs are final"
+                f"{size}); rerun with --overwrite once the inputs are final"
             )
+
+
+def stage_report(config, seg_stats, barrier_summaries) -> list[dict[str, Any]]:
+    """Per stage of ``config``: its op, ``seconds`` spent in it inside the tasks (wall,
+    summed over tasks, so actor-seconds), ``cpu_seconds`` of CPU those calls used (thread
+    CPU time), and the barrier's summary (dedup clusters, sampling mixture)."""
+    sums: dict[str, dict[str, float]] = {"op_seconds": {}, "op_cpu_seconds": {}}
+    for stats_list in seg_stats:
+        for stats in stats_list:
+            for field, into in sums.items():
+                for key, value in stats.get(field, {}).items():
+                    into[key] = into.get(key, 0.0) + value
+    report = []
+    for i, stage in enumerate(config.stages):
+        entry: dict[str, Any] = {
+            "op": stage.op,
+            "seconds": round(sums["op_seconds"].get(str(i), 0.0), 3),
+            "cpu_seconds": round(sums["op_cpu_seconds"].get(str(i), 0.0), 3),
+        }
+        if i in barrier_summaries:
+            entry["summary"] = barrier_summaries[i]
+        report.append(entry)
+    return report

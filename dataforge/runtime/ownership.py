@@ -10,7 +10,8 @@ One writer per run directory: :func:`acquire_run_lock` returns a :class:`RunLock
 the whole run. The local implementation is an exclusive ``flock`` on ``OUT/.dataforge-lock``;
 the kernel drops it when the holder dies, so a lock left by a killed run is taken over by
 the next run, which says whose it was (the holder's host, pid and start time stay in the
-file until a clean release). Object storage gets a lease behind the same interface.
+file until a clean release). Object storage gets a lease behind the same interface
+(:func:`acquire_lock` picks; :class:`dataforge.io.lease.ObjectLease`).
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ import datetime
 import fcntl
 import json
 import os
-import shutil
 import socket
 from pathlib import Path
 from typing import Any, Protocol
 
 from dataforge.config import PipelineConfig
 from dataforge.io.globbing import may_match_below
+from dataforge.io.lease import acquire_object_lease
 from dataforge.io.readers import InputTask
+from dataforge.io.run_store import RunStore
 
 __all__ = [
     "LOCK_FILE",
@@ -36,6 +38,7 @@ __all__ = [
     "RunDirError",
     "RunLock",
     "RunLockedError",
+    "acquire_lock",
     "acquire_run_lock",
     "claim_run_dir",
     "describe_takeover",
@@ -44,6 +47,7 @@ __all__ = [
 ]
 
 RUN_MARKER = ".dataforge-run"
+MARKER_BODY = b'{"dataforge_run": 1}\n'
 LOCK_FILE = ".dataforge-lock"
 # Everything dataforge writes at the top of a run directory (the barrier ops add their audit
 # folders, named after the op). The marker and the lock file stay through --overwrite.
@@ -156,8 +160,9 @@ def describe_takeover(lock: RunLock) -> str | None:
     return f"taking over the lock of a run that is no longer running ({_describe(lock.previous)})"
 
 
-def claim_run_dir(out: Path) -> None:
-    """Make ``out`` a run directory, or check that it is one.
+def claim_run_dir(store: RunStore | Path) -> None:
+    """Make ``store`` (the run directory: a store, or a local path) a run directory, or
+    check that it is one.
 
     An absent or empty folder is created and marked; a folder with the marker is accepted,
     and so is a complete or failed run of a dataforge from before markers (only dataforge's
@@ -167,29 +172,39 @@ def claim_run_dir(out: Path) -> None:
     Raises:
         RunDirError: ``out`` is a file, or a non-empty folder without the run marker.
     """
-    if out.exists() and not out.is_dir():
+    store = store if isinstance(store, RunStore) else RunStore(store)
+    out = store.root
+    if store.local and Path(out).exists() and not Path(out).is_dir():
         raise RunDirError(f"{out} is a file, not a run directory; choose another -o")
-    if (out / RUN_MARKER).is_file():
+    if store.exists(RUN_MARKER):
         return
-    # The marker may appear between the check above and this listing: a concurrent claim.
-    if (
-        out.exists()
-        and any(p.name not in (LOCK_FILE, RUN_MARKER) for p in out.iterdir())
-        and not _is_unmarked_run(out)
-    ):
+    path = Path(out)
+    if store.local:
+        # The marker may appear between the check above and this listing: a concurrent claim.
+        present = (
+            path.exists()
+            and any(p.name not in (LOCK_FILE, RUN_MARKER) for p in path.iterdir())
+            and not _is_unmarked_run(path)
+        )
+    else:
+        present = bool(store.names())
+    if present:
         raise RunDirError(
             f"{out} is not empty and is not a dataforge run directory (no {RUN_MARKER}); "
             "dataforge never writes into or removes such a folder: choose another -o"
         )
-    out.mkdir(parents=True, exist_ok=True)
+    if not store.local:  # object storage: the lease, taken next, decides who writes
+        store.write_bytes(RUN_MARKER, MARKER_BODY)
+        return
+    path.mkdir(parents=True, exist_ok=True)
     # Exclusive create: a second run claiming the same empty folder at the same moment
     # finds the marker there (the lock then decides who writes).
     try:
-        fd = os.open(out / RUN_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(path / RUN_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return
-    with os.fdopen(fd, "w") as f:
-        f.write('{"dataforge_run": 1}\n')
+    with os.fdopen(fd, "wb") as f:
+        f.write(MARKER_BODY)
 
 
 def _is_unmarked_run(out: Path) -> bool:
@@ -211,21 +226,25 @@ def _is_unmarked_run(out: Path) -> bool:
     )
 
 
-def remove_owned_entries(out: Path) -> list[str]:
-    """Remove what dataforge wrote in run directory ``out`` (``--overwrite``); anything
+def remove_owned_entries(store: RunStore | Path) -> list[str]:
+    """Remove what dataforge wrote in run directory ``store`` (``--overwrite``); anything
     else a user put there stays. Returns the names removed."""
-    assert (out / RUN_MARKER).is_file(), f"{out} is not a claimed run directory"
+    store = store if isinstance(store, RunStore) else RunStore(store)
+    assert store.exists(RUN_MARKER), f"{store.root} is not a claimed run directory"
     removed = []
     for name in OWNED_ENTRIES:
-        path = out / name
-        if path.is_symlink() or path.is_file():
-            path.unlink()
-        elif path.is_dir():
-            shutil.rmtree(path)
-        else:
-            continue
-        removed.append(name)
+        if store.exists(name) or (store.local and (Path(store.root) / name).is_symlink()):
+            store.remove(name)  # a symlink is unlinked, never followed
+            removed.append(name)
     return removed
+
+
+def acquire_lock(store: RunStore) -> RunLock:
+    """The single-writer hold on ``store``: the ``flock`` of :func:`acquire_run_lock` on a
+    local (or shared) filesystem, the lease of :mod:`dataforge.io.lease` on object storage."""
+    if store.local:
+        return acquire_run_lock(Path(store.root))
+    return acquire_object_lease(store.root)
 
 
 def output_overlaps_inputs(out: Path, config: PipelineConfig, tasks: list[InputTask]) -> list[str]:
@@ -235,13 +254,15 @@ def output_overlaps_inputs(out: Path, config: PipelineConfig, tasks: list[InputT
     real_out = Path(os.path.realpath(out))
     problems = []
     for task in tasks:
-        if Path(os.path.realpath(task.path)).is_relative_to(real_out):
+        if "://" not in task.path and Path(os.path.realpath(task.path)).is_relative_to(real_out):
             problems.append(
                 f"output {out} holds input file {task.path} of source {task.source!r}; the "
                 "output must not be equal to or above an input"
             )
             break
     for source in config.inputs:
+        if "://" in source.path:
+            continue  # object storage: never below a local output
         if may_match_below(str(config.resolve(source.path)), real_out):
             problems.append(
                 f"output {out} lies inside the folder that source {source.name!r} reads "

@@ -1,12 +1,14 @@
-"""Ray execution: each segment's tasks run on a pool of Ray actors.
+"""Ray execution: one pool of long-lived actors per run, fed task by task.
 
 ``dataforge run`` starts embedded local Ray or joins a cluster
-(:mod:`dataforge.runtime.cluster`: connection, authentication, path checks). Each
-segment's task descriptors are handed to a pool of :class:`_SegmentActor`: every actor
-loads the segment's ops once (jieba, KenLM, tokenizer) and processes whole input files
-(or splits), committing one part per task. The fused per-actor op chain avoids an Arrow
-hand-off between stages,
-which on small machines costs more than the stages themselves.
+(:mod:`dataforge.runtime.cluster`: connection, authentication, path checks). The first segment starts a pool of
+:class:`_TaskActor` (``ray.actors``, default one per CPU) and every later segment of the
+run reuses it: an actor builds a segment's :class:`SegmentRunner` (its ops: jieba, KenLM,
+tokenizer) on its first task of that segment and keeps it for the segment's other tasks.
+Each task processes one input file (or one part of the previous segment) and commits one
+part; the fused per-actor op chain avoids an Arrow hand-off between stages, which on small
+machines costs more than the stages themselves. The driver keeps one task in flight per
+actor and hands the next pending task to whichever actor finishes first.
 """
 
 from __future__ import annotations
@@ -34,21 +36,38 @@ from dataforge.runtime.segments import Segment, SegmentRunner
 __all__ = ["RayExecutor", "run_on_ray"]
 
 
-class _SegmentActor:
-    """One SegmentRunner per actor: the segment's ops load once and serve many tasks."""
+_TAIL_CHECK_S = 5.0
 
-    def __init__(self, config: PipelineConfig, segment: Segment, work_dir: str) -> None:
-        self.runner = SegmentRunner(config, segment, work_dir)
 
-    def run_task(self, task: dict[str, Any]) -> dict[str, Any]:
+def _alive_nodes() -> int:
+    return sum(1 for node in ray.nodes() if node["Alive"])
+
+
+class _TaskActor:
+    """Runs tasks of any segment of one run; keeps the current segment's runner (its ops
+    loaded once per actor and segment)."""
+
+    def __init__(self, config: PipelineConfig, work_dir: str) -> None:
+        self.config, self.work_dir = config, work_dir
+        self.segment_index: int | None = None
+        self.runner: SegmentRunner | None = None
+
+    def run_task(self, segment: Segment, task: dict[str, Any]) -> dict[str, Any]:
+        if self.segment_index != segment.index:
+            self.runner = None  # free the previous segment's ops before loading the next
+            self.runner = SegmentRunner(self.config, segment, self.work_dir)
+            self.segment_index = segment.index
         return self.runner.run_task(task)
 
 
 class RayExecutor:
-    """Runs a segment's tasks on a pool of Ray actors sized from the config or cluster.
+    """Runs segments' tasks on one pool of Ray actors per run, created on first use and
+    sized from the config or the cluster's CPUs; :meth:`close` stops it.
 
-    Plain actors rather than a Ray Data ``map_batches`` pool: the pool hands each idle actor
-    the next task and reports every committed task at once (live progress). The constructor
+    Plain actors rather than a Ray Data ``map_batches`` pool: tasks are whole files, so
+    there is nothing to stream, and a pool per segment (with Ray Data's coordinator actors)
+    was start-up cost paid again at every segment. The pool hands each idle actor the next
+    task and reports every committed task at once (live progress). The constructor
     arguments are small enough for Ray to inline, so actor restarts (``max_restarts``) never
     depend on objects in the object store.
     """
@@ -59,6 +78,18 @@ class RayExecutor:
         self.config = config
         self.cluster = cluster
         self.num_cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.actors: list[Any] = []
+
+    def _pool(self, config: PipelineConfig, work_dir: Path, wanted: int) -> list[Any]:
+        size = config.ray.actors or max(1, int(self.num_cpus // config.ray.cpus_per_actor))
+        missing = min(size, wanted) - len(self.actors)
+        if missing > 0:
+            retries = config.ray.max_task_retries
+            actor_class = ray.remote(
+                num_cpus=config.ray.cpus_per_actor, max_restarts=retries, max_task_retries=retries
+            )(_TaskActor)
+            self.actors += [actor_class.remote(config, str(work_dir)) for _ in range(missing)]
+        return self.actors[: min(size, wanted)]
 
     def check_paths(self, config: PipelineConfig, work: Path, tasks: list[InputTask]) -> None:
         """On a cluster, fail before any work if a node cannot see a path of the run
@@ -74,33 +105,44 @@ class RayExecutor:
         tasks: list[dict[str, Any]],
         on_task: Callable[[dict[str, Any]], None],
     ) -> None:
-        cpus_per_actor = config.ray.cpus_per_actor
-        size = config.ray.actors or max(1, int(self.num_cpus // cpus_per_actor))
-        retries = config.ray.max_task_retries
-        actor_class = ray.remote(
-            num_cpus=cpus_per_actor, max_restarts=retries, max_task_retries=retries
-        )(_SegmentActor)
-        actors = [
-            actor_class.remote(config, segment, str(work_dir)) for _ in range(min(size, len(tasks)))
-        ]
         queue = deque(tasks)
         running: dict[ray.ObjectRef, Any] = {}
+        idle: list[Any] = []
+        nodes = _alive_nodes()
         try:
-            for actor in actors:
-                running[actor.run_task.remote(queue.popleft())] = actor
+            for actor in self._pool(config, work_dir, len(tasks)):
+                running[actor.run_task.remote(segment, queue.popleft())] = actor
             while running:
-                (ready,), _ = ray.wait(list(running), num_returns=1)
-                actor = running.pop(ready)
-                on_task(ray.get(ready))
+                done, _ = ray.wait(list(running), num_returns=1, timeout=_TAIL_CHECK_S)
+                if not done:
+                    if idle and _alive_nodes() < nodes:
+                        # A node was lost: an actor restarting elsewhere may need the CPUs
+                        # the idle ones hold (a deadlock otherwise); later segments refill.
+                        self._release(idle)
+                        idle = []
+                    continue
+                actor = running.pop(done[0])
+                on_task(ray.get(done[0]))
                 if queue:
-                    running[actor.run_task.remote(queue.popleft())] = actor
+                    running[actor.run_task.remote(segment, queue.popleft())] = actor
                 else:
-                    # Idle for good: free its CPU now. An actor restarted after its node was
-                    # lost may need it to finish its task (a deadlock otherwise).
-                    ray.kill(actor)
-        finally:
-            for actor in actors:
-                ray.kill(actor)
+                    idle.append(actor)
+        except BaseException:
+            # The pool is shared by the run's segments: stop it, so that no task still in
+            # flight writes into the work directory after the failure is reported.
+            self.close()
+            raise
+
+    def _release(self, actors: list[Any]) -> None:
+        for actor in actors:
+            ray.kill(actor)
+            self.actors.remove(actor)
+
+    def close(self) -> None:
+        """Stop the pool (a joined cluster's actors would otherwise outlive the run)."""
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []
 
 
 def run_on_ray(
@@ -118,6 +160,7 @@ def run_on_ray(
     kwargs = {"log": log} if log else {}
     progress = progress or RunProgress.silent()
     connected_here = []
+    executors: list[RayExecutor] = []
 
     def start_ray() -> RayExecutor:
         if not ray.is_initialized():
@@ -126,13 +169,16 @@ def run_on_ray(
         if log:
             log(f"running on {where}")
         progress.listeners = (*progress.listeners, RayMetrics(config))
-        return RayExecutor(config, cluster=resolve_address(config, address) is not None)
+        executors.append(RayExecutor(config, cluster=resolve_address(config, address) is not None))
+        return executors[0]
 
     try:
         return run_pipeline(
             config, out, start_ray, overwrite=overwrite, progress=progress, **kwargs
         )
     finally:
+        for executor in executors:
+            executor.close()
         # Stops the worker-log relay too, so that Ray's copies of a failed task's trace do
         # not trail after the one-line error the CLI prints next.
         if connected_here and ray.is_initialized():

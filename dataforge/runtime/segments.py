@@ -16,11 +16,8 @@ actors in ``dataforge run``, in-process in tests and the baseline benchmark).
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import shutil
+import tempfile
 import time
-import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -32,7 +29,9 @@ import pyarrow.parquet as pq
 import xxhash
 
 from dataforge.config import PipelineConfig, StageConfig
+from dataforge.io import fs
 from dataforge.io.readers import InputTask, TaskReader
+from dataforge.io.run_store import RunStore
 from dataforge.io.sinks import PartWriter, write_json_atomic
 from dataforge.ops.base import BarrierOp, Op, OpContext, op_class
 from dataforge.records import DROP
@@ -108,13 +107,21 @@ def declared_encodings(config: PipelineConfig) -> dict[str, str]:
     return declared
 
 
+def _clock() -> tuple[float, float]:
+    """Wall and CPU time now. CPU time is the calling thread's (``thread_time``): the ops run
+    in it, and the process clock would also count a Ray worker's own threads."""
+    return time.perf_counter(), time.thread_time()
+
+
 class SegmentRunner:
     """Runs one segment's work for one task at a time; holds the loaded ops."""
 
     def __init__(self, config: PipelineConfig, segment: Segment, work_dir: str) -> None:
+        fs.configure(config.storage)
         self.config = config
         self.segment = segment
-        self.seg_dir = Path(work_dir) / f"seg{segment.index}"
+        self.store = RunStore(work_dir)
+        self.seg = f"seg{segment.index}"
         self.ops = [(i, s, make_op(s, config)) for i, s in segment.stages]
         self.barrier_in = make_op(segment.barrier_in[1], config) if segment.barrier_in else None
         self.barrier_out = make_op(segment.barrier_out[1], config) if segment.barrier_out else None
@@ -131,30 +138,35 @@ class SegmentRunner:
         """Process one task and commit its part; returns the part's stats. Idempotent:
         a task whose marker exists is not redone (retries and resume)."""
         task_id = task["task_id"]
-        marker = self.seg_dir / f"{task_id}.done"
-        if marker.exists():
-            return json.loads(marker.read_text())
-        self.seg_dir.mkdir(parents=True, exist_ok=True)
-        clear_task_failure(self.seg_dir, task_id)
-        tmp = self.seg_dir / f".{task_id}.tmp-{uuid.uuid4().hex[:8]}"
+        marker = f"{self.seg}/{task_id}.done"
+        stats = self.store.read_json(marker)
+        if stats is not None:
+            return stats
+        seg_dir, logs = self._failure_dirs()
+        clear_task_failure(seg_dir, task_id)
         self._records_read = 0
         try:
-            tmp.mkdir()
-            stats = self._process(task, tmp)
-            write_json_atomic(tmp / "stats.json", stats)
-            final = self.seg_dir / task_id
-            if final.exists():  # a previous attempt committed the dir but died before the marker
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            write_json_atomic(marker, stats)
+            with self.store.staging(f"{self.seg}/{task_id}") as tmp:
+                stats = self._process(task, tmp)
+                write_json_atomic(tmp / "stats.json", stats)
+                self.store.commit_dir(tmp, f"{self.seg}/{task_id}")
+            # The marker, written last, commits the part (object stores have no rename).
+            self.store.write_json(marker, stats)
         except Exception as exc:
-            logs = self.seg_dir.parent.parent / "logs"
-            message = record_task_failure(self.seg_dir, logs, task, exc, self._records_read)
+            message = record_task_failure(seg_dir, logs, task, exc, self._records_read)
             raise RunFailed(message) from exc
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
         return stats
+
+    def _failure_dirs(self) -> tuple[Path, Path]:
+        """Where a failed task's record and trace go: ``_work/seg<k>/`` and ``OUT/logs/``;
+        for a run on object storage a local directory (the message travels to the driver
+        in the exception)."""
+        if self.store.local:
+            seg_dir = Path(self.store.location(self.seg))
+        else:  # the same node-local root as the driver's (runtime.pipeline.local_root)
+            seg_dir = Path(tempfile.gettempdir()) / "dataforge-remote-runs" / "_work" / self.seg
+        seg_dir.mkdir(parents=True, exist_ok=True)
+        return seg_dir, seg_dir.parent.parent / "logs"
 
     # -- the work ----------------------------------------------------------------------
     def _input_batches(self, task: dict[str, Any], stats: dict[str, Any]):
@@ -168,17 +180,12 @@ class SegmentRunner:
             if is_split_with_ids(input_task, self.config):
                 self._split_ids = reader.accepted_ids()
             return
-        previous = Path(task["previous"])
-        live = pq.read_table(previous) if previous.exists() else None
+        live = _read_parquet(task["previous"])
         if live is None or live.num_rows == 0:
             return
         if self.barrier_in is not None:
             decision_path = task.get("decision")
-            decision = (
-                pq.read_table(decision_path)
-                if decision_path and Path(decision_path).exists()
-                else None
-            )
+            decision = _read_parquet(decision_path) if decision_path else None
             started = _clock()
             live = self.barrier_in.apply(live, decision)
             self._time(stats, self.segment.barrier_in[0], started)
@@ -194,7 +201,7 @@ class SegmentRunner:
 
     def _process(self, task: dict[str, Any], tmp: Path) -> dict[str, Any]:
         stats: dict[str, Any] = {"task_id": task["task_id"], "events": {}}
-        stats |= {"op_seconds": {}, "op_cpu_seconds": {}}
+        stats |= {"op_seconds": {}, "op_cpu_seconds": {}}  # wall; CPU of this thread
         self._split_ids = None
         counts: dict[str, dict[str, Any]] = defaultdict(
             lambda: {
@@ -211,7 +218,7 @@ class SegmentRunner:
         dists = Distributions()
         for _, _, op in self.ops:
             op.events.clear()
-        started_all = time.perf_counter()
+        started_all = _clock()
         for batch in self._input_batches(task, stats):
             self._records_read += batch.num_rows
             if self.segment.index == 0:
@@ -241,7 +248,8 @@ class SegmentRunner:
         if self._split_ids is not None:
             write_split_ids(tmp, self._split_ids)
             self._split_ids = None
-        stats["seconds"] = time.perf_counter() - started_all
+        stats["seconds"] = time.perf_counter() - started_all[0]
+        stats["cpu_seconds"] = time.thread_time() - started_all[1]
         stats["distributions"] = dists.to_json()
         stats["by_source"] = {
             src: {**c, "dropped": dict(c["dropped"])} for src, c in sorted(counts.items())
@@ -249,9 +257,12 @@ class SegmentRunner:
         return stats
 
 
-def _clock() -> tuple[float, float]:
-    """Wall and CPU (this process) seconds, for per-stage timings."""
-    return time.perf_counter(), time.process_time()
+def _read_parquet(location: str) -> pa.Table | None:
+    """The table at ``location`` (a path or URI), or None if there is none."""
+    if not fs.exists(location):
+        return None
+    with fs.open_input_file(location) as f:
+        return pq.read_table(f)
 
 
 def _merge_events(stats: dict[str, Any], op: Op) -> None:

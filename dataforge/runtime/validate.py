@@ -1,7 +1,8 @@
 """``validate_pipeline``: everything checkable about a loaded pipeline before any work.
 
 What ``dataforge validate`` (and ``dataforge run``, before it starts Ray) reports beyond
-the YAML itself, which :func:`dataforge.config.load_pipeline` already checked: every input
+the YAML itself, which :func:`dataforge.config.load_pipeline` already checked: the output
+and input storage answers (endpoint, credentials, bucket: :func:`dataforge.io.fs.check_location`), every input
 path matches files, every op's resources are usable (:meth:`Op.validate`: model files,
 tokenizer directories, importable segmenters), cross-stage rules hold
 (:meth:`Op.check_pipeline`), the output is not equal to, inside or above an input, and every barrier op names a planner that exists. Runs
@@ -13,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dataforge.config import PipelineConfig
+from dataforge.io import fs
 from dataforge.io.readers import plan_input_tasks
 from dataforge.ops.base import BarrierOp
 from dataforge.runtime.barriers import planner_of
@@ -23,18 +25,22 @@ from dataforge.typed_config import ConfigError
 __all__ = ["validate_pipeline"]
 
 
-def validate_pipeline(config: PipelineConfig, out: Path | None = None) -> list[str]:
-    """The problems that would make a run of ``config`` (into run directory ``out``, when
-    given) fail; empty when it can start.
+def validate_pipeline(config: PipelineConfig, out: str | None = None) -> list[str]:
+    """The problems that would make a run of ``config`` (into ``out``, a path or URI;
+    default ``output.path``) fail; empty when it can start.
 
-    Each problem is one line naming the input, the output or the stage
-    (``stages[2] (perplexity_filter): ...``).
+    Each problem is one line naming the input, stage (``stages[2] (perplexity_filter):
+    ...``) or storage location (``s3://bucket/out: bucket 'bucket' does not exist``).
     """
+    fs.configure(config.storage)
     problems = []
     try:
+        fs.check_location(out or config.locate(config.output.path))
         tasks = plan_input_tasks(config)
-        if out is not None:
-            problems += output_overlaps_inputs(out, config, tasks)
+        if out is not None and not fs.is_uri(out):
+            problems += output_overlaps_inputs(Path(out), config, tasks)
+    except fs.StorageError as exc:
+        return [str(exc)]  # the stages' own checks would fail on the same storage
     except ConfigError as exc:
         problems.append(str(exc))
     stages = list(config.stages)

@@ -17,7 +17,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["document_stats", "han_latin_counts", "load_stopwords"]
+from dataforge.text.repetition import ngram_repetition
+
+__all__ = [
+    "Words",
+    "char_stats",
+    "document_stats",
+    "han_latin_counts",
+    "line_stats",
+    "load_stopwords",
+    "ngram_stats",
+    "paragraph_stats",
+    "segment_words",
+    "word_stats",
+]
 
 
 @functools.cache
@@ -36,51 +49,58 @@ _ELLIPSIS_END = r"(?:\.\.\.|…)$"
 # C4/FineWeb terminal punctuation, plus the CJK forms that NFKC leaves alone.
 _TERMINAL_PUNCT_END = r"[.!?\"'”’。！？」』…]$"
 _NON_WORD_TOKEN = r"^[\s\p{P}\p{S}]*$"
+_TOKEN_SEPARATOR = "\x00"  # removed by the clean op; checked for before it is used
 
 
-def _byte_counts(strings: pa.Array, *classes: np.ndarray) -> list[np.ndarray]:
-    """Per string, how many UTF-8 bytes fall in each 256-entry boolean byte class.
+def _byte_counts(strings: pa.Array, classes: np.ndarray, n_classes: int) -> list[np.ndarray]:
+    """Per string, how many UTF-8 bytes fall in each class 1..``n_classes`` of the
+    256-entry byte-to-class table ``classes`` (0 = no class).
 
-    One numpy pass over the Arrow data buffer; RE2 counting (``count_substring_regex``)
-    is 10-30x slower when most characters match.
+    One table lookup over the Arrow data buffer, then per class an int32 running count read
+    at the string offsets (int32 suffices: Arrow ``string`` offsets are int32). RE2
+    counting (``count_substring_regex``) is 10-30x slower when most characters match.
     """
     strings = strings.cast(pa.string()) if strings.type != pa.string() else strings
     offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32)
-    offsets = offsets[strings.offset : strings.offset + len(strings) + 1].astype(np.int64)
+    offsets = offsets[strings.offset : strings.offset + len(strings) + 1]
     data = strings.buffers()[2]
     data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    codes = classes[data[offsets[0] : offsets[-1]]]
+    bounds = offsets - offsets[0]
+    running = np.zeros(len(codes) + 1, dtype=np.int32)
     out = []
-    for table in classes:
-        hits = np.concatenate(
-            [[0], np.cumsum(table[data[offsets[0] : offsets[-1]]], dtype=np.int64)]
-        )
-        out.append(
-            (hits[offsets[1:] - offsets[0]] - hits[offsets[:-1] - offsets[0]]).astype(np.float64)
-        )
+    for k in range(1, n_classes + 1):
+        np.cumsum(codes == k, out=running[1:])
+        out.append(np.diff(running[bounds]).astype(np.float64))
     return out
 
 
-def _byte_class(*ranges: tuple[int, int]) -> np.ndarray:
-    table = np.zeros(256, dtype=bool)
-    for lo, hi in ranges:
-        table[lo : hi + 1] = True
+def _byte_classes(*classes: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """Byte -> class table: class k (1-based) holds the byte ranges ``classes[k - 1]``."""
+    table = np.zeros(256, dtype=np.uint8)
+    for k, ranges in enumerate(classes, start=1):
+        for lo, hi in ranges:
+            table[lo : hi + 1] = k
     return table
 
 
 # After NFKC (the clean op) digits, spaces and full-width Latin are ASCII. Han: UTF-8 lead
 # bytes of U+4000..U+9FFF (CJK unified ideographs). Letters: ASCII letters plus the lead
 # bytes of non-ASCII letters (Latin-1 .. Arabic, CJK/Hangul), not of punctuation/symbols.
-_SPACE_BYTES = _byte_class((9, 10), (13, 13), (32, 32))
-_DIGIT_BYTES = _byte_class((0x30, 0x39))
-_LATIN_BYTES = _byte_class((0x41, 0x5A), (0x61, 0x7A), (0xC3, 0xC9))
-_HAN_BYTES = _byte_class((0xE4, 0xE9))
-_LETTER_BYTES = _byte_class((0x41, 0x5A), (0x61, 0x7A), (0xC3, 0xDB), (0xE4, 0xED))
+_CHAR_CLASSES = _byte_classes(
+    ((9, 10), (13, 13), (32, 32)),
+    ((0x30, 0x39),),
+    ((0xE4, 0xE9),),
+    ((0x41, 0x5A), (0x61, 0x7A), (0xC3, 0xC9)),
+    ((0x23, 0x23),),  # '#', counted as a symbol
+)
+_LETTER_CLASS = _byte_classes(((0x41, 0x5A), (0x61, 0x7A), (0xC3, 0xDB), (0xE4, 0xED)))
 
 
 def han_latin_counts(text: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Per document: Han characters (U+4000..U+9FFF) and Latin letters (ASCII plus accented
     Latin-1..Latin Extended), the two counts behind ``cjk_fraction``."""
-    han, latin = _byte_counts(text, _HAN_BYTES, _LATIN_BYTES)
+    _, _, han, latin, _ = _byte_counts(text, _CHAR_CLASSES, 5)
     return han, latin
 
 
@@ -100,11 +120,11 @@ def _duplicates(units: pa.Array, parents: np.ndarray, n: int) -> tuple[np.ndarra
     """Per doc: how many units repeat an earlier unit of the same doc, and their chars."""
     codes = pc.dictionary_encode(units).indices.to_numpy(False).astype(np.int64)
     lengths = pc.utf8_length(units).to_numpy(False).astype(np.float64)
-    order = np.lexsort((np.arange(len(codes)), codes, parents))
-    key_p, key_c = parents[order], codes[order]
-    repeat = np.zeros(len(order), dtype=bool)
-    repeat[1:] = (key_p[1:] == key_p[:-1]) & (key_c[1:] == key_c[:-1])
-    dup_idx = order[repeat]
+    # Which copy of a unit counts as the repeat does not matter: copies have equal lengths.
+    keys = parents.astype(np.int64) * (int(codes.max(initial=0)) + 1) + codes
+    order = np.argsort(keys)
+    sorted_keys = keys[order]
+    dup_idx = order[1:][sorted_keys[1:] == sorted_keys[:-1]]
     return _per_doc(parents[dup_idx], n), _per_doc(parents[dup_idx], n, lengths[dup_idx])
 
 
@@ -124,88 +144,152 @@ class _Units(NamedTuple):
 
 
 def _units(text: pa.Array, separator: str, n: int) -> _Units:
-    units, parents = _flat(pc.split_pattern_regex(text, pattern=separator))
+    if separator == "\n":  # a literal split is 2x cheaper than the regex one
+        units, parents = _flat(pc.split_pattern(text, pattern=separator))
+    else:
+        units, parents = _flat(pc.split_pattern_regex(text, pattern=separator))
     units = pc.utf8_trim_whitespace(units)
     keep = pc.greater(pc.utf8_length(units), 0)
     units, parents = units.filter(keep), parents[keep.to_numpy(False)]
     return _Units(units, parents, _per_doc(parents, n), *_duplicates(units, parents, n))
 
 
-_HASH_MULTIPLIERS = np.random.default_rng(20240601).integers(1, 2**63, size=21, dtype=np.uint64) | 1
+class Words(NamedTuple):
+    """The word tokens of a batch of documents, flattened, as ids into their distinct
+    strings: every per-word string kernel (length, letters, lower case, stopword lookup)
+    runs once per distinct word, not once per token."""
+
+    codes: np.ndarray
+    """Index into ``vocabulary`` of every token (int64)."""
+    vocabulary: pa.Array
+    """The distinct tokens."""
+    parents: np.ndarray
+    """Document index of every token (non-decreasing)."""
+    lengths: np.ndarray
+    """Characters of every token (float64)."""
+    n_docs: int
+
+    def select(self, keep: np.ndarray) -> Words:
+        """The words of the documents where the boolean mask ``keep`` is set, renumbered."""
+        in_kept = keep[self.parents]
+        renumbered = np.cumsum(keep) - 1
+        return Words(
+            self.codes[in_kept],
+            self.vocabulary,
+            renumbered[self.parents[in_kept]],
+            self.lengths[in_kept],
+            int(keep.sum()),
+        )
+
+    def per_word(self, values: np.ndarray) -> np.ndarray:
+        """A value per distinct word, spread to every token."""
+        return values[self.codes]
 
 
-def _ngram_stats(
-    codes: np.ndarray, lengths: np.ndarray, parents: np.ndarray, n_docs: int, sizes: set[int]
-) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """For each n-gram size, per doc: chars of the most frequent repeated n-gram times its
-    count, and chars of the words covered by n-grams that occurred earlier in the doc.
-
-    ``codes``/``lengths``/``parents``: word id, length and doc index of the flat words.
-    """
-    out = {size: (np.zeros(n_docs), np.zeros(n_docs)) for size in sizes}
-    total = len(codes)
-    with np.errstate(over="ignore"):
-        # keys[i] hashes (doc, words i..i+size-1); extended by one word per size.
-        keys = parents.astype(np.uint64) * _HASH_MULTIPLIERS[-1]
-        window_chars = np.zeros(total)
-        for size in range(1, min(max(sizes, default=0), total) + 1):
-            j = size - 1
-            keys = keys[: total - j] + codes[j:].astype(np.uint64) * _HASH_MULTIPLIERS[j]
-            window_chars = window_chars[: total - j] + lengths[j:]
-            if size in sizes:
-                starts = np.flatnonzero(parents[: total - j] == parents[j:])
-                out[size] = _repeats(
-                    keys[starts], window_chars[starts], starts, parents, lengths, size, n_docs
-                )
-    return out
-
-
-def _repeats(
-    keys: np.ndarray,
-    window_chars: np.ndarray,
-    starts: np.ndarray,
-    parents: np.ndarray,
-    lengths: np.ndarray,
-    size: int,
-    n_docs: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    top = np.zeros(n_docs)
-    if len(keys) == 0:
-        return top, np.zeros(n_docs)
-    order = np.argsort(keys)
-    k = keys[order]
-    new_group = np.ones(len(order), dtype=bool)
-    new_group[1:] = k[1:] != k[:-1]
-    group_start = np.flatnonzero(new_group)
-    counts = np.diff(np.append(group_start, len(order)))
-    first = order[group_start[counts >= 2]]
-    weighted = counts[counts >= 2] * window_chars[first]
-    np.maximum.at(top, parents[starts[first]], weighted)
-    # Words inside any later occurrence of an n-gram are covered (each word counted once);
-    # the earliest occurrence is found per group, so the sort need not be stable.
-    positions = starts[order]
-    earliest = np.minimum.reduceat(positions, group_start)
-    later = positions[positions != np.repeat(earliest, counts)]
-    delta = np.zeros(len(parents) + 1, dtype=np.int64)
-    np.add.at(delta, later, 1)
-    np.add.at(delta, later + size, -1)
-    covered = np.cumsum(delta[:-1]) > 0
-    return top, _per_doc(parents[covered], n_docs, lengths[covered])
-
-
-def _segment(text: pa.Array, segmenter: str) -> tuple[pa.Array, np.ndarray]:
-    """Word tokens of every doc, flattened, with the doc index of each token."""
+def segment_words(text: pa.Array, segmenter: str) -> Words:
+    """Word tokens of every doc: whitespace tokens, or jieba (rjieba) tokens that are not
+    whitespace or punctuation."""
     if segmenter == "whitespace":
-        flat, parents = _flat(pc.utf8_split_whitespace(text))
-        # Leading/trailing whitespace yields empty tokens.
-        nonempty = pc.greater(pc.utf8_length(flat), 0)
-        return flat.filter(nonempty), parents[nonempty.to_numpy(False)]
-    import rjieba
+        tokens = pc.utf8_split_whitespace(text)
+    else:
+        import rjieba
 
-    tokens = pa.array([rjieba.cut(t) for t in text.to_pylist()], pa.list_(pa.string()))
+        docs = text.to_pylist()
+        if pc.any(pc.match_substring(text, _TOKEN_SEPARATOR)).as_py():
+            tokens = pa.array([rjieba.cut(t) for t in docs], pa.list_(pa.string()))
+        else:
+            # One joined string per doc, split by Arrow: 3x cheaper than building
+            # a list array from Python lists.
+            joined = pa.array([_TOKEN_SEPARATOR.join(rjieba.cut(t)) for t in docs], pa.string())
+            tokens = pc.split_pattern(joined, _TOKEN_SEPARATOR)
     flat, parents = _flat(tokens)
-    is_word = pc.invert(pc.match_substring_regex(flat, pattern=_NON_WORD_TOKEN))
-    return flat.filter(is_word), parents[is_word.to_numpy(False)]
+    encoded = pc.dictionary_encode(flat)
+    vocabulary = encoded.dictionary
+    codes = encoded.indices.to_numpy(False).astype(np.int64)
+    lengths = pc.utf8_length(vocabulary).to_numpy(False).astype(np.float64)
+    if segmenter == "whitespace":
+        # Leading/trailing whitespace yields empty tokens.
+        is_word = lengths > 0
+    else:
+        is_word = pc.invert(pc.match_substring_regex(vocabulary, pattern=_NON_WORD_TOKEN))
+        is_word = is_word.to_numpy(False)
+    keep = is_word[codes]
+    codes = codes[keep]
+    return Words(codes, vocabulary, parents[keep], lengths[codes], len(text))
+
+
+def char_stats(text: pa.Array) -> dict[str, np.ndarray]:
+    """chars, cjk_fraction, digit_fraction, non_space_chars, hash_signs (one pass over the
+    UTF-8 bytes)."""
+    chars = pc.utf8_length(text).to_numpy(False).astype(np.float64)
+    spaces, digits, han, latin, hashes = _byte_counts(text, _CHAR_CLASSES, 5)
+    return {
+        "chars": chars,
+        "cjk_fraction": _ratio(han, han + latin),
+        "digit_fraction": _ratio(digits, chars - spaces),
+        "non_space_chars": chars - spaces,
+        "hash_signs": hashes,
+    }
+
+
+def word_stats(
+    text: pa.Array, words: Words, hash_signs: np.ndarray, stopwords: tuple[str, ...] | None
+) -> dict[str, np.ndarray]:
+    """words, mean_word_length, symbol_word_ratio, alpha_words_fraction and (when a
+    stopword list is given) stopwords: the distinct stopwords found. ``hash_signs``: the
+    ``#`` count per doc (from :func:`char_stats`)."""
+    n, parents = words.n_docs, words.parents
+    m = {"words": _per_doc(parents, n)}
+    m["mean_word_length"] = _ratio(_per_doc(parents, n, words.lengths), m["words"])
+    symbols = hash_signs + sum(pc.count_substring(text, s).to_numpy(False) for s in ("...", "…"))
+    m["symbol_word_ratio"] = _ratio(np.asarray(symbols, np.float64), m["words"])
+    has_letter = words.per_word(_byte_counts(words.vocabulary, _LETTER_CLASS, 1)[0] > 0)
+    m["alpha_words_fraction"] = _ratio(_per_doc(parents[has_letter], n), m["words"])
+    if stopwords is not None:
+        lower = pc.utf8_lower(words.vocabulary)
+        stop_idx = pc.index_in(lower, value_set=pa.array(stopwords, pa.string()))
+        stop_idx = words.per_word(pc.fill_null(stop_idx, -1).to_numpy(False).astype(np.int64))
+        hit = stop_idx >= 0
+        pairs = np.unique(parents[hit].astype(np.int64) * len(stopwords) + stop_idx[hit])
+        m["stopwords"] = _per_doc(pairs // len(stopwords), n)
+    return m
+
+
+def line_stats(text: pa.Array, chars: np.ndarray) -> dict[str, np.ndarray]:
+    """Bullet, ellipsis and terminal-punctuation line shares; duplicate line shares (of
+    lines and of ``chars``)."""
+    n = len(text)
+    lines = _units(text, "\n", n)
+    return {
+        "bullet_lines_fraction": _ratio(lines.matching(_BULLET, n), lines.count),
+        "ellipsis_lines_fraction": _ratio(lines.matching(_ELLIPSIS_END, n), lines.count),
+        "terminal_punct_lines_fraction": _ratio(
+            lines.matching(_TERMINAL_PUNCT_END, n), lines.count
+        ),
+        "duplicate_lines_fraction": _ratio(lines.duplicates, lines.count),
+        "duplicate_line_chars_fraction": _ratio(lines.duplicate_chars, chars),
+    }
+
+
+def paragraph_stats(text: pa.Array, chars: np.ndarray) -> dict[str, np.ndarray]:
+    """Duplicate paragraph shares (of paragraphs, split at blank lines, and of ``chars``)."""
+    paragraphs = _units(text, r"\n\s*\n", len(text))
+    return {
+        "duplicate_paragraphs_fraction": _ratio(paragraphs.duplicates, paragraphs.count),
+        "duplicate_paragraph_chars_fraction": _ratio(paragraphs.duplicate_chars, chars),
+    }
+
+
+def ngram_stats(words: Words, chars: np.ndarray, sizes: set[int]) -> dict[str, np.ndarray]:
+    """``top_<n>gram_fraction`` and ``dup_<n>gram_fraction`` per n in ``sizes``."""
+    m = {}
+    repetition = ngram_repetition(words.codes, words.lengths, words.parents, words.n_docs, sizes)
+    for size, (top, covered) in sorted(repetition.items()):
+        # Shares of all characters, as in Gopher (and datatrove): whitespace and punctuation
+        # count in the denominator, not in the n-grams.
+        m[f"top_{size}gram_fraction"] = _ratio(top, chars)
+        m[f"dup_{size}gram_fraction"] = _ratio(covered, chars)
+    return m
 
 
 def document_stats(
@@ -216,7 +300,8 @@ def document_stats(
 ) -> dict[str, np.ndarray]:
     """The measures of every document in ``text`` (float64 arrays, one value per doc).
 
-    Keys: chars, cjk_fraction, digit_fraction, words, mean_word_length,
+    Keys: chars, cjk_fraction, digit_fraction, non_space_chars (characters other than ASCII
+    whitespace: an upper bound of words), hash_signs, words, mean_word_length,
     symbol_word_ratio, alpha_words_fraction, stopwords (distinct stopwords found, only when
     ``stopwords`` is given), bullet_lines_fraction, ellipsis_lines_fraction,
     terminal_punct_lines_fraction,
@@ -224,48 +309,13 @@ def document_stats(
     duplicate_paragraph_chars_fraction, and per n in ``ngram_sizes``
     ``top_<n>gram_fraction`` / ``dup_<n>gram_fraction`` (word characters in the most
     frequent repeated n-gram times its count / in repeated n-grams, as shares of ``chars``).
+    The parts (:func:`char_stats`, :func:`word_stats`, :func:`line_stats`,
+    :func:`paragraph_stats`, :func:`ngram_stats`) can be computed apart, on fewer documents each.
     """
-    n = len(text)
-
-    chars = pc.utf8_length(text).to_numpy(False).astype(np.float64)
-    m: dict[str, np.ndarray] = {"chars": chars}
-    spaces, digits, han, latin = _byte_counts(
-        text, _SPACE_BYTES, _DIGIT_BYTES, _HAN_BYTES, _LATIN_BYTES
-    )
-    m["cjk_fraction"] = _ratio(han, han + latin)
-    m["digit_fraction"] = _ratio(digits, chars - spaces)
-    symbols = sum(pc.count_substring(text, s).to_numpy(False) for s in ("#", "...", "…"))
-
-    words, parents = _segment(text, segmenter)
-    word_lengths = pc.utf8_length(words).to_numpy(False).astype(np.float64)
-    m["words"] = _per_doc(parents, n)
-    word_chars = _per_doc(parents, n, word_lengths)
-    m["mean_word_length"] = _ratio(word_chars, m["words"])
-    m["symbol_word_ratio"] = _ratio(symbols.astype(np.float64), m["words"])
-    has_letter = _byte_counts(words, _LETTER_BYTES)[0] > 0
-    m["alpha_words_fraction"] = _ratio(_per_doc(parents[has_letter], n), m["words"])
-    if stopwords is not None:
-        lower = pc.utf8_lower(words)
-        stop_idx = pc.index_in(lower, value_set=pa.array(stopwords, pa.string()))
-        stop_idx = pc.fill_null(stop_idx, -1).to_numpy(False).astype(np.int64)
-        hit = stop_idx >= 0
-        pairs = np.unique(parents[hit].astype(np.int64) * 1000 + stop_idx[hit])
-        m["stopwords"] = _per_doc(pairs // 1000, n)
-
-    lines = _units(text, r"\n", n)
-    m["bullet_lines_fraction"] = _ratio(lines.matching(_BULLET, n), lines.count)
-    m["ellipsis_lines_fraction"] = _ratio(lines.matching(_ELLIPSIS_END, n), lines.count)
-    m["terminal_punct_lines_fraction"] = _ratio(lines.matching(_TERMINAL_PUNCT_END, n), lines.count)
-    m["duplicate_lines_fraction"] = _ratio(lines.duplicates, lines.count)
-    m["duplicate_line_chars_fraction"] = _ratio(lines.duplicate_chars, chars)
-    paragraphs = _units(text, r"\n\s*\n", n)
-    m["duplicate_paragraphs_fraction"] = _ratio(paragraphs.duplicates, paragraphs.count)
-    m["duplicate_paragraph_chars_fraction"] = _ratio(paragraphs.duplicate_chars, chars)
-
-    codes = pc.dictionary_encode(words).indices.to_numpy(False).astype(np.int64)
-    for size, (top, covered) in _ngram_stats(codes, word_lengths, parents, n, ngram_sizes).items():
-        # Shares of all characters, as in Gopher (and datatrove): whitespace and punctuation
-        # count in the denominator, not in the n-grams.
-        m[f"top_{size}gram_fraction"] = _ratio(top, chars)
-        m[f"dup_{size}gram_fraction"] = _ratio(covered, chars)
+    m = char_stats(text)
+    words = segment_words(text, segmenter)
+    m.update(word_stats(text, words, m["hash_signs"], stopwords))
+    m.update(line_stats(text, m["chars"]))
+    m.update(paragraph_stats(text, m["chars"]))
+    m.update(ngram_stats(words, m["chars"], set(ngram_sizes)))
     return m

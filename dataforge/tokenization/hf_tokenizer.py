@@ -23,9 +23,22 @@ from pathlib import Path
 
 import numpy as np
 
+from dataforge.io.node_cache import fetch_to_cache
 from dataforge.tokenization.tokenizer import read_tokenizer_json
 
-__all__ = ["HFTokenizer", "is_hf_tokenizer_dir", "load_tokenizer", "tokenizer_vocab_size"]
+__all__ = [
+    "HFTokenizer",
+    "is_hf_tokenizer_dir",
+    "load_tokenizer",
+    "local_tokenizer_dir",
+    "tokenizer_vocab_size",
+]
+
+
+def local_tokenizer_dir(path: str | Path) -> Path:
+    """A local directory for tokenizer ``path``: itself, or for a URI (``s3://...``) this
+    node's cached copy (:mod:`dataforge.io.node_cache`)."""
+    return fetch_to_cache(str(path))
 
 
 def is_hf_tokenizer_dir(path: str | Path) -> bool:
@@ -46,6 +59,7 @@ def tokenizer_vocab_size(path: str | Path) -> int:
         FileNotFoundError: no tokenizer there.
         ValueError: an unreadable or incompatible tokenizer.
     """
+    path = fetch_to_cache(str(path))  # a URI: this node's cached copy
     if is_hf_tokenizer_dir(path):
         from tokenizers import Tokenizer as FastTokenizer
 
@@ -58,7 +72,9 @@ def tokenizer_vocab_size(path: str | Path) -> int:
 
 
 def load_tokenizer(path: str | Path, num_threads: int = 1):
-    """A :class:`~dataforge.tokenization.Tokenizer` or an :class:`HFTokenizer`, by kind."""
+    """A :class:`~dataforge.tokenization.Tokenizer` or an :class:`HFTokenizer`, by kind (a
+    URI is copied once to this node's cache)."""
+    path = fetch_to_cache(str(path))
     if is_hf_tokenizer_dir(path):
         return HFTokenizer(path)
     from dataforge.tokenization.tokenizer import Tokenizer

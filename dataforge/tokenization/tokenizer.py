@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from dataforge.io.node_cache import fetch_to_cache
 from dataforge.text.surrogates import replace_each_surrogate
 from dataforge.tokenization.segment import MARKER, Segmenter
 
@@ -126,14 +127,16 @@ class Tokenizer:
         """Load a tokenizer directory written by ``dataforge tokenizer train``.
 
         Args:
-            path: the directory (``spm.model`` + ``tokenizer.json``).
+            path: the directory (``spm.model`` + ``tokenizer.json``), or a URI of one
+                (``s3://...``), copied once to this node's cache.
             num_threads: sentencepiece encode threads per ``encode_batch`` call.
 
         Raises:
             FileNotFoundError: the directory or a file in it is missing.
             ValueError: incompatible format version or inconsistent files.
+            StorageError: a URI's storage cannot be used.
         """
-        path = Path(path)
+        path = fetch_to_cache(str(path))
         meta = read_tokenizer_json(path)
         model_bytes = (path / "spm.model").read_bytes()
         expected = meta.get("spm_model_sha256")

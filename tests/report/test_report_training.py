@@ -8,8 +8,6 @@ import re
 import socket
 import subprocess
 import sys
-import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -66,20 +64,25 @@ def _scrape(port: int) -> dict[str, float] | None:
     }
 
 
-def test_tiny_training_run_console_metrics_endpoint_and_report(tmp_path, capsys) -> None:
+def test_tiny_training_run_console_metrics_endpoint_and_report(
+    tmp_path, capsys, monkeypatch
+) -> None:
     port = _free_port()
     config = _config(tmp_path, port)
-    scrapes: list[dict[str, float]] = []
-    runner = threading.Thread(target=lambda: scrapes.append(train(config, "pretrain")))
-    runner.start()
+    # Scrape over HTTP from inside the run, at every console step line (steps 10, 20, 30,
+    # 40), so the test does not depend on how fast the run is: the endpoint then serves the
+    # previous logged step's values.
     seen: list[dict[str, float]] = []
-    while runner.is_alive():
+    console_step = Console.step
+
+    def step_and_scrape(self, record):
         values = _scrape(port)
         if values and values.get("dataforge_train_step", 0) >= 1:
             seen.append(values)
-        time.sleep(0.2)
-    runner.join()
-    result = scrapes[0]
+        console_step(self, record)
+
+    monkeypatch.setattr(Console, "step", step_and_scrape)
+    result = train(config, "pretrain")
     assert result.steps == STEPS
     assert len(seen) >= 2, "the endpoint was never scraped during the run"
     mid = seen[-1]

@@ -152,3 +152,38 @@ def test_inspect_verify_catches_corruption_and_unsafe_index(
     (out / "mds" / "index.json").write_text(json.dumps(index))
     with pytest.raises(InspectError, match="pkl"):
         inspect_path(out)
+
+
+def test_stage_cpu_seconds_are_cpu_time_with_wall_time_apart(
+    tmp_path: Path, small_corpus: Path, write_pipeline, monkeypatch
+) -> None:
+    import time
+
+    from dataforge.ops.clean import Clean
+
+    calls = []
+    original = Clean.__call__
+
+    def sleeping_clean(self, batch):
+        calls.append(batch.num_rows)
+        time.sleep(0.05)  # wall time that costs no CPU
+        return original(self, batch)
+
+    monkeypatch.setattr(Clean, "__call__", sleeping_clean)
+    pipeline = write_pipeline(
+        tmp_path,
+        """
+        name: timed
+        inputs:
+          - {name: news_zh, path: "corpus/zh/*.jsonl", lang: zh}
+        stages:
+          - {op: clean}
+        max_error_rate: 0.2
+        output: {path: out, format: jsonl}
+        """,
+    )
+    manifest = run(pipeline, tmp_path / "out")
+    (stage,) = manifest["stages"]
+    assert stage["op"] == "clean" and calls
+    assert stage["seconds"] >= 0.05 * len(calls)
+    assert 0 <= stage["cpu_seconds"] <= stage["seconds"] - 0.05 * len(calls) + 0.01

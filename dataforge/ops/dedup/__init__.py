@@ -20,13 +20,13 @@ merged into one giant cluster).
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dataforge.io.fs import StorageError, exists, join
 from dataforge.ops.base import BarrierOp, set_drop_reasons
 from dataforge.ops.dedup.method import DedupMethod
 from dataforge.ops.dedup.registry import METHODS
@@ -213,9 +213,12 @@ class Dedup(BarrierOp):
     def validate(self) -> list[str]:
         problems = []
         for path in self.config.against:
-            base = Path(self.context.base_dir) / path
-            if not (base / "dedup" / "signatures.parquet").is_file():
-                problems.append(f"dedup.against: {base}/dedup/signatures.parquet not found")
+            published = join(self.context.locate(path), "dedup", "signatures.parquet")
+            try:
+                if not exists(published):
+                    problems.append(f"dedup.against: {published} not found")
+            except StorageError as exc:
+                problems.append(f"dedup.against: {exc}")
         problems += self.method.problems()
         if self.config.normalize.t2s:
             try:
