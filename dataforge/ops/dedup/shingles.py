@@ -46,13 +46,20 @@ _SPACE = r"[\s\p{Z}]+"
 
 def mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64 finalizer over a uint64 array (a bijection that spreads every input bit)."""
-    x = np.asarray(x, dtype=np.uint64)
+    return _mix64_inplace(np.array(x, dtype=np.uint64))
+
+
+def _mix64_inplace(x: np.ndarray) -> np.ndarray:
+    """:func:`mix64` overwriting the uint64 array ``x`` (no temporaries of its size but one)."""
+    tmp = np.empty_like(x)
     with np.errstate(over="ignore"):
-        x = x ^ (x >> np.uint64(30))
-        x = x * np.uint64(0xBF58476D1CE4E5B9)
-        x = x ^ (x >> np.uint64(27))
-        x = x * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
+        for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+            np.right_shift(x, np.uint64(shift), out=tmp)
+            x ^= tmp
+            x *= np.uint64(mult)
+        np.right_shift(x, np.uint64(31), out=tmp)
+        x ^= tmp
+    return x
 
 
 def shingle_kind_for(shingle: str, lang: str) -> str:
@@ -170,9 +177,14 @@ def _prefix_hash(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _range_hashes(prefix: np.ndarray, inv: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
-        raw = (prefix[e] - prefix[s]) * inv[s]
-    # Mixing in the length keeps ranges of different lengths apart.
-    return mix64(raw ^ (e - s).astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93))
+        raw = prefix[e]
+        raw -= prefix[s]
+        raw *= inv[s]
+        # Mixing in the length keeps ranges of different lengths apart.
+        length = (e - s).astype(np.uint64)
+        length *= np.uint64(0xD6E8FEB86659FD93)
+        raw ^= length
+    return _mix64_inplace(raw)
 
 
 def _ngram_ranges(starts: np.ndarray, lengths: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
@@ -180,10 +192,11 @@ def _ngram_ranges(starts: np.ndarray, lengths: np.ndarray, n: int) -> tuple[np.n
     one range (the whole segment), an empty one gives none."""
     counts = np.where(lengths > 0, np.maximum(lengths - n + 1, 1), 0)
     total = int(counts.sum())
-    seg = np.repeat(np.arange(len(starts)), counts)
     first = np.cumsum(counts) - counts
-    s = starts[seg] + (np.arange(total) - first[seg])
-    e = np.minimum(s + n, (starts + lengths)[seg])
+    s = np.repeat(starts - first, counts)
+    s += np.arange(total, dtype=s.dtype)
+    e = np.repeat(np.minimum(lengths, n), counts)
+    e += s
     return s, e, counts
 
 
