@@ -48,6 +48,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # Ray 2.60 turns token authentication on for a new local cluster and warns when the
         # mode was left unset; we set it to that secure default, before Ray reads it at import.
         os.environ.setdefault("RAY_AUTH_MODE", "token")
+    from dataforge.runtime.cluster import ClusterError
     from dataforge.runtime.progress import RunProgress
     from dataforge.runtime.ray_runner import run_on_ray
 
@@ -67,7 +68,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except StorageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except (AccountingError, RunFailed) as exc:
+    except (AccountingError, ClusterError, RunFailed) as exc:
         print(f"error: run failed: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # e.g. a full disk or a permission before any task ran
@@ -127,14 +128,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from dataforge.io.readers import plan_input_tasks
+    from dataforge.io.splits import split_summary
 
     config = _checked_config(args)
     if config is None:
         return 2
     tasks = plan_input_tasks(config)
+    splits = split_summary(tasks, config.inputs, config.read.split_bytes)
     print(
         f"ok: {config.name}: {len(config.inputs)} sources, {len(tasks)} files, "
-        f"{sum(t.bytes for t in tasks)} bytes, stages: {[s.op for s in config.stages]}"
+        f"{sum(t.bytes for t in tasks)} bytes, {splits}, "
+        f"stages: {[s.op for s in config.stages]}"
     )
     return 0
 

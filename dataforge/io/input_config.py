@@ -14,10 +14,11 @@ from typing import Literal
 from dataforge.io.decoding import check_encoding
 from dataforge.typed_config import check_choices, check_range
 
-__all__ = ["INPUT_FORMATS", "InputConfig", "ReadConfig"]
+__all__ = ["INPUT_FORMATS", "MIN_SPLIT_BYTES", "InputConfig", "ReadConfig"]
 
 InputFormat = Literal["jsonl", "parquet", "txt"]
 INPUT_FORMATS: tuple[str, ...] = typing.get_args(InputFormat)
+MIN_SPLIT_BYTES = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,8 +68,14 @@ class ReadConfig:
     """Longer documents are dropped with reason ``too_long`` without being held in memory."""
     invalid_utf8: Literal["replace", "drop"] = "replace"
     """``replace``: U+FFFD and count ``invalid_utf8_replaced``; ``drop``: reason ``invalid_utf8``."""
+    split_bytes: int | None = 128 << 20
+    """Uncompressed JSONL/txt files larger than this are split into tasks of about this
+    many bytes at line boundaries, parquet files by row groups; null: one task per file.
+    Compressed files are always one task. The output does not depend on it."""
 
     def __post_init__(self) -> None:
         check_range("read.batch_rows", self.batch_rows, 1, MAX_BATCH_ROWS)
         check_range("read.max_doc_chars", self.max_doc_chars, 1, MAX_DOC_CHARS)
+        # null: no splits (one task per file)
+        check_range("read.split_bytes", self.split_bytes, MIN_SPLIT_BYTES)
         check_choices(self)

@@ -63,15 +63,28 @@ class ReadError(RuntimeError):
 
 @dataclass(frozen=True)
 class InputTask:
-    """One input file of one source; the unit of work, commit and resume."""
+    """One input file of one source, or one split of it; the unit of work, commit and
+    resume. A split (:mod:`dataforge.io.splits`) numbers its records from ``first_record``
+    so that ids are those of the whole file."""
 
     task_id: str
     source: str
     path: str
     relpath: str
     bytes: int
+    """Size of the whole file."""
     mtime_ns: int = 0
     """Modification time at planning; with the real path and size, what a resume checks."""
+    offset: int = 0
+    """Line files: byte offset of the split's first line."""
+    length: int | None = None
+    """Line files: bytes in the split (None: to the end of the file)."""
+    first_record: int = 0
+    """Lines (or parquet rows) of the file before the split."""
+    row_groups: tuple[int, ...] | None = None
+    """Parquet: the split's row groups (None: all)."""
+    known_ids: tuple[str, ...] = ()
+    """Ids that an earlier split of the file holds: records with them are ``duplicate_id``."""
 
 
 def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
@@ -132,6 +145,34 @@ class _GzipStream(gzip.GzipFile):
             super().close()
         finally:
             self._stream.close()
+
+
+def _open_task(task: InputTask) -> BinaryIO:
+    if task.length is None:
+        return _open_binary(task.path)
+    return io.BufferedReader(_ByteRange(task.path, task.offset, task.length), 1 << 20)
+
+
+class _ByteRange(io.RawIOBase):
+    """``length`` bytes of an uncompressed file from ``offset`` (one split)."""
+
+    def __init__(self, path: str, offset: int, length: int) -> None:
+        self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._file.seek(offset)
+        self._left = length
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        view = memoryview(buffer)[: self._left]
+        n = self._file.readinto(view)
+        self._left -= n
+        return n
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
 
 
 class _ZstdFrames(io.RawIOBase):
@@ -199,8 +240,12 @@ class TaskReader:
         self.decision: Decision | None = None
         self._repaired_records = 0
         self._repaired = False
-        self._seen_ids: set[str] = set()
+        self._seen_ids: set[str] = set(task.known_ids)
         self._ord_counter = -1
+
+    def accepted_ids(self) -> set[str]:
+        """Ids of the records read so far that were not dropped while reading."""
+        return self._seen_ids.difference(self.task.known_ids)
 
     def decoding_report(self) -> dict[str, Any] | None:
         """How this task's file was decoded (None for parquet); see :func:`file_report`."""
@@ -247,9 +292,9 @@ class TaskReader:
             limit = self.read.max_doc_chars * _JSON_ESCAPE_WORST + _JSON_LINE_OVERHEAD
         else:
             limit = self.read.max_doc_chars + 2
-        with _open_binary(self.task.path) as raw:
+        with _open_task(self.task) as raw:
             text = self._open_text(raw)
-            lineno = 0
+            lineno = self.task.first_record
             while True:
                 line = text.readline(limit)
                 if not line:
@@ -412,8 +457,13 @@ class TaskReader:
             raise ReadError(
                 f"{self.task.path}: parquet file has no column(s) {missing}; columns: {sorted(names)}"
             )
-        index = 0
-        for batch in pf.iter_batches(batch_size=self.read.batch_rows, columns=sorted(set(wanted))):
+        index = self.task.first_record
+        batches = pf.iter_batches(
+            batch_size=self.read.batch_rows,
+            columns=sorted(set(wanted)),
+            row_groups=self.task.row_groups,
+        )
+        for batch in batches:
             for obj in batch.to_pylist():
                 row = self._base_row(str(index))
                 index += 1

@@ -21,6 +21,7 @@ from dataforge.config import PipelineConfig, config_sha256
 from dataforge.io import fs
 from dataforge.io.readers import InputTask, plan_input_tasks
 from dataforge.io.run_store import RunStore
+from dataforge.io.splits import split_input_tasks
 from dataforge.runtime.barriers import BarrierContext, run_planner
 from dataforge.runtime.commit import RunState, commit_output
 from dataforge.runtime.failures import (
@@ -43,6 +44,7 @@ from dataforge.runtime.ownership import (
 )
 from dataforge.runtime.progress import RunProgress
 from dataforge.runtime.segments import Segment, SegmentRunner, build_segments, make_op
+from dataforge.runtime.split_ids import settle_split_ids
 
 __all__ = ["Executor", "LocalExecutor", "run_pipeline"]
 
@@ -52,6 +54,9 @@ class Executor(Protocol):
     calls ``on_task(stats)`` as each one commits."""
 
     num_cpus: int
+
+    def check_paths(self, config: PipelineConfig, work: Path, tasks: list[InputTask]) -> None:
+        """Raise before any work if the workers cannot see the run's paths."""
 
     def run_segment(
         self,
@@ -68,6 +73,9 @@ class LocalExecutor:
 
     num_cpus = 1
     ray_available = False
+
+    def check_paths(self, config, work, tasks) -> None:
+        """Tasks run in this process, which sees what the driver sees."""
 
     def run_segment(self, config, segment, work_dir, tasks, on_task) -> None:
         runner = SegmentRunner(config, segment, str(work_dir))
@@ -108,7 +116,9 @@ def run_pipeline(
     store = RunStore(out)
     fs.check_location(store.root)
     sha = config_sha256(config)
-    input_tasks = plan_input_tasks(config)
+    input_tasks = split_input_tasks(
+        plan_input_tasks(config), config.inputs, config.read.split_bytes
+    )
     if store.local:
         problems = output_overlaps_inputs(Path(store.root), config, input_tasks)
         if problems:
@@ -128,10 +138,13 @@ def run_pipeline(
         verify = getattr(lock, "verify", lambda: None)  # a lease can be lost; a flock cannot
         run = RunState(config, store, sha, time.time(), log, input_tasks, build_segments(config),
                        verify)  # fmt: skip
-        progress.start({t.task_id: t.bytes for t in input_tasks})
+        progress.start({t.task_id: t.bytes if t.length is None else t.length for t in input_tasks})
         try:
             if not hasattr(executor, "run_segment"):
                 executor = executor()  # starts or joins Ray: its failure is reported alike
+            executor.check_paths(
+                config, Path(store.root) / "_work" if store.local else None, input_tasks
+            )
             manifest = _execute(run, executor, progress)
             progress.finish(manifest)
             return manifest
@@ -202,6 +215,19 @@ def _run_segment(run: RunState, segment: Segment, executor: Executor, progress: 
             raise RunFailed(
                 failures[0]["message"] + more + (f"\nfull trace: {trace}" if trace else "")
             ) from exc
+    if segment.index == 0 and store.local:  # (object storage: not yet)
+        run.input_tasks = settle_split_ids(
+            Path(store.root) / "_work" / "seg0",
+            run.input_tasks,
+            config,
+            lambda redo: executor.run_segment(
+                config,
+                segment,
+                store.location("_work"),
+                _segment_tasks(segment, redo, store),
+                lambda stats: None,
+            ),
+        )
     progress.segment_finished()
     run.timings[f"segment{segment.index}"] = round(time.time() - t0, 3)
     run.seg_stats.append([_read_marker(store, segment.index, t["task_id"]) for t in tasks])

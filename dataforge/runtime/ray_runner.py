@@ -1,8 +1,7 @@
 """Ray execution: one pool of long-lived actors per run, fed task by task.
 
-``dataforge run`` starts embedded local Ray (``ray.init`` with CPUs and object-store
-memory from the config or detected, no dashboard), or joins a cluster given by
-``--address``, ``ray.address`` or ``RAY_ADDRESS``. The first segment starts a pool of
+``dataforge run`` starts embedded local Ray or joins a cluster
+(:mod:`dataforge.runtime.cluster`: connection, authentication, path checks). The first segment starts a pool of
 :class:`_TaskActor` (``ray.actors``, default one per CPU) and every later segment of the
 run reuses it: an actor builds a segment's :class:`SegmentRunner` (its ops: jieba, KenLM,
 tokenizer) on its first task of that segment and keeps it for the segment's other tasks.
@@ -14,8 +13,6 @@ actor and hands the next pending task to whichever actor finishes first.
 
 from __future__ import annotations
 
-import logging
-import os
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -24,38 +21,26 @@ from typing import Any
 import ray
 
 from dataforge.config import PipelineConfig
+from dataforge.io.readers import InputTask
+from dataforge.runtime.cluster import (
+    check_nodes_see_paths,
+    connect,
+    resolve_address,
+    resolve_run_paths,
+)
 from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.progress import RunProgress
 from dataforge.runtime.ray_metrics import RayMetrics
 from dataforge.runtime.segments import Segment, SegmentRunner
 
-__all__ = ["RayExecutor", "init_ray", "run_on_ray"]
+__all__ = ["RayExecutor", "run_on_ray"]
 
 
-def init_ray(config: PipelineConfig, address: str | None, verbose: bool = False) -> str:
-    """Connect to the cluster (``address``, ``ray.address``, ``RAY_ADDRESS``) or start
-    embedded local Ray. Returns a description for the log. Ray's own info lines show with
-    ``verbose`` only (they stay in Ray's session logs)."""
-    if ray.is_initialized():
-        return "already initialized Ray"
-    address = address or config.ray.address or os.environ.get("RAY_ADDRESS")
-    env = {"env_vars": {"PYTHONHASHSEED": "0"}}
-    level = logging.INFO if verbose else logging.WARNING
-    if address:
-        ray.init(address=address, runtime_env=env, log_to_driver=True, logging_level=level)
-        return f"Ray cluster at {address}"
-    # address="local": always a new instance; a bare ray.init() would join whatever cluster
-    # another `ray start` left on this machine.
-    ray.init(
-        address="local",
-        logging_level=level,
-        num_cpus=config.ray.num_cpus or os.cpu_count() or 1,
-        object_store_memory=config.ray.object_store_memory,
-        include_dashboard=False,
-        runtime_env=env,
-        log_to_driver=True,
-    )
-    return f"embedded local Ray ({int(ray.cluster_resources().get('CPU', 0))} CPUs)"
+_TAIL_CHECK_S = 5.0
+
+
+def _alive_nodes() -> int:
+    return sum(1 for node in ray.nodes() if node["Alive"])
 
 
 class _TaskActor:
@@ -89,8 +74,9 @@ class RayExecutor:
 
     ray_available = True
 
-    def __init__(self, config: PipelineConfig) -> None:
+    def __init__(self, config: PipelineConfig, cluster: bool = False) -> None:
         self.config = config
+        self.cluster = cluster
         self.num_cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.actors: list[Any] = []
 
@@ -105,6 +91,12 @@ class RayExecutor:
             self.actors += [actor_class.remote(config, str(work_dir)) for _ in range(missing)]
         return self.actors[: min(size, wanted)]
 
+    def check_paths(self, config: PipelineConfig, work: Path, tasks: list[InputTask]) -> None:
+        """On a cluster, fail before any work if a node cannot see a path of the run
+        (embedded Ray runs on the driver's machine and sees what it sees)."""
+        if self.cluster:
+            check_nodes_see_paths(config, work, tasks)
+
     def run_segment(
         self,
         config: PipelineConfig,
@@ -115,20 +107,36 @@ class RayExecutor:
     ) -> None:
         queue = deque(tasks)
         running: dict[ray.ObjectRef, Any] = {}
+        idle: list[Any] = []
+        nodes = _alive_nodes()
         try:
             for actor in self._pool(config, work_dir, len(tasks)):
                 running[actor.run_task.remote(segment, queue.popleft())] = actor
             while running:
-                (ready,), _ = ray.wait(list(running), num_returns=1)
-                actor = running.pop(ready)
-                on_task(ray.get(ready))
+                done, _ = ray.wait(list(running), num_returns=1, timeout=_TAIL_CHECK_S)
+                if not done:
+                    if idle and _alive_nodes() < nodes:
+                        # A node was lost: an actor restarting elsewhere may need the CPUs
+                        # the idle ones hold (a deadlock otherwise); later segments refill.
+                        self._release(idle)
+                        idle = []
+                    continue
+                actor = running.pop(done[0])
+                on_task(ray.get(done[0]))
                 if queue:
                     running[actor.run_task.remote(segment, queue.popleft())] = actor
+                else:
+                    idle.append(actor)
         except BaseException:
             # The pool is shared by the run's segments: stop it, so that no task still in
             # flight writes into the work directory after the failure is reported.
             self.close()
             raise
+
+    def _release(self, actors: list[Any]) -> None:
+        for actor in actors:
+            ray.kill(actor)
+            self.actors.remove(actor)
 
     def close(self) -> None:
         """Stop the pool (a joined cluster's actors would otherwise outlive the run)."""
@@ -148,6 +156,7 @@ def run_on_ray(
     """``dataforge run``: claim and lock ``out``, then start or join Ray and run the
     pipeline on it (a refused or already complete run never starts Ray). The pipeline's
     counters also go to Ray's metrics (:mod:`dataforge.runtime.ray_metrics`)."""
+    config, out = resolve_run_paths(config, out)
     kwargs = {"log": log} if log else {}
     progress = progress or RunProgress.silent()
     connected_here = []
@@ -156,11 +165,11 @@ def run_on_ray(
     def start_ray() -> RayExecutor:
         if not ray.is_initialized():
             connected_here.append(True)
-        where = init_ray(config, address, verbose=progress.verbose)
+        where = connect(config, address, verbose=progress.verbose)
         if log:
             log(f"running on {where}")
         progress.listeners = (*progress.listeners, RayMetrics(config))
-        executors.append(RayExecutor(config))
+        executors.append(RayExecutor(config, cluster=resolve_address(config, address) is not None))
         return executors[0]
 
     try:

@@ -37,6 +37,7 @@ from dataforge.ops.base import BarrierOp, Op, OpContext, op_class
 from dataforge.records import DROP
 from dataforge.runtime.failures import RunFailed, clear_task_failure, record_task_failure
 from dataforge.runtime.histograms import Distributions
+from dataforge.runtime.split_ids import is_split_with_ids, write_split_ids
 
 __all__ = ["Segment", "SegmentRunner", "build_segments", "make_op", "op_context"]
 
@@ -125,6 +126,7 @@ class SegmentRunner:
         self.barrier_in = make_op(segment.barrier_in[1], config) if segment.barrier_in else None
         self.barrier_out = make_op(segment.barrier_out[1], config) if segment.barrier_out else None
         self.declared = declared_encodings(config) if segment.final else {}
+        self._split_ids: set[str] | None = None  # what a split of a file with id_key accepted
         self._records_read = 0
         for _, _, op in self.ops:
             op.setup()
@@ -170,10 +172,13 @@ class SegmentRunner:
     def _input_batches(self, task: dict[str, Any], stats: dict[str, Any]):
         if self.segment.index == 0:
             source = next(s for s in self.config.inputs if s.name == task["source"])
-            reader = TaskReader(InputTask(**task["input"]), source, self.config.read)
+            input_task = InputTask(**task["input"])
+            reader = TaskReader(input_task, source, self.config.read)
             yield from reader.batches()
             stats["events"] = dict(reader.events)
             stats["decoding"] = reader.decoding_report()
+            if is_split_with_ids(input_task, self.config):
+                self._split_ids = reader.accepted_ids()
             return
         live = _read_parquet(task["previous"])
         if live is None or live.num_rows == 0:
@@ -197,6 +202,7 @@ class SegmentRunner:
     def _process(self, task: dict[str, Any], tmp: Path) -> dict[str, Any]:
         stats: dict[str, Any] = {"task_id": task["task_id"], "events": {}}
         stats |= {"op_seconds": {}, "op_cpu_seconds": {}}  # wall; CPU of this thread
+        self._split_ids = None
         counts: dict[str, dict[str, Any]] = defaultdict(
             lambda: {
                 "input": 0,
@@ -239,6 +245,9 @@ class SegmentRunner:
         for _, _, op in self.ops:
             _merge_events(stats, op)
         stats["rows_written"] = sinks.close()
+        if self._split_ids is not None:
+            write_split_ids(tmp, self._split_ids)
+            self._split_ids = None
         stats["seconds"] = time.perf_counter() - started_all[0]
         stats["cpu_seconds"] = time.thread_time() - started_all[1]
         stats["distributions"] = dists.to_json()

@@ -1,0 +1,288 @@
+"""Starting or joining Ray, and checking that every node sees the run's paths.
+
+Joining a cluster: the address comes from ``--address``, ``ray.address`` or
+``RAY_ADDRESS``. Ray 2.60 turns token authentication on for a ``ray start`` cluster
+whenever a token exists on that machine (``~/.ray/auth_token``, made by any earlier
+``ray.init``), but ``ray.init(address=...)`` only uses a token when ``RAY_AUTH_MODE=token``
+is set, so a plain client retries with ``InvalidAuthToken`` and gives up. The client must
+be in the cluster's mode either way: the raylets of a cluster without authentication
+cannot call back into a token-mode driver (its actors die before they start). So, unless
+``RAY_AUTH_MODE`` is set, we ask the cluster's GCS (one unauthenticated ``GetClusterId``
+call: refused means token mode) and take the token where Ray's CLI does
+(``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``); without an answer
+(``auto``), Ray's own rule for local clusters applies: token mode if a token exists.
+
+Path check: nodes that share no filesystem with the driver would read nothing or write
+their parts where the driver never looks. Before any work, one zero-CPU task per alive
+node stats every input file (same size as the driver saw), reads a probe file the driver
+wrote under ``OUT/_work`` and writes its own beside it, and runs each stage's
+``validate()`` (models, tokenizers, ``against:``). Any problem fails the run at once with
+the node and the path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from dataforge.config import PipelineConfig
+from dataforge.io.readers import InputTask
+from dataforge.runtime.failures import RunFailed
+from dataforge.runtime.segments import make_op
+
+__all__ = [
+    "ClusterError",
+    "auth_token_available",
+    "check_nodes_see_paths",
+    "cluster_wants_token",
+    "connect",
+    "node_path_problems",
+    "resolve_address",
+    "resolve_run_paths",
+]
+
+_CHECK_TIMEOUT_S = 120
+_PROBE_TIMEOUT_S = 10
+_PROBE = ".node-probe"
+# Where Ray unpacks a job's --working-dir (the job's driver runs there).
+_RAY_WORKING_DIR = "/runtime_resources/working_dir_files/"
+
+
+class _NoLocalOutput(Exception):
+    """The run directory is on object storage: no local probe to check."""
+
+
+class ClusterError(RunFailed):
+    """The cluster cannot be joined, or a node cannot see a path of the run."""
+
+
+def resolve_address(config: PipelineConfig, address: str | None) -> str | None:
+    """The cluster to join: ``--address``, else ``ray.address``, else ``RAY_ADDRESS``."""
+    return address or config.ray.address or os.environ.get("RAY_ADDRESS") or None
+
+
+def resolve_run_paths(config: PipelineConfig, out: Path) -> tuple[PipelineConfig, Path]:
+    """Make the run's paths absolute on the driver, before any task ships.
+
+    Every path of a pipeline (inputs, models, tokenizers, ``against:``) resolves against
+    ``config.base_dir``, so making that and ``out`` absolute is enough: workers have
+    other working directories. (Paths are not rewritten in the config itself, whose hash
+    decides resume.)
+
+    Raises:
+        ClusterError: ``out`` lies inside the working directory that ``ray job submit
+            --working-dir`` uploaded, which Ray deletes with the job's environment.
+    """
+    out = Path(os.path.abspath(Path(out).expanduser()))
+    base = os.path.abspath(Path(config.base_dir).expanduser())
+    uploaded = Path.cwd()
+    if _RAY_WORKING_DIR in str(uploaded) and out.is_relative_to(uploaded):
+        raise ClusterError(
+            f"output {out} is inside the copy of --working-dir that Ray made for this job and "
+            "deletes later; give an absolute -o on storage every node shares"
+        )
+    return dataclasses.replace(config, base_dir=base), out
+
+
+def auth_token_available() -> bool:
+    """Whether this machine holds a Ray auth token, in Ray's own lookup order."""
+    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return True
+    token_path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if token_path:
+        return Path(token_path).expanduser().is_file()
+    return (Path.home() / ".ray" / "auth_token").is_file()
+
+
+def connect(config: PipelineConfig, address: str | None, verbose: bool = False) -> str:
+    """Join the cluster (see :func:`resolve_address`) or start embedded local Ray.
+    Returns a description for the log. Ray's own info lines show with ``verbose`` only
+    (they stay in Ray's session logs).
+
+    Raises:
+        ClusterError: the cluster at the address cannot be joined (the message says why,
+            with the authentication settings in force).
+    """
+    if ray.is_initialized():
+        return "already initialized Ray"
+    address = resolve_address(config, address)
+    env = {"env_vars": {"PYTHONHASHSEED": "0"}}
+    level = logging.INFO if verbose else logging.WARNING
+    if address:
+        if "RAY_AUTH_MODE" not in os.environ:
+            _match_auth_mode(address)
+        try:
+            ray.init(address=address, runtime_env=env, log_to_driver=True, logging_level=level)
+        except (ConnectionError, RuntimeError, ray.exceptions.RayError) as exc:
+            mode = os.environ.get("RAY_AUTH_MODE", "disabled")
+            raise ClusterError(
+                f"cannot join the Ray cluster at {address}: {exc} (RAY_AUTH_MODE={mode}; a "
+                "cluster with token authentication needs its token here: RAY_AUTH_TOKEN, "
+                "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token, as `ray get-auth-token` prints it)"
+            ) from exc
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        return f"Ray cluster at {address} ({len(nodes)} nodes, {_cpus()} CPUs)"
+    ray.init(
+        # "local": without it ray.init() joins any cluster already running on this machine.
+        address="local",
+        logging_level=level,
+        num_cpus=config.ray.num_cpus or os.cpu_count() or 1,
+        object_store_memory=config.ray.object_store_memory,
+        include_dashboard=False,
+        runtime_env=env,
+        log_to_driver=True,
+    )
+    return f"embedded local Ray ({_cpus()} CPUs)"
+
+
+def cluster_wants_token(address: str) -> bool | None:
+    """Ask the cluster's GCS, without a token, whether it wants one: True (token
+    authentication on), False (off), None (not a ``host:port`` address, or an answer
+    that says neither).
+
+    Raises:
+        ClusterError: nothing answers at ``address`` within ten seconds.
+    """
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    with grpc.insecure_channel(address) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        try:
+            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=_PROBE_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise ClusterError(
+                    f"no Ray cluster answers at {address} ({exc.code().name}); start one with "
+                    "`ray start --head` or check the address and port"
+                ) from None
+            return True if exc.code() == grpc.StatusCode.UNAUTHENTICATED else None
+    return False
+
+
+def _match_auth_mode(address: str) -> None:
+    """Put this process in the cluster's authentication mode. Both ways matter: a client
+    without a token is refused by a token cluster, and the raylets of a cluster without
+    authentication cannot call back into a driver that expects one (its actors die)."""
+    wanted = cluster_wants_token(address)
+    if wanted is None:  # no answer: Ray's own rule for a local cluster
+        wanted = auth_token_available()
+    if wanted and not auth_token_available():
+        raise ClusterError(
+            f"the Ray cluster at {address} requires token authentication and no token was "
+            "found here: set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH, or copy the token that "
+            "`ray get-auth-token` prints on the head node to ~/.ray/auth_token"
+        )
+    os.environ["RAY_AUTH_MODE"] = "token" if wanted else "disabled"
+    # Ray copies RAY_AUTH_MODE into its C++ config when it is imported; refresh that copy,
+    # as ray.init(address="auto") does (ray._private.authentication's _enable_token_auth).
+    from ray._raylet import Config
+
+    Config.initialize("")
+
+
+def _cpus() -> int:
+    return int(ray.cluster_resources().get("CPU", 0))
+
+
+def node_path_problems(spec: dict[str, Any]) -> list[str]:
+    """What this machine cannot see of a run: runs on each node (Ray-free, testable).
+
+    ``spec``: ``inputs`` [(path, bytes)], ``work`` (dir), ``probe`` (the text the driver
+    wrote to ``work/.node-probe``), ``node`` (a name for the probe this node writes),
+    ``config`` (the pipeline, whose stages are validated here).
+    """
+    problems = []
+    for path, size in spec["inputs"]:
+        if "://" in path:
+            continue  # object storage: read through its own client, not the local filesystem
+        try:
+            seen = os.stat(path).st_size
+        except OSError as exc:
+            problems.append(f"cannot see input {path} ({exc.strerror})")
+            continue
+        if seen != size:
+            problems.append(f"sees input {path} with {seen} bytes, the driver saw {size}")
+    work = Path(spec["work"] or ".")
+    try:
+        if spec["work"] is None:
+            raise _NoLocalOutput
+        if (work / _PROBE).read_text() != spec["probe"]:
+            raise OSError("it holds another run's probe")
+        mine = work / f"{_PROBE}-{spec['node']}"
+        mine.write_text(spec["probe"])
+        mine.unlink()
+    except _NoLocalOutput:
+        pass
+    except OSError as exc:
+        problems.append(
+            f"cannot see or write the output directory {work.parent} as the driver does ({exc})"
+        )
+    config: PipelineConfig = spec["config"]
+    for i, stage in enumerate(config.stages):
+        problems += [f"stages[{i}] ({stage.op}): {p}" for p in make_op(stage, config).validate()]
+    return problems
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _remote_problems(spec: dict[str, Any]) -> list[str]:
+    return node_path_problems(spec)
+
+
+def check_nodes_see_paths(
+    config: PipelineConfig, work: Path | None, tasks: list[InputTask]
+) -> None:
+    """Run :func:`node_path_problems` once on every alive node with CPUs.
+
+    Raises:
+        ClusterError: a node cannot see a path (all problems of all nodes, one per line),
+            or did not answer within two minutes.
+    """
+    probe = uuid.uuid4().hex
+    if work is not None:  # None: the run directory is on object storage
+        (work / _PROBE).write_text(probe)
+    inputs = sorted({(t.path, t.bytes) for t in tasks})
+    nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
+    refs = {}
+    for node in nodes:
+        name = f"{node['NodeManagerAddress']} ({node['NodeID'][:8]})"
+        spec = {
+            "inputs": inputs,
+            "work": work and str(work),
+            "probe": probe,
+            "node": node["NodeID"],
+        }
+        strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        refs[name] = _remote_problems.options(scheduling_strategy=strategy).remote(
+            {**spec, "config": config}
+        )
+    problems = []
+    try:
+        for name, ref in refs.items():
+            try:
+                found = ray.get(ref, timeout=_CHECK_TIMEOUT_S)
+            except ray.exceptions.TaskUnschedulableError:
+                # The node died after ray.nodes() listed it (Ray notices within seconds to a
+                # minute): it will run no task of this run either.
+                found = []
+            except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as exc:
+                found = [f"did not answer the path check ({type(exc).__name__})"]
+            problems += [f"node {name}: {p}" for p in found]
+    finally:
+        if work is not None:
+            (work / _PROBE).unlink(missing_ok=True)
+    if problems:
+        raise ClusterError(
+            "some nodes cannot see the run's paths (inputs, output, models and tokenizers "
+            "must be on a filesystem every node shares):\n  " + "\n  ".join(problems)
+        )
