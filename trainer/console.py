@@ -4,7 +4,8 @@ steps, checkpoint and export lines, and a closing summary.
 Tokens/s and step time are smoothed with an exponential moving average (``metrics.ema_beta``,
 bias-corrected as Adam does) because single steps vary several-fold with the token budget
 of each batch and the data wait; the ETA is the remaining steps times the smoothed step time.
-DPO runs add preference accuracy and reward margin to each line.
+DPO runs add preference accuracy and reward margin to each line; DDP runs the step's
+gradient all-reduce time (``nccl_all_reduce_time``, :mod:`trainer.comm_timing`).
 """
 
 from __future__ import annotations
@@ -97,10 +98,12 @@ class Console:
         if "preference_accuracy" in record:
             dpo = f" acc {record['preference_accuracy']:.3f} margin {record['reward_margin']:.3f}"
         eta = format_duration(step_time * (max_steps - step))
+        comm = record.get("nccl_all_reduce_time")
+        comm = f" allreduce {comm * 1e3:.1f} ms" if comm is not None else ""
         self._print(
             f"step {step:>6}/{max_steps} loss {record['loss']:.4f}{dpo} lr {record['lr']:.2e} "
             f"gnorm {record['grad_norm']:.3f} tok/s {self.tokens_per_s.value:,.0f}{mfu} "
-            f"data {record['data_wait_frac']:.1%} {_memory(record)} ETA {eta}"
+            f"data {record['data_wait_frac']:.1%}{comm} {_memory(record)} ETA {eta}"
         )
 
     def checkpoint(self, path: Any, step: int) -> None:

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from trainer.checkpoint import Checkpointer
+from trainer.comm_timing import AllReduceTimer, time_gradient_all_reduce
 from trainer.config import ConfigError, OptimConfig, TrainerConfig
 from trainer.console import Console
 from trainer.data import BatchSource, build_batch_source
@@ -71,6 +72,8 @@ class Run:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
+    comm_timer: AllReduceTimer | None = None
+    """Times DDP's gradient all-reduce (:mod:`trainer.comm_timing`); None otherwise."""
 
     def autocast(self) -> contextlib.AbstractContextManager:
         precision = self.config.train.precision
@@ -175,6 +178,8 @@ def train_step(run: Run, batches: list[dict]) -> dict[str, float]:
     out |= {"bad": float(bad), "tokens": stats[0], "flops": stats[1]}
     if fp16:
         out["loss_scale"] = scale
+    if run.comm_timer is not None:
+        out["nccl_all_reduce_time"] = run.comm_timer.take()
     return out | metrics
 
 
@@ -210,7 +215,8 @@ def _setup(config: TrainerConfig, stage: str, env: DistEnv, objective: Objective
         init_scale=config.train.init_scale,
         enabled=config.train.precision == "fp16",
     )
-    return Run(config, stage, objective, env, model, optimizer, scheduler, scaler)
+    timer = time_gradient_all_reduce(model)
+    return Run(config, stage, objective, env, model, optimizer, scheduler, scaler, timer)
 
 
 def train(

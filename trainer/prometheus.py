@@ -20,11 +20,18 @@ metric                                   meaning
                                          NVML); CUDA only
 ``memory_allocated``                     bytes allocated by tensors (peak of the last step);
                                          CUDA only
+``nccl_all_reduce_time``                 seconds of DDP gradient all-reduce in the last step,
+                                         summed over buckets, rank 0's (the seed's name, also
+                                         for gloo on CPU); DDP only, see
+                                         :mod:`trainer.comm_timing`
 =======================================  =====================================================
 
 On a CPU the GPU metrics are absent, not zero; ``gpu_utilization`` is also absent where
-NVML (``nvidia-ml-py``) is not installed. The seed's ``nccl_all_reduce_time`` is not
-served: DDP's gradient all-reduce overlaps the backward pass and is not timed yet.
+NVML is not importable: ``torch.cuda.utilization`` reads it through ``pynvml``, which the
+optional ``nvidia-ml-py`` package provides (``pip install nvidia-ml-py`` or the ``gpu``
+extra; not a dependency).
+``nccl_all_reduce_time`` is absent for a single process and for FSDP2, whose reduce-scatter
+is not timed.
 """
 
 from __future__ import annotations
@@ -41,9 +48,12 @@ __all__ = ["PrometheusExporter", "live_exporter"]
 
 
 def _nvml_available() -> bool:
+    """Whether ``torch.cuda.utilization`` works: it needs the optional ``pynvml`` module
+    (package ``nvidia-ml-py``, the ``gpu`` extra) and a driver that answers NVML calls."""
     try:
         torch.cuda.utilization()
-    except (ModuleNotFoundError, RuntimeError):
+    except Exception:  # noqa: BLE001 - not installed (ModuleNotFoundError), no driver
+        # (RuntimeError) or pynvml's own NVMLError (e.g. no permission in a container)
         return False
     return True
 
@@ -57,6 +67,10 @@ _GAUGES = {
     "mfu": ("dataforge_train_mfu", "Model FLOPs utilization"),
     "step_time_s": ("dataforge_train_step_time_seconds", "Wall time of the last step"),
     "data_wait_s": ("dataforge_train_data_wait_seconds", "Data wait of the last step"),
+    "nccl_all_reduce_time": (
+        "nccl_all_reduce_time",
+        "Seconds of DDP gradient all-reduce in the last step (rank 0; gloo too)",
+    ),
 }
 _GPU_GAUGES = {
     "gpu_utilization": ("gpu_utilization", "GPU utilization percent (NVML)"),

@@ -101,6 +101,10 @@ def training_sections(run_dir: Path) -> tuple[str, str, list[Section]]:
                 _line_plot(records, [("mfu", "MFU")], "MFU", smooth=True),
             )
         )
+    if "nccl_all_reduce_time" in has:
+        plots.append(Plot("nccl_all_reduce_time", "DDP gradient all-reduce time per step (s)",
+                          _line_plot(records, [("nccl_all_reduce_time", "all-reduce")], "seconds",
+                                     smooth=True)))  # fmt: skip
     memory = [(k, k) for k in ("mem_allocated_gib", "mem_reserved_gib", "max_rss_gib") if k in has]
     plots.append(Plot("memory", "Memory (GiB): peak allocated/reserved on GPU, max RSS on CPU",
                       _line_plot(records, memory, "GiB")))  # fmt: skip

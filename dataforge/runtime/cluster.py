@@ -33,6 +33,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from dataforge.config import PipelineConfig
+from dataforge.io import fs
 from dataforge.io.readers import InputTask
 from dataforge.runtime.failures import RunFailed
 from dataforge.runtime.segments import make_op
@@ -68,7 +69,7 @@ def resolve_address(config: PipelineConfig, address: str | None) -> str | None:
     return address or config.ray.address or os.environ.get("RAY_ADDRESS") or None
 
 
-def resolve_run_paths(config: PipelineConfig, out: Path) -> tuple[PipelineConfig, Path]:
+def resolve_run_paths(config: PipelineConfig, out: str | Path) -> tuple[PipelineConfig, str | Path]:
     """Make the run's paths absolute on the driver, before any task ships.
 
     Every path of a pipeline (inputs, models, tokenizers, ``against:``) resolves against
@@ -80,8 +81,10 @@ def resolve_run_paths(config: PipelineConfig, out: Path) -> tuple[PipelineConfig
         ClusterError: ``out`` lies inside the working directory that ``ray job submit
             --working-dir`` uploaded, which Ray deletes with the job's environment.
     """
-    out = Path(os.path.abspath(Path(out).expanduser()))
     base = os.path.abspath(Path(config.base_dir).expanduser())
+    if fs.is_uri(out):  # s3://...: already absolute (Path() would fold its "//")
+        return dataclasses.replace(config, base_dir=base), str(out)
+    out = Path(os.path.abspath(Path(out).expanduser()))
     uploaded = Path.cwd()
     if _RAY_WORKING_DIR in str(uploaded) and out.is_relative_to(uploaded):
         raise ClusterError(

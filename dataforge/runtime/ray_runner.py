@@ -147,7 +147,7 @@ class RayExecutor:
 
 def run_on_ray(
     config: PipelineConfig,
-    out: Path,
+    out: str | Path,
     address: str | None = None,
     overwrite: bool = False,
     log: Callable[[str], None] | None = None,

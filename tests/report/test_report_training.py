@@ -19,6 +19,7 @@ from test_report_run import screenshot_dir
 from trainer.config import config_from_mapping
 from trainer.console import Console
 from trainer.loop import train
+from trainer.prometheus import PrometheusExporter
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +98,9 @@ def test_tiny_training_run_console_metrics_endpoint_and_report(
     steps = [s["dataforge_train_step"] for s in seen]
     assert steps == sorted(steps)
     # on a CPU the GPU metrics are absent, and so is MFU (no known peak)
-    assert not {"gpu_utilization", "memory_allocated", "dataforge_train_mfu"} & set(mid)
+    # on one process no all-reduce is timed, so its metric is absent too
+    absent = {"gpu_utilization", "memory_allocated", "dataforge_train_mfu", "nccl_all_reduce_time"}
+    assert not absent & set(mid)
     assert _scrape(port) is None  # closed with the run
     # every trainer metric the Grafana dashboard queries is served (MFU needs a known peak)
     dashboard = (ROOT / "docs" / "grafana" / "dataforge.json").read_text()
@@ -108,6 +111,7 @@ def test_tiny_training_run_console_metrics_endpoint_and_report(
     assert "pretrain: 0.1M parameters" in out and "up to 128 tokens per step" in out
     assert "precision fp32, parallelism single process" in out and "starting from step 0" in out
     assert f"step     10/{STEPS}" in out and "ETA" in out and "rss" in out
+    assert "allreduce" not in out
     assert "checkpoint step 20 ->" in out and f"checkpoint step {STEPS} ->" in out
     assert "exported weights ->" in out and f"done: {STEPS} steps (0 -> {STEPS})" in out
 
@@ -144,6 +148,27 @@ def test_dpo_lines_carry_preference_metrics(capsys) -> None:
     line = capsys.readouterr().out
     assert "step      2/4 loss 0.6931 acc 0.750 margin 0.125" in line
     assert "tok/s 1,000" in line and "ETA 1s" in line
+
+
+def test_all_reduce_time_is_served_and_printed_when_present(capsys) -> None:
+    """A DDP step's record (``trainer.comm_timing``) reaches the endpoint and the console
+    line under the seed's name; the 2-process runs are in test_trainer_distributed."""
+    train = {"max_steps": 4, "log_interval": 2}
+    model = {"preset": "tiny", "vocab_size": 64}
+    config = config_from_mapping({"model": model, "train": train, "optim": {"warmup_steps": 1}})
+    record = {"applied": 1.0, "step": 2, "loss": 2.5, "lr": 1e-3, "grad_norm": 0.5,
+              "tokens_per_s": 1000.0, "step_time_s": 0.5, "data_wait_frac": 0.1, "mfu": None,
+              "max_rss_gib": 1.0, "nccl_all_reduce_time": 0.0125}  # fmt: skip
+    Console(config, "pretrain", enabled=True).step(record)
+    assert "data 10.0% allreduce 12.5 ms rss" in capsys.readouterr().out
+    exporter = PrometheusExporter("127.0.0.1", 0, cuda=False)
+    try:
+        exporter.update({k: v for k, v in record.items() if k != "nccl_all_reduce_time"}, 0)
+        assert "nccl_all_reduce_time" not in _scrape(exporter.port)
+        exporter.update(record, 128)
+        assert _scrape(exporter.port)["nccl_all_reduce_time"] == 0.0125
+    finally:
+        exporter.close()
 
 
 def test_report_of_a_directory_without_a_run_is_a_usage_error(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ batch, also across a kill and resume: DDP, and FSDP2 (``fully_shard``)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 from pathlib import Path
@@ -107,9 +108,31 @@ def test_two_processes_equal_one_with_same_global_batch(tmp_path, strategy, monk
     assert one.keys() == two.keys()
     for key in one:
         torch.testing.assert_close(two[key], one[key], rtol=0, atol=1e-5)
+    _check_all_reduce_time(tmp_path / "single" / "run", out / "run", strategy)
     assert sorted(p.name for p in (out / "ckpt" / "step_00000004").iterdir()) == [
         "meta.json",
         "rank_00000.pt",
         "rank_00001.pt",
         "train_state.pt",
     ]
+
+
+def _check_all_reduce_time(single_run: Path, dist_run: Path, strategy: str) -> None:
+    """DDP's gradient all-reduce is timed per step (gloo here, under the seed's NCCL name)
+    into metrics.jsonl and the report; one process and FSDP2 have no value at all."""
+    from dataforge.report.training import training_sections
+
+    def steps(run_dir: Path) -> list[dict]:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        return [r for r in map(json.loads, lines) if "applied" in r]
+
+    assert all("nccl_all_reduce_time" not in r for r in steps(single_run))
+    records = steps(dist_run)
+    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+    times = [r.get("nccl_all_reduce_time") for r in records]
+    if strategy == "fsdp":
+        assert times == [None] * STEPS
+        return
+    assert all(t is not None and math.isfinite(t) and 0 < t < 60 for t in times), times
+    plots = {p.name for section in training_sections(dist_run)[2] for p in section.plots}
+    assert "nccl_all_reduce_time" in plots

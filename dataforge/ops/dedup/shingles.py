@@ -46,13 +46,20 @@ _SPACE = r"[\s\p{Z}]+"
 
 def mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64 finalizer over a uint64 array (a bijection that spreads every input bit)."""
-    x = np.asarray(x, dtype=np.uint64)
+    return _mix64_inplace(np.array(x, dtype=np.uint64))
+
+
+def _mix64_inplace(x: np.ndarray) -> np.ndarray:
+    """:func:`mix64` overwriting the uint64 array ``x`` (no temporaries of its size but one)."""
+    tmp = np.empty_like(x)
     with np.errstate(over="ignore"):
-        x = x ^ (x >> np.uint64(30))
-        x = x * np.uint64(0xBF58476D1CE4E5B9)
-        x = x ^ (x >> np.uint64(27))
-        x = x * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
+        for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+            np.right_shift(x, np.uint64(shift), out=tmp)
+            x ^= tmp
+            x *= np.uint64(mult)
+        np.right_shift(x, np.uint64(31), out=tmp)
+        x ^= tmp
+    return x
 
 
 def shingle_kind_for(shingle: str, lang: str) -> str:
@@ -170,9 +177,14 @@ def _prefix_hash(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _range_hashes(prefix: np.ndarray, inv: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
-        raw = (prefix[e] - prefix[s]) * inv[s]
-    # Mixing in the length keeps ranges of different lengths apart.
-    return mix64(raw ^ (e - s).astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93))
+        raw = prefix[e]
+        raw -= prefix[s]
+        raw *= inv[s]
+        # Mixing in the length keeps ranges of different lengths apart.
+        length = (e - s).astype(np.uint64)
+        length *= np.uint64(0xD6E8FEB86659FD93)
+        raw ^= length
+    return _mix64_inplace(raw)
 
 
 def _ngram_ranges(starts: np.ndarray, lengths: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
@@ -180,26 +192,31 @@ def _ngram_ranges(starts: np.ndarray, lengths: np.ndarray, n: int) -> tuple[np.n
     one range (the whole segment), an empty one gives none."""
     counts = np.where(lengths > 0, np.maximum(lengths - n + 1, 1), 0)
     total = int(counts.sum())
-    seg = np.repeat(np.arange(len(starts)), counts)
     first = np.cumsum(counts) - counts
-    s = starts[seg] + (np.arange(total) - first[seg])
-    e = np.minimum(s + n, (starts + lengths)[seg])
+    s = np.repeat(starts - first, counts)
+    s += np.arange(total, dtype=s.dtype)
+    e = np.repeat(np.minimum(lengths, n), counts)
+    e += s
     return s, e, counts
 
 
 def _code_points(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """All texts as one uint64 code-point array (+1, so that no value is 0) and offsets."""
+    """All texts as one uint64 code-point array (+1, so that no value is 0) and offsets.
+    (uint32 would halve the bytes, but measured slower in benchmarks/dedup_speed.py: about
+    30k more page faults per 3,000 documents, from the allocator's reuse of freed arrays.)"""
     lengths = pc.utf8_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
     joined = "".join(texts.to_pylist())
-    cps = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64) + 1
+    cps = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64) + np.uint64(
+        1
+    )
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return cps, offsets
 
 
 _CLASS_LIMIT = 0x110000  # all of Unicode; index = code point + 1
-_CLASSES = np.zeros(_CLASS_LIMIT + 1, dtype=np.uint8)
-_CLASSIFIED = np.zeros(_CLASS_LIMIT + 1, dtype=bool)
+_UNSEEN = 255
+_CLASSES = np.full(_CLASS_LIMIT + 1, _UNSEEN, dtype=np.uint8)
 
 
 def _char_classes(cps: np.ndarray) -> np.ndarray:
@@ -208,7 +225,11 @@ def _char_classes(cps: np.ndarray) -> np.ndarray:
     Classified with the same Arrow regexes as :func:`normalize_texts`, lazily: only code
     points never seen before in this process go through the regexes (a few thousand
     distinct characters in a whole corpus), the rest is one table lookup."""
-    new = cps[~_CLASSIFIED[cps]]
+    cls = _CLASSES[cps]
+    unseen = cls == _UNSEEN
+    if not unseen.any():
+        return cls
+    new = cps[unseen]
     if len(new):
         new = np.unique(new)
         points = (new - 1).astype(np.int64)
@@ -217,7 +238,6 @@ def _char_classes(cps: np.ndarray) -> np.ndarray:
         punct = pc.match_substring_regex(chars, f"^{_PUNCT}$").to_numpy(zero_copy_only=False)
         space = pc.match_substring_regex(chars, f"^{_SPACE}$").to_numpy(zero_copy_only=False)
         _CLASSES[new] = np.where(space, 2, np.where(punct, 1, 0))
-        _CLASSIFIED[new] = True
     return _CLASSES[cps]
 
 
@@ -247,25 +267,29 @@ def normalized_code_points(
     cls = _char_classes(cps)
     if not keep_spaces:
         keep = cls == 0
-        kept_before = np.concatenate([[0], np.cumsum(keep)])
-        return cps[keep], kept_before[offsets]
-    lengths = np.diff(offsets)
+        return cps[keep], _kept_offsets(keep, offsets)
     keep = cls != 1
+    offsets = _kept_offsets(keep, offsets)
     cps, space = cps[keep], cls[keep] == 2
-    doc = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)[keep]
     # Runs collapse to their first space; a space that starts the document goes too; then
     # a space left last in its document (like utf8_trim_whitespace).
-    first = np.concatenate([[True], doc[1:] != doc[:-1]])
-    prev_space = np.concatenate([[False], space[:-1]])
-    keep = ~(space & (first | prev_space))
-    cps, space, doc = cps[keep], space[keep], doc[keep]
-    last = np.concatenate([doc[1:] != doc[:-1], [True]])
-    keep = ~(space & last)
-    cps = np.where(space, np.uint64(ord(" ") + 1), cps)[keep]
-    counts = np.bincount(doc[keep], minlength=len(lengths))
-    new_offsets = np.zeros(len(offsets), dtype=np.int64)
-    np.cumsum(counts, out=new_offsets[1:])
-    return cps, new_offsets
+    keep = ~space
+    keep[1:] |= ~space[:-1]
+    starts = offsets[:-1][offsets[:-1] < len(space)]
+    keep[starts] = ~space[starts]
+    offsets = _kept_offsets(keep, offsets)
+    cps, space = cps[keep], space[keep]
+    last = offsets[1:][offsets[1:] > offsets[:-1]] - 1
+    keep = np.ones(len(cps), dtype=bool)
+    keep[last] = ~space[last]
+    cps[space] = ord(" ") + 1
+    return cps[keep], _kept_offsets(keep, offsets)
+
+
+def _kept_offsets(keep: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Document offsets after keeping the positions ``keep`` (counting the few dropped
+    positions: a cumulative sum over every position is several times slower)."""
+    return offsets - np.searchsorted(np.flatnonzero(~keep), offsets)
 
 
 def _words(cps: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
