@@ -111,7 +111,7 @@ def _write_report(out: Path) -> None:
     except Exception as exc:  # noqa: BLE001 - the run succeeded; say why the report did not
         print(f"[dataforge] report not written: {type(exc).__name__}: {exc}", file=sys.stderr)
         return
-    print(f"[dataforge] report: {path}", file=sys.stderr, flush=True)
+    print(f"[dataforge] report: {os.path.normpath(path)}", file=sys.stderr, flush=True)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
