@@ -29,6 +29,7 @@ __all__ = [
     "ngram_stats",
     "paragraph_stats",
     "segment_words",
+    "split_whitespace",
     "word_stats",
 ]
 
@@ -191,11 +192,27 @@ class Words(NamedTuple):
         return values[self.codes]
 
 
+# Unicode whitespace beyond ASCII's " \t\n\v\f\r" (Python's str.split set).
+_UNICODE_SPACE = (
+    r"[\x1c-\x1f\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]"
+)
+
+
+def split_whitespace(text: pa.Array) -> pa.Array:
+    """Whitespace tokens of every string (a list array; leading/trailing whitespace gives
+    empty tokens). Arrow 26's ``utf8_split_whitespace`` is not deterministic: called again on
+    the same array it sometimes keeps a newline inside a token (seen on ".\n." after a run
+    of spaces), so the same document got other word counts. ASCII splitting after mapping
+    the other Unicode spaces to a space gives the same tokens every time."""
+    spaced = pc.replace_substring_regex(text, pattern=_UNICODE_SPACE, replacement=" ")
+    return pc.ascii_split_whitespace(spaced)
+
+
 def segment_words(text: pa.Array, segmenter: str) -> Words:
     """Word tokens of every doc: whitespace tokens, or jieba (rjieba) tokens that are not
     whitespace or punctuation."""
     if segmenter == "whitespace":
-        tokens = pc.utf8_split_whitespace(text)
+        tokens = split_whitespace(text)
     else:
         import rjieba
 

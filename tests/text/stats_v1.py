@@ -180,7 +180,11 @@ def _repeats(
 def _segment(text: pa.Array, segmenter: str) -> tuple[pa.Array, np.ndarray]:
     """Word tokens of every doc, flattened, with the doc index of each token."""
     if segmenter == "whitespace":
-        flat, parents = _flat(pc.utf8_split_whitespace(text))
+        # The same deterministic splitting as the rewrite (Arrow 26's utf8_split_whitespace
+        # is not deterministic; see dataforge.text.stats.split_whitespace).
+        from dataforge.text.stats import split_whitespace
+
+        flat, parents = _flat(split_whitespace(text))
         # Leading/trailing whitespace yields empty tokens.
         nonempty = pc.greater(pc.utf8_length(flat), 0)
         return flat.filter(nonempty), parents[nonempty.to_numpy(False)]
