@@ -56,10 +56,6 @@ _PROBE = ".node-probe"
 _RAY_WORKING_DIR = "/runtime_resources/working_dir_files/"
 
 
-class _NoLocalOutput(Exception):
-    """The run directory is on object storage: no local probe to check."""
-
-
 class ClusterError(RunFailed):
     """The cluster cannot be joined, or a node cannot see a path of the run."""
 
@@ -216,25 +212,27 @@ def node_path_problems(spec: dict[str, Any]) -> list[str]:
             continue
         if seen != size:
             problems.append(f"sees input {path} with {seen} bytes, the driver saw {size}")
-    work = Path(spec["work"] or ".")
-    try:
-        if spec["work"] is None:
-            raise _NoLocalOutput
-        if (work / _PROBE).read_text() != spec["probe"]:
-            raise OSError("it holds another run's probe")
-        mine = work / f"{_PROBE}-{spec['node']}"
-        mine.write_text(spec["probe"])
-        mine.unlink()
-    except _NoLocalOutput:
-        pass
-    except OSError as exc:
-        problems.append(
-            f"cannot see or write the output directory {work.parent} as the driver does ({exc})"
-        )
+    if spec["work"] is not None:  # None: the run directory is on object storage
+        problems += _output_dir_problems(Path(spec["work"]), spec["probe"], spec["node"])
     config: PipelineConfig = spec["config"]
     for i, stage in enumerate(config.stages):
         problems += [f"stages[{i}] ({stage.op}): {p}" for p in make_op(stage, config).validate()]
     return problems
+
+
+def _output_dir_problems(work: Path, probe: str, node: str) -> list[str]:
+    """This node reads the driver's probe under ``work`` and writes (then removes) its own."""
+    try:
+        if (work / _PROBE).read_text() != probe:
+            raise OSError("it holds another run's probe")
+        mine = work / f"{_PROBE}-{node}"
+        mine.write_text(probe)
+        mine.unlink()
+    except OSError as exc:
+        return [
+            f"cannot see or write the output directory {work.parent} as the driver does ({exc})"
+        ]
+    return []
 
 
 @ray.remote(num_cpus=0, max_retries=0)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import re
 import traceback
 from pathlib import Path
@@ -76,10 +75,7 @@ def record_task_failure(
 
 def clear_task_failure(seg_dir: Path, task_id: str) -> None:
     """Forget a previous attempt's failure (the task runs again)."""
-    try:
-        os.unlink(_marker(seg_dir, task_id))
-    except FileNotFoundError:
-        pass
+    _marker(seg_dir, task_id).unlink(missing_ok=True)
 
 
 def collect_task_failures(seg_dir: Path, task_ids: list[str]) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ test.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import Any, ClassVar
 
@@ -36,7 +37,7 @@ class BucketEntries:
     """Per row, a value the index compares inside a bucket (SimHash), or None."""
 
 
-class DedupMethod:
+class DedupMethod(abc.ABC):
     """One way of finding candidate duplicates. Subclasses set the class attributes."""
 
     name: ClassVar[str]
@@ -62,9 +63,9 @@ class DedupMethod:
         """Parameters beyond the shared normalization that change signature values."""
         return {}
 
+    @abc.abstractmethod
     def signatures(self, shingles: ShingleSet | None, points: Any) -> np.ndarray:
         """Signature values per document (rows without shingles are nulled by the op)."""
-        raise NotImplementedError
 
     def values(self, signatures: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         """``(rows with a signature, their values)`` of a signature column."""
