@@ -3,6 +3,7 @@ dirs, stopped by PID (never ``ray stop``: other Ray clusters may run on this mac
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -132,10 +133,8 @@ class RayStartNode:
             if not pids:
                 return
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError):  # already gone
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             time.sleep(0.5)
 
 

@@ -15,7 +15,7 @@ from dataforge.runtime.segments import SegmentRunner
 
 
 class _Killed(Exception):
-    pass
+    """Stands for a kill of the run in the middle of a segment."""
 
 
 class _DiesAfter(LocalExecutor):
