@@ -133,3 +133,20 @@ def test_real_text_same_statistics_and_decisions(name: str) -> None:
     # Repeat every doc inside the batch and inside itself: long repeated n-grams.
     doubled = [t + "\n" + t for t in texts] + texts
     assert_same_stats(doubled, thresholds.segmenter, thresholds.stopwords)
+
+
+def test_whitespace_split_is_deterministic_and_matches_str_split() -> None:
+    # Arrow 26's utf8_split_whitespace kept the last "\n" inside a token on some calls of the
+    # same array (this text: [41, 1, 3, 2] or [41, 1, 3, 1, 0] characters per token).
+    from dataforge.text.stats import split_whitespace
+
+    texts = [
+        "aabthethethethethethethethethethethethea• a      \n \n한국.\n.\n",
+        "a\u3000b\xa0c\u2028d\x0ce\x1cf\x85g\th\r\ni",
+    ]
+    arr = pa.array(texts)
+    seen = {tuple(map(tuple, split_whitespace(arr).to_pylist())) for _ in range(300)}
+    assert len(seen) == 1
+    tokens = next(iter(seen))
+    # same words as Python's split (Arrow also yields an empty token for trailing space)
+    assert [[t for t in doc if t] for doc in tokens] == [t.split() for t in texts]
