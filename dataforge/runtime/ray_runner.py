@@ -9,10 +9,21 @@ Each task processes one input file (or one part of the previous segment) and com
 part; the fused per-actor op chain avoids an Arrow hand-off between stages, which on small
 machines costs more than the stages themselves. The driver keeps one task in flight per
 actor and hands the next pending task to whichever actor finishes first.
+
+Embedded Ray starts in a background thread (:class:`RayStart`, 2.5-5 s on 2 cores) while
+the driver runs tasks itself, in process, with the same :class:`SegmentRunner`; it keeps
+doing so until every actor of the pool has returned a task (an actor's first task pays
+its imports and op loading). A task's output does not depend on where it ran, so neither
+does the run's. On a joined cluster the driver only coordinates: its machine may be far
+from the data and is not counted in the cluster's CPUs.
 """
 
 from __future__ import annotations
 
+import logging
+import signal
+import sys
+import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -25,15 +36,17 @@ from dataforge.io.readers import InputTask
 from dataforge.runtime.cluster import (
     check_nodes_see_paths,
     connect,
+    embedded_cpus,
     resolve_address,
     resolve_run_paths,
+    stop_embedded_ray,
 )
 from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.progress import RunProgress
 from dataforge.runtime.ray_metrics import RayMetrics
 from dataforge.runtime.segments import Segment, SegmentRunner
 
-__all__ = ["RayExecutor", "run_on_ray"]
+__all__ = ["RayExecutor", "RayStart", "run_on_ray"]
 
 
 _TAIL_CHECK_S = 5.0
@@ -41,6 +54,71 @@ _TAIL_CHECK_S = 5.0
 
 def _alive_nodes() -> int:
     return sum(1 for node in ray.nodes() if node["Alive"])
+
+
+class RayStart:
+    """Starts Ray in a background thread (``start`` returns a description for the log);
+    :meth:`ready` polls, :meth:`wait` blocks, and both raise the start's error.
+
+    The thread lives until :meth:`release`: Ray spawns its processes with
+    ``PR_SET_PDEATHSIG``, which fires when the spawning *thread* ends, so a thread that
+    returned after ``ray.init`` would take the node's GCS and raylet with it.
+    """
+
+    def __init__(self, start: Callable[[], str]) -> None:
+        self.where: str | None = None
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        self._released = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(start,), name="dataforge-ray-start", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, start: Callable[[], str]) -> None:
+        try:
+            self.where = start()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the driver's thread
+            self.error = exc
+        finally:
+            self._done.set()
+        self._released.wait()
+
+    def ready(self) -> bool:
+        if not self._done.is_set():
+            return False
+        if self.error is not None:
+            raise self.error
+        return True
+
+    def wait(self) -> None:
+        self._done.wait()
+        self.ready()
+
+    def finished(self) -> None:
+        """Wait for the start to end, whatever its outcome."""
+        self._done.wait()
+
+    def release(self) -> None:
+        """End the thread, once the node it started is stopped."""
+        self._released.set()
+        self._thread.join()
+
+
+class _NotMainThreadNotice(logging.Filter):
+    """Drops Ray's warning that ``ray.init`` outside the main thread sets no SIGTERM
+    handler: :func:`_exit_on_sigterm` sets the same one first."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+def _exit_on_sigterm() -> None:
+    """What ``ray.init`` does in the main thread: SIGTERM raises ``SystemExit``, so the
+    run's ``finally`` blocks release the lock and stop Ray. Only where no handler is set."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
 
 
 class _TaskActor:
@@ -64,6 +142,10 @@ class RayExecutor:
     """Runs segments' tasks on one pool of Ray actors per run, created on first use and
     sized from the config or the cluster's CPUs; :meth:`close` stops it.
 
+    ``starting``: embedded Ray still starting (:class:`RayStart`); until it is up and
+    while an actor of the pool has not yet returned a task, the driver runs tasks in
+    process (``driver_helps``, off on a joined cluster).
+
     Plain actors rather than a Ray Data ``map_batches`` pool: tasks are whole files, so
     there is nothing to stream, and a pool per segment (with Ray Data's coordinator actors)
     was start-up cost paid again at every segment. The pool hands each idle actor the next
@@ -72,13 +154,25 @@ class RayExecutor:
     depend on objects in the object store.
     """
 
-    ray_available = True
-
-    def __init__(self, config: PipelineConfig, cluster: bool = False) -> None:
+    def __init__(
+        self, config: PipelineConfig, cluster: bool = False, starting: RayStart | None = None
+    ) -> None:
         self.config = config
         self.cluster = cluster
-        self.num_cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.starting = starting
+        self.driver_helps = not cluster
+        if starting is None:
+            self.num_cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        else:  # what connect() starts embedded Ray with
+            self.num_cpus = embedded_cpus(config)
         self.actors: list[Any] = []
+        self.warm: set[int] = set()  # id() of actors that have returned a task
+        self.driver_tasks = 0
+
+    @property
+    def ray_available(self) -> bool:
+        """Ray is up now (a barrier planner may use it); never waits for the start."""
+        return self.starting is None or self.starting.ready()
 
     def _pool(self, config: PipelineConfig, work_dir: Path, wanted: int) -> list[Any]:
         size = config.ray.actors or max(1, int(self.num_cpus // config.ray.cpus_per_actor))
@@ -108,30 +202,64 @@ class RayExecutor:
         queue = deque(tasks)
         running: dict[ray.ObjectRef, Any] = {}
         idle: list[Any] = []
-        nodes = _alive_nodes()
+        pool: list[Any] | None = None
+        local: SegmentRunner | None = None
+        nodes = 0
         try:
-            for actor in self._pool(config, work_dir, len(tasks)):
-                running[actor.run_task.remote(segment, queue.popleft())] = actor
-            while running:
-                done, _ = ray.wait(list(running), num_returns=1, timeout=_TAIL_CHECK_S)
-                if not done:
-                    if idle and _alive_nodes() < nodes:
-                        # A node was lost: an actor restarting elsewhere may need the CPUs
-                        # the idle ones hold (a deadlock otherwise); later segments refill.
-                        self._release(idle)
-                        idle = []
-                    continue
-                actor = running.pop(done[0])
-                on_task(ray.get(done[0]))
-                if queue:
+            while queue or running:
+                if pool is None and self.ray_available:
+                    pool = self._pool(config, work_dir, len(queue))
+                    idle, nodes = list(pool), _alive_nodes()
+                while idle and queue:
+                    actor = idle.pop(0)
                     running[actor.run_task.remote(segment, queue.popleft())] = actor
-                else:
-                    idle.append(actor)
+                if queue and self._driver_should_help(pool):
+                    local = local or SegmentRunner(config, segment, str(work_dir))
+                    on_task(local.run_task(queue.popleft()))
+                    self.driver_tasks += 1
+                    idle += self._collect(running, on_task, timeout=0)
+                    continue
+                if not running:  # Ray still starting and the driver may not help
+                    self.starting.wait()
+                    continue
+                finished = self._collect(running, on_task, timeout=_TAIL_CHECK_S)
+                if not finished and idle and _alive_nodes() < nodes:
+                    # A node was lost: an actor restarting elsewhere may need the CPUs
+                    # the idle ones hold (a deadlock otherwise); later segments refill.
+                    self._release(idle)
+                    idle = []
+                idle += finished
         except BaseException:
             # The pool is shared by the run's segments: stop it, so that no task still in
             # flight writes into the work directory after the failure is reported.
             self.close()
             raise
+
+    def _driver_should_help(self, pool: list[Any] | None) -> bool:
+        if not self.driver_helps:
+            return False
+        return pool is None or any(id(actor) not in self.warm for actor in pool)
+
+    def _collect(
+        self,
+        running: dict[ray.ObjectRef, Any],
+        on_task: Callable[[dict[str, Any]], None],
+        timeout: float,
+    ) -> list[Any]:
+        """Report the tasks that finish within ``timeout`` (at least one unless it
+        passes); returns their actors, now idle."""
+        if not running:
+            return []
+        done, _ = ray.wait(list(running), num_returns=1, timeout=timeout)
+        if done:  # and whatever else has finished by now
+            done, _ = ray.wait(list(running), num_returns=len(running), timeout=0)
+        freed = []
+        for ref in done:
+            actor = running.pop(ref)
+            on_task(ray.get(ref))
+            self.warm.add(id(actor))
+            freed.append(actor)
+        return freed
 
     def _release(self, actors: list[Any]) -> None:
         for actor in actors:
@@ -145,6 +273,31 @@ class RayExecutor:
         self.actors = []
 
 
+class _MetricsOnceUp:
+    """A progress listener that records into :class:`RayMetrics` once Ray is up; the
+    events of tasks the driver committed before are kept and replayed then."""
+
+    def __init__(self, config: PipelineConfig, starting: RayStart) -> None:
+        self.config, self.starting = config, starting
+        self.metrics: RayMetrics | None = None
+        self.pending: list[tuple[str, tuple]] = []
+
+    def _forward(self, method: str, args: tuple) -> None:
+        self.pending.append((method, args))
+        if self.metrics is None and self.starting.where is not None:
+            self.metrics = RayMetrics(self.config)
+        if self.metrics is not None:
+            for name, pending_args in self.pending:
+                getattr(self.metrics, name)(*pending_args)
+            self.pending = []
+
+    def task_committed(self, segment: int, stats: dict[str, Any], input_bytes: int) -> None:
+        self._forward("task_committed", (segment, stats, input_bytes))
+
+    def phase_finished(self, name: str, seconds: float) -> None:
+        self._forward("phase_finished", (name, seconds))
+
+
 def run_on_ray(
     config: PipelineConfig,
     out: str | Path,
@@ -154,23 +307,40 @@ def run_on_ray(
     progress: RunProgress | None = None,
 ) -> dict[str, Any]:
     """``dataforge run``: claim and lock ``out``, then start or join Ray and run the
-    pipeline on it (a refused or already complete run never starts Ray). The pipeline's
+    pipeline on it (a refused or already complete run never starts Ray). Embedded Ray
+    starts in the background while the driver runs the first tasks. The pipeline's
     counters also go to Ray's metrics (:mod:`dataforge.runtime.ray_metrics`)."""
     config, out = resolve_run_paths(config, out)
     kwargs = {"log": log} if log else {}
     progress = progress or RunProgress.silent()
-    connected_here = []
     executors: list[RayExecutor] = []
+    starts: list[RayStart] = []
+    connected: list[bool] = []
+    cluster = resolve_address(config, address) is not None
 
-    def start_ray() -> RayExecutor:
-        if not ray.is_initialized():
-            connected_here.append(True)
+    def joined() -> str:
         where = connect(config, address, verbose=progress.verbose)
         if log:
             log(f"running on {where}")
-        progress.listeners = (*progress.listeners, RayMetrics(config))
-        executors.append(RayExecutor(config, cluster=resolve_address(config, address) is not None))
-        return executors[0]
+        return where
+
+    def start_ray() -> RayExecutor:
+        if ray.is_initialized() or cluster:
+            if not ray.is_initialized():
+                connected.append(True)
+            joined()
+            progress.listeners = (*progress.listeners, RayMetrics(config))
+            executor = RayExecutor(config, cluster=cluster)
+        else:
+            _exit_on_sigterm()
+            ray_worker_log = logging.getLogger("ray._private.worker")
+            if not any(isinstance(f, _NotMainThreadNotice) for f in ray_worker_log.filters):
+                ray_worker_log.addFilter(_NotMainThreadNotice())
+            starts.append(RayStart(joined))
+            progress.listeners = (*progress.listeners, _MetricsOnceUp(config, starts[0]))
+            executor = RayExecutor(config, starting=starts[0])
+        executors.append(executor)
+        return executor
 
     try:
         return run_pipeline(
@@ -179,7 +349,16 @@ def run_on_ray(
     finally:
         for executor in executors:
             executor.close()
+            if log and executor.driver_tasks:
+                log(f"{executor.driver_tasks} tasks ran in the driver while Ray's actors started")
         # Stops the worker-log relay too, so that Ray's copies of a failed task's trace do
         # not trail after the one-line error the CLI prints next.
-        if connected_here and ray.is_initialized():
-            ray.shutdown()
+        if connected and ray.is_initialized():
+            ray.shutdown()  # leaves the cluster; it runs on
+        for start in starts:
+            start.finished()  # a start cannot be interrupted: its node is stopped once up
+            try:
+                if ray.is_initialized():
+                    stop_embedded_ray()
+            finally:
+                start.release()

@@ -38,8 +38,9 @@ def test_run_in_a_terminal_shows_live_progress_and_a_clean_log(demo_like_run: di
     assert demo_like_run["code"] == 0, demo_like_run["terminal"][-3000:]
     raw = demo_like_run["terminal"]
     text = ANSI.sub("", raw).replace("\r", "\n")
-    # the live table was redrawn many times while the run went (rich redraws it twice a second)
-    assert raw.count("rec/s") >= 4, raw[-2000:]
+    # the live table was redrawn while the run went (rich redraws it twice a second; this
+    # run takes a few seconds), not only drawn once at the end
+    assert raw.count("rec/s") >= 2, raw[-2000:]
     assert "\x1b[" in raw  # drawn in place, with cursor movements
     for phase in ("segment 0 [clean, quality_filter, perplexity_filter]", "barrier 3 [dedup]",
                   "barrier 4 [sample]", "segment 2 [tokenize]"):  # fmt: skip

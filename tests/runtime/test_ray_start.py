@@ -1,0 +1,103 @@
+"""Embedded Ray starts in the background while the driver runs tasks itself.
+
+The driver's tasks use the same ``SegmentRunner`` as the actors, so the output is the
+in-process run's whatever the split between them; a failed start fails the run in one
+line; and the node the background thread started outlives that thread (Ray spawns its
+processes with ``PR_SET_PDEATHSIG``, which fires when the spawning thread ends).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from dataforge.config import load_pipeline
+from dataforge.io.mds import iter_samples
+from dataforge.runtime.failures import RunFailed
+from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.ray_runner import RayExecutor, RayStart
+
+STAGES = """
+stages:
+  - {op: clean}
+  - {op: quality_filter}
+  - {op: dedup, method: exact}
+"""
+
+
+def _config(pipeline_file: Path):
+    pipeline_file.write_text(pipeline_file.read_text() + STAGES, encoding="utf-8")
+    return load_pipeline(pipeline_file)
+
+
+def _reference(config, tmp_path: Path) -> list[dict]:
+    run_pipeline(config, tmp_path / "local", LocalExecutor(), log=lambda m: None)
+    return list(iter_samples(tmp_path / "local"))
+
+
+def test_run_completes_in_the_driver_while_ray_never_comes_up(
+    pipeline_file: Path, tmp_path: Path
+) -> None:
+    config = _config(pipeline_file)
+    gate = threading.Event()
+    start = RayStart(lambda: gate.wait() and "never used")
+    executor = RayExecutor(config, starting=start)
+    try:
+        assert not executor.ray_available
+        manifest = run_pipeline(config, tmp_path / "out", executor, log=lambda m: None)
+    finally:
+        gate.set()
+        start.release()
+    tasks = len(manifest["inputs"])
+    assert tasks == 5
+    assert executor.driver_tasks == 2 * tasks  # both segments, every task, no actor
+    assert executor.actors == []
+    assert list(iter_samples(tmp_path / "out")) == _reference(config, tmp_path)
+
+
+def test_a_failed_start_fails_the_run_in_one_line(pipeline_file: Path, tmp_path: Path) -> None:
+    config = _config(pipeline_file)
+
+    def broken() -> str:
+        raise ConnectionError("raylet did not register within 30 s")
+
+    start = RayStart(broken)
+    start.finished()
+    try:
+        with pytest.raises(RunFailed, match="raylet did not register within 30 s"):
+            run_pipeline(
+                config, tmp_path / "out", RayExecutor(config, starting=start), log=lambda m: None
+            )
+    finally:
+        start.release()
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.ray
+def test_background_start_keeps_its_node_and_matches_the_in_process_run(
+    pipeline_file: Path, tmp_path: Path
+) -> None:
+    import ray
+
+    from dataforge.runtime.cluster import connect, stop_embedded_ray
+
+    config = _config(pipeline_file)
+    start = RayStart(lambda: connect(config, None))
+    executor = RayExecutor(config, starting=start)
+    try:
+        start.wait()
+        # The start thread is parked, not ended: the node it spawned stays up.
+        assert ray.get(ray.remote(lambda: 41 + 1).remote(), timeout=60) == 42
+        manifest = run_pipeline(config, tmp_path / "out", executor, log=lambda m: None)
+        assert executor.driver_tasks < 2 * len(manifest["inputs"])  # the actors ran some
+        assert len(executor.actors) >= 1
+    finally:
+        executor.close()
+        start.finished()
+        if ray.is_initialized():
+            stop_embedded_ray()
+        start.release()
+    assert not ray.is_initialized()
+    assert list(iter_samples(tmp_path / "out")) == _reference(config, tmp_path)
