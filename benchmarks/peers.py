@@ -161,21 +161,32 @@ def ensure_venv() -> Path:
     return python
 
 
+def _spliced(texts: list[str], i: int, k: int) -> str:
+    """Copy ``k`` of document ``i``: itself for k = 0, else its first half joined to the
+    second half of another document of the same file (real text, new documents: no
+    more near-duplicates than the corpus has, so dedup's work grows with the size)."""
+    if k == 0:
+        return texts[i]
+    other = texts[(i + 7919 * k) % len(texts)]
+    return texts[i][: len(texts[i]) // 2] + other[len(other) // 2 :]
+
+
 def reshard(data: Path, corpus: Path, copies: int = 1) -> tuple[int, float]:
     """The demo corpus as 16 jsonl files of about equal size (per language: zh, en);
-    ``copies`` > 1 repeats every document with its copy number appended to text and id
-    (near-duplicates, which MinHash dedup then finds: the same work for every runner)."""
+    ``copies`` > 1 adds ``copies - 1`` spliced copies of every document (:func:`_spliced`)
+    for a larger corpus of the same text."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from ops_throughput import read_texts
 
     by_lang: dict[str, list[dict[str, str]]] = {"zh": [], "en": []}
     for name, (pattern, lang) in SOURCES.items():
         for path in sorted(glob.glob(str(data / pattern))):
+            texts = read_texts(path)
             by_lang[lang] += [
                 {"id": f"{name}/{Path(path).name}/{i}" + (f"#{k}" if k else ""),
-                 "text": text + (f"\n({k})" if k else "")}
+                 "text": _spliced(texts, i, k)}
                 for k in range(copies)
-                for i, text in enumerate(read_texts(path))
+                for i in range(len(texts))
             ]  # fmt: skip
     sizes = {lang: sum(len(d["text"].encode()) for d in docs) for lang, docs in by_lang.items()}
     shutil.rmtree(corpus, ignore_errors=True)
