@@ -8,6 +8,7 @@ processes with ``PR_SET_PDEATHSIG``, which fires when the spawning thread ends).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def test_background_start_keeps_its_node_and_matches_the_in_process_run(
 ) -> None:
     import ray
 
-    from dataforge.runtime.cluster import connect, stop_embedded_ray
+    from dataforge.runtime.cluster import connect, embedded_cpus, stop_embedded_ray
 
     config = _config(pipeline_file)
     start = RayStart(lambda: connect(config, None))
@@ -92,7 +93,8 @@ def test_background_start_keeps_its_node_and_matches_the_in_process_run(
         assert ray.get(ray.remote(lambda: 41 + 1).remote(), timeout=60) == 42
         manifest = run_pipeline(config, tmp_path / "out", executor, log=lambda m: None)
         assert executor.driver_tasks < 2 * len(manifest["inputs"])  # the actors ran some
-        assert len(executor.actors) >= 1
+        # the driver is one of the run's workers: one actor fewer than CPUs
+        assert len(executor.actors) == max(1, embedded_cpus(config) - 1)
     finally:
         executor.close()
         start.finished()
@@ -101,3 +103,18 @@ def test_background_start_keeps_its_node_and_matches_the_in_process_run(
         start.release()
     assert not ray.is_initialized()
     assert list(iter_samples(tmp_path / "out")) == _reference(config, tmp_path)
+
+
+def test_the_driver_is_a_lane_unless_the_pool_is_sized(pipeline_file: Path) -> None:
+    config = _config(pipeline_file)
+    start = RayStart(lambda: "never used")
+    try:
+        two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
+        assert RayExecutor(two, starting=start).driver_lane
+        one = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=1))
+        assert not RayExecutor(one, starting=start).driver_lane  # helps only until warm
+        sized = dataclasses.replace(two, ray=dataclasses.replace(two.ray, actors=2))
+        assert not RayExecutor(sized, starting=start).driver_lane
+        assert not RayExecutor(two, cluster=True, starting=start).driver_helps
+    finally:
+        start.release()
