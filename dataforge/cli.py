@@ -74,6 +74,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except OSError as exc:  # e.g. a full disk or a permission before any task ran
         print(f"error: run failed: {one_line(exc, out)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(
+            f"interrupted: {out} holds no complete output; the same command resumes it "
+            "(committed tasks are kept)",
+            file=sys.stderr,
+        )
+        return 130
     if "://" not in out:  # the report is drawn from local files (object storage: not yet)
         _write_report(Path(out))
     total = manifest["counts"]["total"]

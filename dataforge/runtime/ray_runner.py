@@ -114,11 +114,12 @@ class _NotMainThreadNotice(logging.Filter):
 
 
 def _exit_on_sigterm() -> None:
-    """What ``ray.init`` does in the main thread: SIGTERM raises ``SystemExit``, so the
-    run's ``finally`` blocks release the lock and stop Ray. Only where no handler is set."""
+    """As ``ray.init`` does in the main thread: SIGTERM raises ``SystemExit`` (status
+    128 + 15), so the run's ``finally`` blocks release the lock and stop Ray. Only where
+    no handler is set."""
     main = threading.current_thread() is threading.main_thread()
     if main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 class _TaskActor:

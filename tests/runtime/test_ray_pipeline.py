@@ -124,6 +124,71 @@ def test_sigkill_mid_run_then_resume(tmp_path: Path, write_pipeline) -> None:
     assert manifest["counts"] == json.loads((reference / "manifest.json").read_text())["counts"]
 
 
+def _session_members(sid: int) -> list[str]:
+    """``pid command`` of the live (not zombie) processes of session ``sid``."""
+    ps = subprocess.run(["ps", "-eo", "pid=,sid=,stat=,comm="], capture_output=True, text=True)
+    members = []
+    for line in ps.stdout.splitlines():
+        pid, session, stat, comm = line.split(None, 3)
+        if int(session) == sid and not stat.startswith("Z"):
+            members.append(f"{pid} {comm}")
+    return members
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_stops_ray_and_the_rerun_resumes(
+    tmp_path: Path, write_pipeline, sig: signal.Signals, status: int
+) -> None:
+    """Ctrl-C or SIGTERM to the driver alone (embedded Ray still starting or running):
+    one line and 130 / 143, every process it started gone, no complete-looking output,
+    and the same command resumes to the in-process run's output."""
+    corpus = tmp_path / "many"
+    corpus.mkdir()
+    for f in range(24):
+        lines = [
+            json.dumps(
+                {"text": f"文件{f} 第{i}行：今天天气很好，我们去公园散步。"}, ensure_ascii=False
+            )
+            for i in range(4000)
+        ]
+        (corpus / f"f{f:02d}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = write_pipeline(
+        tmp_path,
+        """
+        name: interrupted
+        inputs: [{name: s, path: "many/*.jsonl", lang: zh}]
+        ray: {num_cpus: 2}
+        output: {path: out/interrupted}
+    """,
+    )
+    out = tmp_path / "out" / "interrupted"
+    proc = subprocess.Popen(
+        [*CLI, "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True, text=True,
+    )  # fmt: skip
+    seg = out / "_work" / "seg0"
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(seg.glob("*.done")):
+        time.sleep(0.02)
+    proc.send_signal(sig)  # the driver only, as a terminal's Ctrl-C or `kill` would
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == status, stderr[-3000:]
+    if sig == signal.SIGINT:
+        assert stderr.strip().splitlines()[-1].startswith(f"interrupted: {out} holds no complete")
+    assert "Traceback" not in stderr
+    assert not (out / "manifest.json").exists()
+    deadline = time.time() + 30  # Ray's processes (same session; workers have their own
+    while _session_members(proc.pid) and time.time() < deadline:  # process groups) are gone
+        time.sleep(0.2)
+    assert _session_members(proc.pid) == [], "processes of the interrupted run still alive"
+    rerun = cli("run", str(path))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "resuming run 'interrupted'" in rerun.stderr
+    reference = tmp_path / "ref"
+    run_pipeline(load_pipeline(path), reference, LocalExecutor(), log=lambda m: None)
+    assert list(iter_samples(out)) == list(iter_samples(reference))
+
+
 def test_truncated_input_fails_the_run_naming_the_file(tmp_path: Path, write_pipeline) -> None:
     import zstandard
 
