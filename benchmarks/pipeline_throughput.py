@@ -21,23 +21,24 @@ from dataforge.io.readers import plan_input_tasks
 from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
+_WORK: str | None = None  # set when run as a script
 
 
 def _scaled(config, copies: int):
-    """The same pipeline over ``copies`` symlinked copies of every input file; ids are
-    derived from file and line (the bench pipeline sets no id_key), so they stay unique."""
+    """The same pipeline over ``copies`` copies of every input file (real copies: the
+    planner reads each real file once, so symlinks would not add work); ids are derived
+    from file and line (the bench pipeline sets no id_key), so they stay unique."""
     import dataclasses
     import glob
-    import os
 
-    root = Path(tempfile.mkdtemp(prefix="df-bench-in-"))
+    root = Path(tempfile.mkdtemp(prefix="df-bench-in-", dir=_WORK))
     inputs = []
     for source in config.inputs:
         for path in sorted(glob.glob(str(config.resolve(source.path)))):
             for k in range(copies):
                 dest = root / source.name / f"copy{k}" / Path(path).name
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(path, dest)
+                shutil.copyfile(path, dest)
         suffix = "".join(Path(source.path).suffixes)
         inputs.append(
             dataclasses.replace(source, path=str(root / source.name / "copy*" / f"*{suffix}"))
@@ -72,7 +73,7 @@ def main() -> None:
     if args.scale > 1:
         config = _scaled(config, args.scale)
     total_bytes = sum(t.bytes for t in plan_input_tasks(config))
-    work = Path(tempfile.mkdtemp(prefix="df-bench-"))
+    work = Path(tempfile.mkdtemp(prefix="df-bench-", dir=_WORK))
     quiet = lambda m: None  # noqa: E731
 
     t0 = time.perf_counter()
@@ -106,8 +107,11 @@ def main() -> None:
         f"ratio Ray / single-process: {local_s / ray_s:.2f}x "
         f"(including ray.init: {local_s / (ray_s + init_s):.2f}x)"
     )
-    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main()
+    _WORK = tempfile.mkdtemp(prefix="df-pipeline-bench-")  # inputs and outputs, removed at exit
+    try:
+        main()
+    finally:
+        shutil.rmtree(_WORK, ignore_errors=True)
