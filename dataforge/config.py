@@ -97,7 +97,9 @@ class RayConfig:
     object_store_memory: int | None = None
     """Bytes for embedded Ray's object store (default: Ray's)."""
     actors: int | None = None
-    """Size of the run's actor pool, shared by all segments (default: the cluster's CPUs)."""
+    """Size of the run's actor pool, shared by all segments (default: the cluster's CPUs;
+    embedded, one fewer, the driver running tasks as the last worker). Set, the driver
+    runs tasks only until every actor has returned one."""
     cpus_per_actor: float = 1.0
     max_task_retries: int = 2
 
