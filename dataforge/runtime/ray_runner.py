@@ -107,19 +107,25 @@ class RayStart:
 
 class _NotMainThreadNotice(logging.Filter):
     """Drops Ray's warning that ``ray.init`` outside the main thread sets no SIGTERM
-    handler: :func:`_exit_on_sigterm` sets the same one first."""
+    handler: :func:`_exit_on_sigterm` sets one first."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "SIGTERM handler is not set" not in record.getMessage()
 
 
-def _exit_on_sigterm() -> None:
+def _exit_on_sigterm() -> Callable[[], None]:
     """As ``ray.init`` does in the main thread: SIGTERM raises ``SystemExit`` (status
     128 + 15), so the run's ``finally`` blocks release the lock and stop Ray. Only where
-    no handler is set."""
+    no handler is set; also quiets Ray's notice that a start outside the main thread sets
+    none. Returns what puts the previous handler back (for callers that go on)."""
+    ray_worker_log = logging.getLogger("ray._private.worker")
+    if not any(isinstance(f, _NotMainThreadNotice) for f in ray_worker_log.filters):
+        ray_worker_log.addFilter(_NotMainThreadNotice())
     main = threading.current_thread() is threading.main_thread()
-    if main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return lambda: None
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class _TaskActor:
@@ -330,6 +336,7 @@ def run_on_ray(
     executors: list[RayExecutor] = []
     starts: list[RayStart] = []
     connected: list[bool] = []
+    restores: list[Callable[[], None]] = []
     cluster = resolve_address(config, address) is not None
 
     def joined() -> str:
@@ -346,10 +353,7 @@ def run_on_ray(
             progress.listeners = (*progress.listeners, RayMetrics(config))
             executor = RayExecutor(config, cluster=cluster)
         else:
-            _exit_on_sigterm()
-            ray_worker_log = logging.getLogger("ray._private.worker")
-            if not any(isinstance(f, _NotMainThreadNotice) for f in ray_worker_log.filters):
-                ray_worker_log.addFilter(_NotMainThreadNotice())
+            restores.append(_exit_on_sigterm())
             starts.append(RayStart(joined))
             progress.listeners = (*progress.listeners, _MetricsOnceUp(config, starts[0]))
             executor = RayExecutor(config, starting=starts[0])
@@ -365,8 +369,8 @@ def run_on_ray(
             executor.close()
             if log and executor.driver_tasks:
                 log(f"the driver ran {executor.driver_tasks} of the run's tasks itself")
-        # Stops the worker-log relay too, so that Ray's copies of a failed task's trace do
-        # not trail after the one-line error the CLI prints next.
+        # Leaving or stopping Ray stops the worker-log relay too, so that Ray's copies of a
+        # failed task's trace do not trail after the one-line error the CLI prints next.
         if connected and ray.is_initialized():
             ray.shutdown()  # leaves the cluster; it runs on
         for start in starts:
@@ -376,3 +380,5 @@ def run_on_ray(
                     stop_embedded_ray()
             finally:
                 start.release()
+        for restore in restores:
+            restore()

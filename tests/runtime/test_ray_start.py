@@ -118,3 +118,21 @@ def test_the_driver_is_a_lane_unless_the_pool_is_sized(pipeline_file: Path) -> N
         assert not RayExecutor(two, cluster=True, starting=start).driver_helps
     finally:
         start.release()
+
+
+@pytest.mark.ray
+def test_run_on_ray_leaves_the_process_as_it_found_it(pipeline_file: Path, tmp_path: Path) -> None:
+    """A library caller goes on after the run: embedded Ray stopped, the SIGTERM handler
+    the run installed for its own clean exit removed again."""
+    import signal
+
+    import ray
+
+    from dataforge.runtime.ray_runner import run_on_ray
+
+    config = _config(pipeline_file)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    run_on_ray(config, tmp_path / "out")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert not ray.is_initialized()
+    assert list(iter_samples(tmp_path / "out")) == _reference(config, tmp_path)
