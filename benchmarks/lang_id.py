@@ -21,14 +21,13 @@ Usage: ``.venv/bin/python benchmarks/lang_id.py [--limit 6000] [--repeat 3]``
 from __future__ import annotations
 
 import argparse
-import random
-import re
 import time
 from pathlib import Path
 
 import fasttext
 import numpy as np
 import pyarrow as pa
+from lang_id_sets import english_sentences, mixed_documents  # benchmarks/ (the script's dir)
 
 from dataforge.config import InputConfig, ReadConfig
 from dataforge.io.readers import InputTask, TaskReader
@@ -50,34 +49,6 @@ def demo_texts(source: str, limit: int) -> list[str]:
         if len(texts) >= limit:
             break
     return texts[:limit]
-
-
-def english_sentences(texts: list[str]) -> list[str]:
-    out = []
-    for text in texts:
-        for sentence in re.split(r"(?<=[.!?])\s+", " ".join(text.split())):
-            if 10 <= len(sentence) < 50 and sentence.count(" ") >= 2:
-                out.append(sentence)
-    return out
-
-
-def mixed_documents(zh: list[str], en: list[str], n: int) -> tuple[list[str], list[str]]:
-    rng = random.Random(14)
-    docs, truth = [], []
-    while len(docs) < n:
-        zh_part = rng.choice(zh)[: rng.randrange(5, 300)]
-        en_part = rng.choice(en)[: rng.randrange(5, 600)]
-        han = len(re.findall(r"[\u4e00-\u9fff]", zh_part))
-        latin = len(re.findall(r"[A-Za-z]", en_part))
-        if han / 2 >= 1.5 * latin / 5:
-            truth.append("zh")
-        elif latin / 5 >= 1.5 * han / 2:
-            truth.append("en")
-        else:
-            continue
-        parts = [zh_part, en_part] if rng.random() < 0.5 else [en_part, zh_part]
-        docs.append(rng.choice([" ", "\n", "，"]).join(parts))
-    return docs, truth
 
 
 def accuracy(op: LangId, limit: int) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import random
 import re
+import sys
 from pathlib import Path
 
 import fasttext
@@ -17,6 +17,9 @@ from dataforge.config import ConfigError, load_pipeline
 from dataforge.ops.lang_id import CHINESE_LABELS, LangId, bundled_model_path
 from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
 from dataforge.text.stats import han_latin_counts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from lang_id_sets import english_sentences, mixed_documents  # noqa: E402 - shared with the benchmark
 
 ZH_TEXTS = [
     "国务院总理李鹏今天在人民大会堂会见了来访的外国代表团，双方就共同关心的问题交换了意见。",
@@ -36,37 +39,6 @@ def lang_id() -> LangId:
     op = LangId(LangId.Config(keep=("zh", "en")))
     op.setup()
     return op
-
-
-def english_sentences(texts: list[str]) -> list[str]:
-    """Sentences of 10-50 characters and at least three words from English documents."""
-    out = []
-    for text in texts:
-        for sentence in re.split(r"(?<=[.!?])\s+", " ".join(text.split())):
-            if 10 <= len(sentence) < 50 and sentence.count(" ") >= 2:
-                out.append(sentence)
-    return out
-
-
-def mixed_documents(zh: list[str], en: list[str], n: int) -> tuple[list[str], list[str]]:
-    """Chinese and English pieces spliced into one document, with the language whose part
-    carries clearly more (Han characters / 2 against Latin letters / 5, 1.5x apart)."""
-    rng = random.Random(14)
-    docs, truth = [], []
-    while len(docs) < n:
-        zh_part = rng.choice(zh)[: rng.randrange(5, 300)]
-        en_part = rng.choice(en)[: rng.randrange(5, 600)]
-        han = len(re.findall(r"[\u4e00-\u9fff]", zh_part))
-        latin = len(re.findall(r"[A-Za-z]", en_part))
-        if han / 2 >= 1.5 * latin / 5:
-            truth.append("zh")
-        elif latin / 5 >= 1.5 * han / 2:
-            truth.append("en")
-        else:
-            continue
-        parts = [zh_part, en_part] if rng.random() < 0.5 else [en_part, zh_part]
-        docs.append(rng.choice([" ", "\n", "，"]).join(parts))
-    return docs, truth
 
 
 def accuracy(op: LangId, texts: list[str], truth: list[str]) -> float:
