@@ -21,6 +21,7 @@ import fcntl
 import json
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -111,6 +112,36 @@ class LocalRunLock:
         self.release()
 
 
+_HOLDER_WAIT_S = 2.0
+
+
+def _settled_holder(fd: int) -> dict[str, Any] | None:
+    """The record of the run that holds the lock. A run writes its record just after it
+    takes the lock, so a run refused in that instant reads an empty record, or the one its
+    predecessor left; it reads again for up to :data:`_HOLDER_WAIT_S` until the record
+    names a live process (on another host: any record)."""
+    deadline = time.monotonic() + _HOLDER_WAIT_S
+    while True:
+        holder = _read_holder(fd)
+        if holder is not None and _names_live_process(holder):
+            return holder
+        if time.monotonic() >= deadline:
+            return holder
+        time.sleep(0.01)
+
+
+def _names_live_process(holder: dict[str, Any]) -> bool:
+    if holder.get("host") != socket.gethostname():
+        return holder.get("pid") != "?"  # another host: cannot check; unreadable: retry
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except (KeyError, ValueError, TypeError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True
+
+
 def _read_holder(fd: int) -> dict[str, Any] | None:
     os.lseek(fd, 0, os.SEEK_SET)
     data = os.read(fd, 4096)
@@ -134,7 +165,7 @@ def acquire_run_lock(out: Path) -> RunLock:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = _read_holder(fd) or {}
+        holder = _settled_holder(fd) or {}
         os.close(fd)
         raise RunLockedError(
             f"{out} is being written by another dataforge run ({_describe(holder)}); wait for "

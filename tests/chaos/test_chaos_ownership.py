@@ -3,11 +3,15 @@ output never overlaps an input, and two runs never share a run directory (issue 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -91,6 +95,38 @@ def test_lock_refuses_a_second_writer_and_names_the_holder(tmp_path: Path) -> No
     again = acquire_run_lock(out)
     assert again.previous is None  # a clean release leaves no holder behind
     again.release()
+
+
+@pytest.mark.parametrize("left_behind", ["", "stale"])
+def test_a_run_refused_as_the_winner_locks_names_the_winner(
+    tmp_path: Path, left_behind: str
+) -> None:
+    """The race of two runs started together: the winner holds the lock but has not yet
+    written its record (the file is empty, or still names a run that died). The refused
+    run reads again until the record names the live winner."""
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = subprocess.Popen(["true"])  # a pid that no longer runs
+    dead.wait()
+    stale = {"host": socket.gethostname(), "pid": dead.pid, "started": "2026-01-01T00:00:00"}
+    (out / LOCK_FILE).write_text(json.dumps(stale) if left_behind else "")
+    fd = os.open(out / LOCK_FILE, os.O_RDWR)  # the winner: locked, record not yet written
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    record = {"host": socket.gethostname(), "pid": os.getpid(), "started": "2026-11-30T00:00:00"}
+
+    def write_record() -> None:
+        time.sleep(0.3)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+
+    writer = threading.Thread(target=write_record)
+    writer.start()
+    try:
+        with pytest.raises(RunLockedError, match=rf"pid {os.getpid()}, started 2026-11-30"):
+            acquire_run_lock(out)
+    finally:
+        writer.join()
+        os.close(fd)
 
 
 def test_lock_of_a_killed_run_is_taken_over(tmp_path: Path, write_pipeline) -> None:
