@@ -131,8 +131,12 @@ def test_run_on_ray_leaves_the_process_as_it_found_it(pipeline_file: Path, tmp_p
     from dataforge.runtime.ray_runner import run_on_ray
 
     config = _config(pipeline_file)
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    run_on_ray(config, tmp_path / "out")
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    # an earlier ray.init in this process (other tests) may have left Ray's own handler
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        run_on_ray(config, tmp_path / "out")
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, before)
     assert not ray.is_initialized()
     assert list(iter_samples(tmp_path / "out")) == _reference(config, tmp_path)
