@@ -39,7 +39,8 @@ def shm_locals(prefix: int) -> list[str] | None:
 
 def unlink_shm(prefix: int) -> int:
     """Unlink every shared-memory segment streaming creates under ``prefix``; returns how
-    many existed. The caller checks first (:func:`shm_locals`) that they are its own."""
+    many this call removed (the ranks of a node close at once, each unlinking what is
+    left). The caller checks first (:func:`shm_locals`) that they are its own."""
     from streaming.base.constant import SHM_TO_CLEAN
     from streaming.base.shared.prefix import _get_path
 
@@ -50,6 +51,9 @@ def unlink_shm(prefix: int) -> int:
         except FileNotFoundError:
             continue
         segment.close()
-        segment.unlink()
+        try:
+            segment.unlink()
+        except FileNotFoundError:
+            continue  # another rank of this node unlinked it between the open and here
         removed += 1
     return removed

@@ -98,3 +98,31 @@ def test_streaming_shm_state_is_found_and_removed(tmp_path: Path) -> None:
     assert unlink_shm(prefix) >= 1
     assert shm_locals(prefix) is None
     assert unlink_shm(prefix) == 0
+
+
+def test_unlink_shm_tolerates_a_rank_that_unlinked_first(tmp_path: Path, monkeypatch) -> None:
+    """Two ranks of a node close together: a segment the other rank unlinks between this
+    one's open and unlink is not an error (it was a FileNotFoundError at close)."""
+    from multiprocessing.shared_memory import SharedMemory
+
+    from streaming import StreamingDataset
+
+    import dataforge.io.streaming_shm as streaming_shm
+
+    _write(tmp_path / "mds", _samples(3), None)
+    dataset = StreamingDataset(local=str(tmp_path / "mds"), shuffle=False, batch_size=1)
+    prefix = dataset_shm_prefix(dataset)
+    del dataset
+    raced = []
+
+    class SiblingFirst(SharedMemory):
+        def unlink(self) -> None:
+            if not raced:  # the sibling rank wins the first segment
+                SharedMemory(self.name, create=False).unlink()
+                raced.append(self.name)
+            super().unlink()
+
+    monkeypatch.setattr(streaming_shm, "SharedMemory", SiblingFirst)
+    existed = unlink_shm(prefix)
+    assert raced and existed >= 1  # the raced segment is not counted as removed here
+    assert shm_locals(prefix) is None and unlink_shm(prefix) == 0
