@@ -258,7 +258,12 @@ def train(
             evaluator = Evaluator(held_out, objective, env, config.eval.max_batches)
         config = resolve_steps(config, source, env)
         run = _setup(config, stage, env, objective)
-        return _train(run, source, evaluator, resume, stop_after)
+        result = _train(run, source, evaluator, resume, stop_after)
+        if env.owns_group:
+            # No rank tears the group down while another still talks to it: rank 0 hosts
+            # the TCP store, and a rank that loses it mid-call aborts (SIGABRT at exit).
+            torch.distributed.barrier()
+        return result
     finally:
         if env.owns_group:
             torch.distributed.destroy_process_group()
