@@ -57,6 +57,49 @@ def test_shingle_hashes_independent_of_neighbours(left, right, n):
     assert len(np.unique(alone.hashes)) == expected
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.text(alphabet="ab中文 ", max_size=12), max_size=8),
+    st.integers(1, 4),
+    st.sampled_from(["char", "word"]),
+    st.integers(1, 20),
+)
+def test_grouped_hashing_equals_one_pass(texts, n, kind, group):
+    """Batches longer than the group size are hashed a group of documents at a time (to
+    bound the power tables); every hash and offset is the one of a single pass."""
+    import dataforge.ops.dedup.shingles as shingles
+
+    arr = pa.array(texts, pa.string())
+    whole = shingle_hashes(arr, kind, n)
+    whole_text = text_hashes(arr)
+    saved = shingles._GROUP_CODE_POINTS
+    shingles._GROUP_CODE_POINTS = group
+    try:
+        grouped = shingle_hashes(arr, kind, n)
+        grouped_text = text_hashes(arr)
+    finally:
+        shingles._GROUP_CODE_POINTS = saved
+    assert grouped.offsets.tolist() == whole.offsets.tolist()
+    assert grouped.hashes.tolist() == whole.hashes.tolist()
+    assert grouped_text.tolist() == whole_text.tolist()
+
+
+def test_doc_groups_bound_code_points():
+    from dataforge.ops.dedup.shingles import _doc_groups
+
+    offsets = np.array([0, 3, 3, 10, 11, 30, 31])
+    assert _doc_groups(offsets) == [0, 6]  # under the default size: one group
+    import dataforge.ops.dedup.shingles as shingles
+
+    saved = shingles._GROUP_CODE_POINTS
+    shingles._GROUP_CODE_POINTS = 8
+    try:
+        # docs 0-1 ([0,3)), docs 2-3 ([3,11): 8 fit), doc 4 ([11,30): 19 > 8, alone), doc 5
+        assert _doc_groups(offsets) == [0, 2, 4, 5, 6]
+    finally:
+        shingles._GROUP_CODE_POINTS = saved
+
+
 def test_huge_document_is_capped_consistently():
     rng = np.random.default_rng(0)
     big = "".join(rng.choice(list("的一是在不了有和人这中大为上个国我以要他"), size=2_000_000))

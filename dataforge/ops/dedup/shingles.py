@@ -20,6 +20,7 @@ keep the same sample and still collide).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -163,6 +164,27 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
                 np.cumprod(inv, dtype=np.uint64),
             )
     return _POWERS[:n], _INV_POWERS[:n]
+
+
+_GROUP_CODE_POINTS = 1 << 21
+"""Code points hashed at a time. A range's hash does not depend on where the range lies,
+so grouping does not change any hash; it bounds the power tables of :func:`_powers` (8
+bytes per position, twice), which the verification texts of a large dedup barrier (tens
+of millions of code points in one call) grew to ~0.5 GB and ~0.6 s per process."""
+
+
+def _doc_groups(offsets: np.ndarray) -> list[int]:
+    """Document boundaries ``[0, ..., len(offsets) - 1]`` of consecutive groups of at most
+    :data:`_GROUP_CODE_POINTS` code points (a longer document is a group of its own)."""
+    docs = len(offsets) - 1
+    if docs <= 0 or offsets[-1] - offsets[0] <= _GROUP_CODE_POINTS:
+        return [0, docs]
+    bounds = [0]
+    while bounds[-1] < docs:
+        a = bounds[-1]
+        b = int(np.searchsorted(offsets, offsets[a] + _GROUP_CODE_POINTS, side="right")) - 1
+        bounds.append(min(max(b, a + 1), docs))
+    return bounds
 
 
 def _prefix_hash(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -334,6 +356,19 @@ def shingle_hashes(
         cps, offsets = texts
     else:
         cps, offsets = _code_points(pc.utf8_slice_codeunits(texts, 0, max_chars))
+    groups = _doc_groups(offsets)
+    if len(groups) > 2:  # a long batch: hashed a group of documents at a time
+        return ShingleSet.concat(
+            [
+                shingle_hashes(
+                    (cps[offsets[a] : offsets[b]], offsets[a : b + 1] - offsets[a]),
+                    kind,
+                    ngram,
+                    max_shingles=max_shingles,
+                )
+                for a, b in itertools.pairwise(groups)
+            ]
+        )
     prefix, inv = _prefix_hash(cps)
     if kind == "char":
         s, e, counts = _ngram_ranges(offsets[:-1], np.diff(offsets), ngram)
@@ -374,5 +409,13 @@ def _cap(shingles: ShingleSet, max_shingles: int) -> ShingleSet:
 def text_hashes(texts: pa.Array | tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """One 64-bit hash of each whole (normalized) text, from the same prefix-sum array."""
     cps, offsets = texts if isinstance(texts, tuple) else _code_points(texts)
+    groups = _doc_groups(offsets)
+    if len(groups) > 2:
+        return np.concatenate(
+            [
+                text_hashes((cps[offsets[a] : offsets[b]], offsets[a : b + 1] - offsets[a]))
+                for a, b in itertools.pairwise(groups)
+            ]
+        )
     prefix, inv = _prefix_hash(cps)
     return _range_hashes(prefix, inv, offsets[:-1], offsets[1:])
