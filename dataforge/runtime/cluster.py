@@ -193,8 +193,8 @@ def stop_embedded_ray() -> None:
     """``ray.shutdown()`` of the node this process started, a second faster: Ray stops
     its processes one after the other with SIGTERM and a one-second grace each, and the
     autoscaler monitor of a local node (which has nothing to scale) ignores SIGTERM, so it
-    always costs the full second. It is killed first; everything else is Ray's own
-    shutdown."""
+    always costs the full second. It is killed first (when :func:`_lean_node` could not
+    leave it out); everything else is Ray's own shutdown."""
     node = getattr(ray._private.worker, "_global_node", None)  # private: guarded
     for info in getattr(node, "all_processes", {}).get("monitor", []):
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
