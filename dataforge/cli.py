@@ -44,9 +44,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     out = _output_location(args, config)
-    if not (args.address or config.ray.address or os.environ.get("RAY_ADDRESS")):
+    embedded = not (args.address or config.ray.address or os.environ.get("RAY_ADDRESS"))
+    if embedded and "ray" not in sys.modules:
         # Ray 2.60 turns token authentication on for a new local cluster and warns when the
-        # mode was left unset; we set it to that secure default, before Ray reads it at import.
+        # mode was left unset; we set it to that secure default, before Ray reads it at
+        # import. Not once Ray is imported (a program calling main()): Ray's driver would
+        # keep the mode it read then while the node it starts reads ours, and the start
+        # stalls on InvalidAuthToken retries (~20 s, measured).
         os.environ.setdefault("RAY_AUTH_MODE", "token")
     from dataforge.runtime.cluster import ClusterError
     from dataforge.runtime.progress import RunProgress

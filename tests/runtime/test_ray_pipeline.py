@@ -47,6 +47,36 @@ def test_cli_run_on_local_ray_matches_in_process_run(pipeline_file: Path, tmp_pa
     )
 
 
+def test_cli_main_called_by_a_program_that_imported_ray(
+    pipeline_file: Path, tmp_path: Path
+) -> None:
+    """A program that imports Ray and then calls ``dataforge.cli.main(["run", ...])``: the
+    CLI leaves ``RAY_AUTH_MODE`` as Ray read it at import, else the node it starts wants a
+    token the driver does not send (the start stalled ~20 s on InvalidAuthToken)."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("0123456789abcdef" * 4)  # token mode's trigger
+    program = (
+        "import sys, ray\n"
+        "from dataforge.cli import main\n"
+        f"sys.exit(main(['run', {str(pipeline_file)!r}, '-o', {str(tmp_path / 'out')!r}, "
+        "'--set', 'ray.num_cpus=2']))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "HOME": str(home)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "InvalidAuthToken" not in proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["kept"] == 21
+    assert time.monotonic() - started < 60
+
+
 def test_two_node_cluster(pipeline_file: Path, tmp_path: Path) -> None:
     from ray.cluster_utils import Cluster
 
