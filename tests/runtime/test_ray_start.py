@@ -78,9 +78,13 @@ def test_a_failed_start_fails_the_run_in_one_line(pipeline_file: Path, tmp_path:
 
 @pytest.mark.ray
 def test_background_start_keeps_its_node_and_matches_the_in_process_run(
-    pipeline_file: Path, tmp_path: Path
+    pipeline_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import ray
+
+    import dataforge.runtime.ray_runner as ray_runner
+
+    monkeypatch.setattr(ray_runner, "_ACTOR_START_S", 0.0)  # the tiny corpus still uses actors
 
     from dataforge.runtime.cluster import connect, embedded_cpus, stop_embedded_ray
 
@@ -145,3 +149,26 @@ def test_run_on_ray_leaves_the_process_as_it_found_it(pipeline_file: Path, tmp_p
         signal.signal(signal.SIGTERM, before)
     assert not ray.is_initialized()
     assert list(iter_samples(tmp_path / "out")) == _reference(config, tmp_path)
+
+
+def test_the_lane_starts_actors_only_for_work_that_pays_for_them(pipeline_file: Path) -> None:
+    from collections import deque
+
+    from dataforge.runtime.ray_runner import _ACTOR_START_S
+
+    config = _config(pipeline_file)
+    two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
+    start = RayStart(lambda: "never used")
+    try:
+        lane = RayExecutor(two, starting=start)
+        pace = _ACTOR_START_S / 4  # seconds per task the driver measured
+        assert not lane._pool_pays(deque(range(9)), [])  # the driver runs one task first
+        assert lane._pool_pays(deque(range(5)), [pace, pace])  # 5 tasks left > 4
+        assert not lane._pool_pays(deque(range(4)), [pace])  # 4 left: not more than it
+        lane.actors = ["an actor of an earlier segment"]
+        assert lane._pool_pays(deque(range(1)), [])  # an existing pool is free to use
+        sized = dataclasses.replace(two, ray=dataclasses.replace(two.ray, actors=1))
+        assert RayExecutor(sized, starting=start)._pool_pays(deque(range(1)), [])
+        assert RayExecutor(two, cluster=True, starting=start)._pool_pays(deque(range(1)), [])
+    finally:
+        start.release()
