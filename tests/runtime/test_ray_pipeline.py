@@ -63,7 +63,6 @@ def test_cli_main_called_by_a_program_that_imported_ray(
         "'--set', 'ray.num_cpus=2']))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
-    started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", program],
         capture_output=True,
@@ -74,7 +73,6 @@ def test_cli_main_called_by_a_program_that_imported_ray(
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "InvalidAuthToken" not in proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["kept"] == 21
-    assert time.monotonic() - started < 60
 
 
 def test_two_node_cluster(pipeline_file: Path, tmp_path: Path) -> None:
