@@ -114,6 +114,32 @@ def test_background_start_keeps_its_node_and_matches_the_in_process_run(
     assert list(iter_samples(tmp_path / "out")) == _reference(config, tmp_path)
 
 
+@pytest.mark.ray
+def test_with_ray_up_a_small_run_starts_no_actor(pipeline_file: Path, tmp_path: Path) -> None:
+    """Ray is up before the run, but tasks of milliseconds never pay for an actor's start:
+    the driver runs them all, no actor is created, the output is the in-process run's."""
+    import ray
+
+    from dataforge.runtime.cluster import connect, stop_embedded_ray
+
+    config = _config(pipeline_file)
+    two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
+    start = RayStart(lambda: connect(two, None))
+    executor = RayExecutor(two, starting=start)
+    try:
+        start.wait()
+        manifest = run_pipeline(two, tmp_path / "out", executor, log=lambda m: None)
+        assert executor.actors == []
+        assert executor.driver_tasks == 2 * len(manifest["inputs"])  # both segments
+    finally:
+        executor.close()
+        start.finished()
+        if ray.is_initialized():
+            stop_embedded_ray()
+        start.release()
+    assert list(iter_samples(tmp_path / "out")) == _reference(config, tmp_path)
+
+
 def test_the_driver_is_a_lane_unless_the_pool_is_sized(pipeline_file: Path) -> None:
     config = _config(pipeline_file)
     start = RayStart(lambda: "never used")

@@ -173,6 +173,18 @@ bytes per position, twice), which the verification texts of a large dedup barrie
 of millions of code points in one call) grew to ~0.5 GB and ~0.6 s per process."""
 
 
+def _groups(cps: np.ndarray, offsets: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(code points, offsets)`` of each group of :func:`_doc_groups` (one group: the
+    input as it is)."""
+    bounds = _doc_groups(offsets)
+    if len(bounds) <= 2:
+        return [(cps, offsets)]
+    return [
+        (cps[offsets[a] : offsets[b]], offsets[a : b + 1] - offsets[a])
+        for a, b in itertools.pairwise(bounds)
+    ]
+
+
 def _doc_groups(offsets: np.ndarray) -> list[int]:
     """Document boundaries ``[0, ..., len(offsets) - 1]`` of consecutive groups of at most
     :data:`_GROUP_CODE_POINTS` code points (a longer document is a group of its own)."""
@@ -356,18 +368,10 @@ def shingle_hashes(
         cps, offsets = texts
     else:
         cps, offsets = _code_points(pc.utf8_slice_codeunits(texts, 0, max_chars))
-    groups = _doc_groups(offsets)
-    if len(groups) > 2:  # a long batch: hashed a group of documents at a time
+    groups = _groups(cps, offsets)
+    if len(groups) > 1:  # a long batch: hashed a group of documents at a time
         return ShingleSet.concat(
-            [
-                shingle_hashes(
-                    (cps[offsets[a] : offsets[b]], offsets[a : b + 1] - offsets[a]),
-                    kind,
-                    ngram,
-                    max_shingles=max_shingles,
-                )
-                for a, b in itertools.pairwise(groups)
-            ]
+            [shingle_hashes(g, kind, ngram, max_shingles=max_shingles) for g in groups]
         )
     prefix, inv = _prefix_hash(cps)
     if kind == "char":
@@ -409,13 +413,8 @@ def _cap(shingles: ShingleSet, max_shingles: int) -> ShingleSet:
 def text_hashes(texts: pa.Array | tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """One 64-bit hash of each whole (normalized) text, from the same prefix-sum array."""
     cps, offsets = texts if isinstance(texts, tuple) else _code_points(texts)
-    groups = _doc_groups(offsets)
-    if len(groups) > 2:
-        return np.concatenate(
-            [
-                text_hashes((cps[offsets[a] : offsets[b]], offsets[a : b + 1] - offsets[a]))
-                for a, b in itertools.pairwise(groups)
-            ]
-        )
+    groups = _groups(cps, offsets)
+    if len(groups) > 1:
+        return np.concatenate([text_hashes(g) for g in groups])
     prefix, inv = _prefix_hash(cps)
     return _range_hashes(prefix, inv, offsets[:-1], offsets[1:])
