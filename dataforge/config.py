@@ -102,8 +102,14 @@ class RayConfig:
     runs tasks only until every actor has returned one."""
     cpus_per_actor: float = 1.0
     max_task_retries: int = 2
+    start: Literal["auto", "always"] = "auto"
+    """Embedded Ray only. ``auto``: the driver runs tasks from the start and starts Ray
+    once a segment's work left, at its measured pace, pays back Ray's start (a small run
+    never starts it); ``always``: start it with the run. A sized pool (``actors``) always
+    starts it."""
 
     def __post_init__(self) -> None:
+        check_choices(self)
         check_range("ray.num_cpus", self.num_cpus, 1)
         # Ray refuses an object store under 75 MiB.
         check_range("ray.object_store_memory", self.object_store_memory, 75 * 1024 * 1024)

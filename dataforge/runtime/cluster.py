@@ -31,9 +31,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
 from dataforge.config import PipelineConfig
 from dataforge.io import fs
 from dataforge.io.readers import InputTask
@@ -113,6 +110,8 @@ def connect(config: PipelineConfig, address: str | None, verbose: bool = False) 
         ClusterError: the cluster at the address cannot be joined (the message says why,
             with the authentication settings in force).
     """
+    import ray  # deferred: a run that never starts Ray never imports it (~0.2 s)
+
     if ray.is_initialized():
         return "already initialized Ray"
     address = resolve_address(config, address)
@@ -167,6 +166,8 @@ def _lean_node():
     seconds (2.74 vs 3.36), CPU the driver's own tasks get instead; up no sooner.
     ``ray.init`` has no switch for them; its ``RayParams`` (private, guarded: left alone
     if it changes) is given both."""
+    import ray  # deferred, as in connect
+
     params = getattr(getattr(ray, "_private", None), "parameter", None)
     original = getattr(params, "RayParams", None)
     fields = getattr(getattr(original, "__init__", None), "__code__", None)
@@ -197,6 +198,8 @@ def stop_embedded_ray() -> None:
     autoscaler monitor of a local node (which has nothing to scale) ignores SIGTERM, so it
     always costs the full second. It is killed first (when :func:`_lean_node` could not
     leave it out); everything else is Ray's own shutdown."""
+    import ray  # deferred, as in connect
+
     node = getattr(ray._private.worker, "_global_node", None)  # private: guarded
     for info in getattr(node, "all_processes", {}).get("monitor", []):
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
@@ -255,6 +258,8 @@ def _match_auth_mode(address: str) -> None:
 
 
 def _cpus() -> int:
+    import ray  # deferred, as in connect
+
     return int(ray.cluster_resources().get("CPU", 0))
 
 
@@ -299,11 +304,6 @@ def _output_dir_problems(work: Path, probe: str, node: str) -> list[str]:
     return []
 
 
-@ray.remote(num_cpus=0, max_retries=0)
-def _remote_problems(spec: dict[str, Any]) -> list[str]:
-    return node_path_problems(spec)
-
-
 def check_nodes_see_paths(
     config: PipelineConfig, work: Path | None, tasks: list[InputTask]
 ) -> None:
@@ -313,9 +313,14 @@ def check_nodes_see_paths(
         ClusterError: a node cannot see a path (all problems of all nodes, one per line),
             or did not answer within two minutes.
     """
+    import ray  # deferred, as in connect
+
     probe = uuid.uuid4().hex
     if work is not None:  # None: the run directory is on object storage
         (work / _PROBE).write_text(probe)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    remote_problems = ray.remote(num_cpus=0, max_retries=0)(node_path_problems)
     inputs = sorted({(t.path, t.bytes) for t in tasks})
     nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
     refs = {}
@@ -328,7 +333,7 @@ def check_nodes_see_paths(
             "node": node["NodeID"],
         }
         strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-        refs[name] = _remote_problems.options(scheduling_strategy=strategy).remote(
+        refs[name] = remote_problems.options(scheduling_strategy=strategy).remote(
             {**spec, "config": config}
         )
     problems = []

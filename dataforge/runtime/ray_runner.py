@@ -10,10 +10,12 @@ part; the fused per-actor op chain avoids an Arrow hand-off between stages, whic
 machines costs more than the stages themselves. The driver keeps one task in flight per
 actor and hands the next pending task to whichever actor finishes first.
 
-Embedded Ray starts in a background thread (:class:`RayStart`, 2.5-5 s on 2 cores) while
-the driver runs tasks itself, in process, with the same :class:`SegmentRunner`, and goes
-on doing so as one of the run's workers (one actor fewer to start and import). A task's
-output does not depend on where it ran, so neither does the run's. On a joined cluster
+The driver runs tasks itself, in process, with the same :class:`SegmentRunner`, and goes
+on doing so as one of the run's workers (one actor fewer to start and import). Embedded
+Ray is started in a background thread (:class:`RayStart`, 2.5-5 s on 2 cores) once the
+driver's first task of a segment shows more work left than starting Ray pays back
+(:data:`_RAY_PAYS_S`; at once with ``ray.start: always`` or when ``ray.actors`` sizes
+the pool): a small run never starts it. A task's output does not depend on where it ran, so neither does the run's. On a joined cluster
 the driver only coordinates: its machine may be far from the data and is not counted in
 the cluster's CPUs.
 """
@@ -28,9 +30,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import ray
+from typing import TYPE_CHECKING, Any
 
 from dataforge.config import PipelineConfig
 from dataforge.io.readers import InputTask
@@ -44,8 +44,12 @@ from dataforge.runtime.cluster import (
 )
 from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.progress import RunProgress
-from dataforge.runtime.ray_metrics import RayMetrics
 from dataforge.runtime.segments import Segment, SegmentRunner
+
+if TYPE_CHECKING:
+    import ray
+
+    from dataforge.runtime.ray_metrics import RayMetrics
 
 __all__ = ["RayExecutor", "RayStart", "run_on_ray"]
 
@@ -55,22 +59,38 @@ _ACTOR_START_S = 2.0
 """What a new actor costs before its first result (Ray's worker, imports, the segment's
 ops: 1.5-2 s measured on 2 busy cores). The driver lane starts the pool only when its
 own measured pace leaves more work than that in the segment."""
+_RAY_PAYS_S = 4.5
+"""Work left in a segment (driver seconds, at the driver's measured pace) above which
+starting embedded Ray pays back. Starting it costs ~3 s until the node is up plus
+:data:`_ACTOR_START_S` until an actor answers, and slows the driver's own tasks ~1.3x
+meanwhile; two cores give ~1.65x one (``benchmarks/core_sharing.py``). Measured on the
+``benchmarks/peers.py`` recipe, Ray started at once against not at all: 0.8-1.5 s slower
+with ~3.7 s of work left after the first task (31 MB), ~0.6 s faster with ~5.4 s left
+(47 MB)."""
+
+
+def _ray_initialized() -> bool:
+    """``ray.is_initialized()`` without importing Ray (not imported: not initialized)."""
+    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
 
 
 def _alive_nodes() -> int:
+    import ray  # deferred: a run that never starts Ray never imports it (~0.2 s)
+
     return sum(1 for node in ray.nodes() if node["Alive"])
 
 
 class RayStart:
-    """Starts Ray in a background thread (``start`` returns a description for the log);
-    :meth:`ready` polls, :meth:`wait` blocks, and both raise the start's error.
+    """Starts Ray in a background thread (``start`` returns a description for the log)
+    once :meth:`begin` is called; :meth:`ready` polls (False before ``begin``),
+    :meth:`wait` blocks (beginning the start if needed), and both raise the start's error.
 
     The thread lives until :meth:`release`: Ray spawns its processes with
     ``PR_SET_PDEATHSIG``, which fires when the spawning *thread* ends, so a thread that
     returned after ``ray.init`` would take the node's GCS and raylet with it.
     """
 
-    def __init__(self, start: Callable[[], str]) -> None:
+    def __init__(self, start: Callable[[], str], begin: bool = True) -> None:
         self.where: str | None = None
         self.error: BaseException | None = None
         self._done = threading.Event()
@@ -78,7 +98,17 @@ class RayStart:
         self._thread = threading.Thread(
             target=self._run, args=(start,), name="dataforge-ray-start", daemon=True
         )
-        self._thread.start()
+        if begin:
+            self.begin()
+
+    @property
+    def begun(self) -> bool:
+        return self._thread.ident is not None
+
+    def begin(self) -> None:
+        """Start Ray now (in the background); a second call does nothing."""
+        if not self.begun:
+            self._thread.start()
 
     def _run(self, start: Callable[[], str]) -> None:
         try:
@@ -97,17 +127,20 @@ class RayStart:
         return True
 
     def wait(self) -> None:
+        self.begin()
         self._done.wait()
         self.ready()
 
     def finished(self) -> None:
-        """Wait for the start to end, whatever its outcome."""
-        self._done.wait()
+        """Wait for a begun start to end, whatever its outcome."""
+        if self.begun:
+            self._done.wait()
 
     def release(self) -> None:
         """End the thread, once the node it started is stopped."""
         self._released.set()
-        self._thread.join()
+        if self.begun:
+            self._thread.join()
 
 
 class _NotMainThreadNotice(logging.Filter):
@@ -176,6 +209,8 @@ class RayExecutor:
         self.starting = starting
         self.driver_helps = not cluster
         if starting is None:
+            import ray  # deferred
+
             self.num_cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         else:  # what connect() starts embedded Ray with
             self.num_cpus = embedded_cpus(config)
@@ -187,6 +222,9 @@ class RayExecutor:
         self.actors: list[Any] = []
         self.warm: set[int] = set()  # id() of actors that have returned a task
         self.driver_tasks = 0
+        self.most_work_left = 0.0  # the largest estimate that did not start Ray (seconds)
+        if starting is not None and (not self.driver_lane or config.ray.start == "always"):
+            starting.begin()  # asked for, or a sized pool (or a single CPU): Ray at once
 
     @property
     def ray_available(self) -> bool:
@@ -194,6 +232,8 @@ class RayExecutor:
         return self.starting is None or self.starting.ready()
 
     def _pool(self, config: PipelineConfig, work_dir: Path, wanted: int) -> list[Any]:
+        import ray  # deferred
+
         cpus = self.num_cpus - (1 if self.driver_lane else 0)  # the driver's lane takes one
         size = config.ray.actors or max(1, int(cpus // config.ray.cpus_per_actor))
         missing = min(size, wanted) - len(self.actors)
@@ -228,6 +268,8 @@ class RayExecutor:
         driver_seconds: list[float] = []  # this segment's tasks the driver ran
         try:
             while queue or running:
+                if self.starting is not None and not self.starting.begun:
+                    self._begin_ray_if_it_pays(queue, driver_seconds)
                 if pool is None and self.ray_available and self._pool_pays(queue, driver_seconds):
                     pool = self._pool(config, work_dir, len(queue))
                     # With the driver as a lane, an actor holds a second task, so that it
@@ -262,6 +304,21 @@ class RayExecutor:
             self.close()
             raise
 
+    def _begin_ray_if_it_pays(self, queue: deque, driver_seconds: list[float]) -> None:
+        """Embedded Ray is started only once a segment's work left, at the driver's
+        measured pace, is more than starting it pays back (:data:`_RAY_PAYS_S`): a small
+        run never starts it and finishes as fast as in process. The first task carries
+        the segment's warm-up (first calls, caches: 0.35 s against 0.15 s for the next
+        ones on the demo recipe), so its pace alone starts Ray only at twice the bar."""
+        if not driver_seconds:
+            return
+        steady = driver_seconds[1:] or driver_seconds
+        left = len(queue) * sum(steady) / len(steady)
+        if left > _RAY_PAYS_S * (1 if len(driver_seconds) > 1 else 2):
+            self.starting.begin()
+        elif len(driver_seconds) > 1:
+            self.most_work_left = max(self.most_work_left, left)
+
     def _pool_pays(self, queue: deque, driver_seconds: list[float]) -> bool:
         """Whether to start (or take from the run's pool) the actors now. A pool that
         exists is free to use; a sized pool or a cluster always starts. The driver lane
@@ -292,6 +349,8 @@ class RayExecutor:
         passes); returns their actors, now idle."""
         if not running:
             return []
+        import ray  # deferred
+
         done, _ = ray.wait(list(running), num_returns=1, timeout=timeout)
         if done:  # and whatever else has finished by now
             done, _ = ray.wait(list(running), num_returns=len(running), timeout=0)
@@ -304,6 +363,8 @@ class RayExecutor:
         return freed
 
     def _release(self, actors: list[Any]) -> None:
+        import ray  # deferred
+
         for actor in actors:
             ray.kill(actor)
             self.actors.remove(actor)
@@ -311,7 +372,7 @@ class RayExecutor:
     def close(self) -> None:
         """Stop the pool (a joined cluster's actors would otherwise outlive the run)."""
         for actor in self.actors:
-            ray.kill(actor)
+            sys.modules["ray"].kill(actor)  # actors exist: Ray is imported
         self.actors = []
 
 
@@ -327,6 +388,8 @@ class _MetricsOnceUp:
     def _forward(self, method: str, args: tuple) -> None:
         self.pending.append((method, args))
         if self.metrics is None and self.starting.where is not None:
+            from dataforge.runtime.ray_metrics import RayMetrics  # Ray is up: imported
+
             self.metrics = RayMetrics(self.config)
         if self.metrics is not None:
             for name, pending_args in self.pending:
@@ -368,15 +431,17 @@ def run_on_ray(
         return where
 
     def start_ray() -> RayExecutor:
-        if ray.is_initialized() or cluster:
-            if not ray.is_initialized():
+        if _ray_initialized() or cluster:
+            if not _ray_initialized():
                 connected.append(True)
             joined()
+            from dataforge.runtime.ray_metrics import RayMetrics
+
             progress.listeners = (*progress.listeners, RayMetrics(config))
             executor = RayExecutor(config, cluster=cluster)
         else:
             restores.append(_exit_on_sigterm())
-            starts.append(RayStart(joined))
+            starts.append(RayStart(joined, begin=False))  # the executor begins it
             progress.listeners = (*progress.listeners, _MetricsOnceUp(config, starts[0]))
             executor = RayExecutor(config, starting=starts[0])
         executors.append(executor)
@@ -391,14 +456,20 @@ def run_on_ray(
             executor.close()
             if log and executor.driver_tasks:
                 log(f"the driver ran {executor.driver_tasks} of the run's tasks itself")
+            if log and executor.starting is not None and not executor.starting.begun:
+                log(
+                    f"Ray was not started: at most {executor.most_work_left:.1f} s of work "
+                    f"was left after a segment's first task, under the {_RAY_PAYS_S} s "
+                    "that starting it pays back (ray.start: always starts it with the run)"
+                )
         # Leaving or stopping Ray stops the worker-log relay too, so that Ray's copies of a
         # failed task's trace do not trail after the one-line error the CLI prints next.
-        if connected and ray.is_initialized():
-            ray.shutdown()  # leaves the cluster; it runs on
+        if connected and _ray_initialized():
+            sys.modules["ray"].shutdown()  # leaves the cluster; it runs on
         for start in starts:
             start.finished()  # a start cannot be interrupted: its node is stopped once up
             try:
-                if ray.is_initialized():
+                if _ray_initialized():
                     stop_embedded_ray()
             finally:
                 start.release()

@@ -32,8 +32,12 @@ def cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.C
 
 
 def test_cli_run_on_local_ray_matches_in_process_run(pipeline_file: Path, tmp_path: Path) -> None:
-    proc = cli("run", str(pipeline_file), "-o", str(tmp_path / "ray"), "--set", "ray.num_cpus=2")
+    proc = cli(
+        "run", str(pipeline_file), "-o", str(tmp_path / "ray"),
+        "--set", "ray.num_cpus=2", "--set", "ray.actors=1",  # Ray at once, one actor
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "running on embedded local Ray" in proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["input"] == 22 and summary["kept"] == 21
     reference = tmp_path / "local"
@@ -45,6 +49,19 @@ def test_cli_run_on_local_ray_matches_in_process_run(pipeline_file: Path, tmp_pa
     assert (
         report["samples"] == 21 and report["verify"]["ok"] and report["per_source"]["docs_en"] == 6
     )
+
+
+def test_a_small_embedded_run_never_starts_ray(pipeline_file: Path, tmp_path: Path) -> None:
+    """Milliseconds of work never pay for starting Ray: the driver runs every task, says
+    so, and the output is the in-process run's."""
+    proc = cli("run", str(pipeline_file), "-o", str(tmp_path / "small"), "--set", "ray.num_cpus=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "running on" not in proc.stderr
+    assert "Ray was not started: at most 0.0 s of work was left" in proc.stderr
+    assert "(ray.start: always starts it with the run)" in proc.stderr
+    reference = tmp_path / "local"
+    run_pipeline(load_pipeline(pipeline_file), reference, LocalExecutor(), log=lambda m: None)
+    assert list(iter_samples(tmp_path / "small")) == list(iter_samples(reference))
 
 
 def test_cli_main_called_by_a_program_that_imported_ray(
@@ -60,7 +77,7 @@ def test_cli_main_called_by_a_program_that_imported_ray(
         "import sys, ray\n"
         "from dataforge.cli import main\n"
         f"sys.exit(main(['run', {str(pipeline_file)!r}, '-o', {str(tmp_path / 'out')!r}, "
-        "'--set', 'ray.num_cpus=2']))\n"
+        "'--set', 'ray.num_cpus=2', '--set', 'ray.actors=1']))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
     proc = subprocess.run(
@@ -71,7 +88,7 @@ def test_cli_main_called_by_a_program_that_imported_ray(
         env={**env, "HOME": str(home)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "InvalidAuthToken" not in proc.stderr
+    assert "InvalidAuthToken" not in proc.stderr and "running on embedded local Ray" in proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["kept"] == 21
 
 
@@ -185,7 +202,7 @@ def test_interrupt_stops_ray_and_the_rerun_resumes(
         """
         name: interrupted
         inputs: [{name: s, path: "many/*.jsonl", lang: zh}]
-        ray: {num_cpus: 2}
+        ray: {num_cpus: 2, actors: 1}  # Ray at once (not only once the work pays for it)
         output: {path: out/interrupted}
     """,
     )

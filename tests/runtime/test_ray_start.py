@@ -166,10 +166,14 @@ def test_run_on_ray_leaves_the_process_as_it_found_it(pipeline_file: Path, tmp_p
     from dataforge.runtime.ray_runner import run_on_ray
 
     config = _config(pipeline_file)
+    # a sized pool starts Ray at once (the tiny corpus alone would never start it)
+    sized = dataclasses.replace(config, ray=dataclasses.replace(config.ray, actors=1))
     # an earlier ray.init in this process (other tests) may have left Ray's own handler
     before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    logged: list[str] = []
     try:
-        run_on_ray(config, tmp_path / "out")
+        run_on_ray(sized, tmp_path / "out", log=logged.append)
+        assert any(line.startswith("running on") for line in logged)
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, before)
@@ -198,3 +202,39 @@ def test_the_lane_starts_actors_only_for_work_that_pays_for_them(pipeline_file: 
         assert RayExecutor(two, cluster=True, starting=start)._pool_pays(deque(range(1)), [])
     finally:
         start.release()
+
+
+def test_embedded_ray_starts_only_when_the_work_left_pays_for_it(pipeline_file: Path) -> None:
+    """The driver's first task of a segment carries its warm-up: its pace alone starts
+    Ray only at twice the bar; from the second task on, the later tasks' pace decides."""
+    from collections import deque
+
+    from dataforge.runtime.ray_runner import _RAY_PAYS_S
+
+    config = _config(pipeline_file)
+    two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
+
+    def begun(queue: int, driver_seconds: list[float]) -> bool:
+        start = RayStart(lambda: "never used", begin=False)
+        try:
+            RayExecutor(two, starting=start)._begin_ray_if_it_pays(
+                deque(range(queue)), driver_seconds
+            )
+            return start.begun
+        finally:
+            start.release()
+
+    pace = _RAY_PAYS_S / 10
+    assert not begun(50, [])  # nothing measured yet
+    assert not begun(19, [pace])  # 1.9x the bar on the first task alone: wait
+    assert begun(21, [pace])  # 2.1x
+    assert begun(11, [100.0, pace])  # 1.1x at the second task's pace, first one ignored
+    assert not begun(10, [pace / 100, pace, pace])  # exactly the bar: not more than it
+    for asked in ({"actors": 1}, {"start": "always"}):  # Ray at once, as asked
+        config = dataclasses.replace(two, ray=dataclasses.replace(two.ray, **asked))
+        start = RayStart(lambda: "never used", begin=False)
+        try:
+            RayExecutor(config, starting=start)
+            assert start.begun, asked
+        finally:
+            start.release()
