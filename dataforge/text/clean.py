@@ -37,6 +37,7 @@ only on the rows that need them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html
 import re
 
@@ -55,6 +56,13 @@ _LINE_BREAKS = r"\r\n?|[\x0b\x0c\x{85}\x{2028}\x{2029}]"
 _CONTROL = r"[\x00-\x08\x0e-\x1f\x7f-\x{9f}\x{FFFE}\x{FFFF}]"
 _INVISIBLE = (
     r"[\x{AD}\x{180E}\x{200B}-\x{200F}\x{202A}-\x{202E}\x{2060}-\x{2064}\x{2066}-\x{2069}\x{FEFF}]"
+)
+# Every character the three passes above rewrite, as one class: rows without any skip them.
+_NORMALIZE_GUARD = (
+    r"[\r\x0b\x0c\x{85}\x{2028}\x{2029}"  # _LINE_BREAKS
+    + _CONTROL[1:-1]
+    + _INVISIBLE[1:-1]
+    + "]"
 )
 _FULLWIDTH = r"[\x{FF01}-\x{FF5E}\x{3000}]"
 _FULLWIDTH_TABLE = {0xFF01 + i: 0x21 + i for i in range(0x5E)} | {0x3000: 0x20}
@@ -92,6 +100,19 @@ _MAX_ROUNDS = 8
 
 def _replace(arr: pa.Array, pattern: str, replacement: str) -> pa.Array:
     return pc.replace_substring_regex(arr, pattern=pattern, replacement=replacement)
+
+
+def _on_rows(arr: pa.Array, guard: str, fn) -> pa.Array:
+    """``fn(arr)`` computed only for the rows that match regex ``guard`` (what every row
+    ``fn`` changes matches): on most batches a cheap match pass instead of several
+    rewriting passes over every row."""
+    mask = pc.match_substring_regex(arr, pattern=guard)
+    hits = pc.sum(mask).as_py() or 0
+    if hits == 0:
+        return arr
+    if hits == len(arr):
+        return fn(arr)
+    return pc.replace_with_mask(arr, mask, fn(arr.filter(mask)))
 
 
 def _map_rows(arr: pa.Array, pattern: str, fn) -> pa.Array:
@@ -179,10 +200,7 @@ def clean_text(text: pa.Array, config: CleanConfig) -> pa.Array:
 
 
 def _normalize(text: pa.Array, cfg: CleanConfig) -> pa.Array:
-    text = _replace(text, _LINE_BREAKS, "\n")
-    text = _replace(text, _CONTROL, "")
-    if cfg.remove_invisible:
-        text = _replace(text, _INVISIBLE, "")
+    text = _on_rows(text, _NORMALIZE_GUARD, functools.partial(_breaks_and_controls, cfg=cfg))
     # Before normalization, so that "Ａ" + U+0300 composes like "A" + U+0300 under NFC.
     if cfg.fullwidth_to_halfwidth and cfg.normalization not in ("NFKC", "NFKD"):
         text = _map_rows(text, _FULLWIDTH, lambda s: s.translate(_FULLWIDTH_TABLE))
@@ -190,6 +208,14 @@ def _normalize(text: pa.Array, cfg: CleanConfig) -> pa.Array:
         text = pc.utf8_normalize(text, form=cfg.normalization)
     if cfg.invalid_utf8 == "remove":
         text = pc.replace_substring(text, REPLACEMENT_CHAR, "")
+    return text
+
+
+def _breaks_and_controls(text: pa.Array, cfg: CleanConfig) -> pa.Array:
+    text = _replace(text, _LINE_BREAKS, "\n")
+    text = _replace(text, _CONTROL, "")
+    if cfg.remove_invisible:
+        text = _replace(text, _INVISIBLE, "")
     return text
 
 
@@ -206,6 +232,15 @@ def _strip_markup(text: pa.Array, cfg: CleanConfig) -> pa.Array:
 
 
 def _tidy_whitespace(text: pa.Array, cfg: CleanConfig) -> pa.Array:
+    # What every rewrite below needs in a row: a Unicode space, a line end after a blank,
+    # two spaces, or one blank line more than kept.
+    keep = cfg.max_blank_lines + 1
+    guard = "|".join((_UNICODE_SPACES, r"[ \t]\n", "  ", "\n" * (keep + 1)))
+    text = _on_rows(text, guard, functools.partial(_rewrite_spaces, cfg=cfg))
+    return pc.utf8_trim(text, characters=" \t\n")
+
+
+def _rewrite_spaces(text: pa.Array, cfg: CleanConfig) -> pa.Array:
     text = _replace(text, _UNICODE_SPACES, " ")
     text = _replace(text, r"[ \t]+\n", "\n")
     if cfg.keep_indentation:
@@ -213,5 +248,4 @@ def _tidy_whitespace(text: pa.Array, cfg: CleanConfig) -> pa.Array:
     else:
         text = _replace(text, r"  +", " ")
     keep = cfg.max_blank_lines + 1
-    text = _replace(text, f"\n{{{keep + 1},}}", "\n" * keep)
-    return pc.utf8_trim(text, characters=" \t\n")
+    return _replace(text, f"\n{{{keep + 1},}}", "\n" * keep)

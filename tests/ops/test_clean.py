@@ -213,3 +213,40 @@ def test_empty_and_fully_dropped_batches_pass_through() -> None:
     dropped = batch(["ＡＢ", "x  y"], drops=["too_long", "error:json"])
     assert op(dropped).equals(dropped)
     assert op.validate() == []
+
+
+# Characters every guarded pass of the clean op rewrites, and ordinary ones around them.
+_WHITESPACE_PIECES = [
+    "a", "中", " ", "  ", "\t", "\n", "\n\n", "\n\n\n", " \n", "\t\n", "\r", "\r\n", "\x0b",
+    "\x0c", "\x85", "\u2028", "\u2029", "\x00", "\x1f", "\x7f", "\x9f", "\ufffe", "\u00ad",
+    "\u200b", "\u202e", "\u2066", "\ufeff", "\u00a0", "\u3000", "\u2009", "x  y",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    texts=st.lists(
+        st.lists(st.sampled_from(_WHITESPACE_PIECES), max_size=12).map("".join), max_size=8
+    ),
+    keep_indentation=st.booleans(),
+    max_blank_lines=st.integers(0, 3),
+    remove_invisible=st.booleans(),
+)
+def test_guarded_passes_equal_the_passes_over_every_row(
+    texts: list[str], keep_indentation: bool, max_blank_lines: int, remove_invisible: bool
+) -> None:
+    """The clean op rewrites line breaks, controls and spaces only in rows its guard
+    matches: the guard must match every row a pass would change."""
+    from dataforge.text import clean as c
+
+    cfg = c.CleanConfig(
+        keep_indentation=keep_indentation,
+        max_blank_lines=max_blank_lines,
+        remove_invisible=remove_invisible,
+    )
+    arr = pa.array(texts, pa.string())
+    assert c._on_rows(arr, c._NORMALIZE_GUARD, lambda a: c._breaks_and_controls(a, cfg)).equals(
+        c._breaks_and_controls(arr, cfg)
+    )
+    trimmed = c.pc.utf8_trim(c._rewrite_spaces(arr, cfg), characters=" \t\n")
+    assert c._tidy_whitespace(arr, cfg).equals(trimmed)
