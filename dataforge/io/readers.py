@@ -242,6 +242,7 @@ class TaskReader:
         self._repaired = False
         self._seen_ids: set[str] = set(task.known_ids)
         self._ord_counter = -1
+        self._transcoded_event: str | None = None  # per file, set with the decision
 
     def accepted_ids(self) -> set[str]:
         """Ids of the records read so far that were not dropped while reading."""
@@ -283,6 +284,8 @@ class TaskReader:
 
     def _open_text(self, raw: BinaryIO) -> io.TextIOBase:
         text, self.decision = open_decoded(raw, self.source.encoding)
+        transcoded = self.decision.transcoded
+        self._transcoded_event = f"transcoded:{self.decision.encoding}" if transcoded else None
         if self.decision.bom:
             self.events["bom_stripped"] += 1
         return text
@@ -326,8 +329,8 @@ class TaskReader:
         decision = self.decision
         if decision is not None and decision.undecodable:
             row["drop"], row["text"] = "invalid_encoding", ""
-        elif decision is not None and decision.transcoded:
-            self.events[f"transcoded:{decision.encoding}"] += 1
+        elif self._transcoded_event is not None:
+            self.events[self._transcoded_event] += 1
         if row["drop"] is None:
             if row["id"] in self._seen_ids:
                 row["drop"] = "duplicate_id"
@@ -340,6 +343,11 @@ class TaskReader:
         return self._ord_counter
 
     def _fix_utf8(self, text: str) -> tuple[str, str | None]:
+        try:  # no surrogate at all (what almost every line is): one C pass, no regex
+            text.encode("utf-8")
+            return text, None
+        except UnicodeEncodeError:
+            pass
         if not _ESCAPED_BYTES.search(text):
             return text, None
         self._repaired_records += 1
