@@ -1,17 +1,39 @@
 """KenLM perplexity models: CCNet normalization, training (lmplz), document scoring.
 
-Heavy modules (kenlm, the tokenizer) load only when a scorer or a training run needs them.
+Heavy modules (kenlm, the tokenizer) load only when a scorer or a training run needs them;
+the names below load on first use (PEP 562), so that ``dataforge`` commands that register
+the ``lm`` subcommand but never score import none of them.
 """
 
-from dataforge.lm.card import ModelCard, read_card, write_card
-from dataforge.lm.score import PerplexityScorer, perplexity
-from dataforge.lm.train import find_kenlm_tool, train_lm
-from dataforge.text.normalize import (
-    NORMALIZATION,
-    normalize_documents,
-    normalize_line,
-    normalize_lines,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dataforge.lm.card import ModelCard, read_card, write_card
+    from dataforge.lm.score import PerplexityScorer, perplexity
+    from dataforge.lm.train import find_kenlm_tool, train_lm
+    from dataforge.text.normalize import (
+        NORMALIZATION,
+        normalize_documents,
+        normalize_line,
+        normalize_lines,
+    )
+
+_HOMES = {
+    "ModelCard": "dataforge.lm.card",
+    "read_card": "dataforge.lm.card",
+    "write_card": "dataforge.lm.card",
+    "PerplexityScorer": "dataforge.lm.score",
+    "perplexity": "dataforge.lm.score",
+    "find_kenlm_tool": "dataforge.lm.train",
+    "train_lm": "dataforge.lm.train",
+    "NORMALIZATION": "dataforge.text.normalize",
+    "normalize_documents": "dataforge.text.normalize",
+    "normalize_line": "dataforge.text.normalize",
+    "normalize_lines": "dataforge.text.normalize",
+}
 
 __all__ = [
     "NORMALIZATION",
@@ -26,3 +48,11 @@ __all__ = [
     "train_lm",
     "write_card",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
