@@ -22,13 +22,14 @@ the cluster's CPUs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +94,7 @@ class RayStart:
     def __init__(self, start: Callable[[], str], begin: bool = True) -> None:
         self.where: str | None = None
         self.error: BaseException | None = None
+        self._begin_lock = threading.Lock()  # begun by the driver or by its timer
         self._done = threading.Event()
         self._released = threading.Event()
         self._thread = threading.Thread(
@@ -107,8 +109,9 @@ class RayStart:
 
     def begin(self) -> None:
         """Start Ray now (in the background); a second call does nothing."""
-        if not self.begun:
-            self._thread.start()
+        with self._begin_lock:
+            if not self.begun:
+                self._thread.start()
 
     def _run(self, start: Callable[[], str]) -> None:
         try:
@@ -280,8 +283,10 @@ class RayExecutor:
                     running[actor.run_task.remote(segment, queue.popleft())] = actor
                 if queue and self._driver_should_help(pool):
                     local = local or SegmentRunner(config, segment, str(work_dir))
+                    task = queue.popleft()
                     started = time.perf_counter()
-                    result = local.run_task(queue.popleft())
+                    with self._ray_begins_if_slow(len(queue), first=not driver_seconds):
+                        result = local.run_task(task)
                     driver_seconds.append(time.perf_counter() - started)
                     on_task(result)
                     self.driver_tasks += 1
@@ -318,6 +323,23 @@ class RayExecutor:
             self.starting.begin()
         elif len(driver_seconds) > 1:
             self.most_work_left = max(self.most_work_left, left)
+
+    @contextlib.contextmanager
+    def _ray_begins_if_slow(self, left: int, first: bool) -> Iterator[None]:
+        """While the driver runs a task with ``left`` more in the segment and Ray not
+        begun: begin it as soon as the task has taken long enough that the tasks left,
+        each at least as long, pass the bar of :meth:`_begin_ray_if_it_pays` (a file
+        split into large tasks would otherwise start Ray only after the first one)."""
+        if self.starting is None or self.starting.begun or left == 0:
+            yield
+            return
+        timer = threading.Timer(_RAY_PAYS_S * (2 if first else 1) / left, self.starting.begin)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
 
     def _pool_pays(self, queue: deque, driver_seconds: list[float]) -> bool:
         """Whether to start (or take from the run's pool) the actors now. A pool that

@@ -180,13 +180,20 @@ def _session_members(sid: int) -> list[str]:
     return members
 
 
-@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("sig", "status", "ray"),
+    [
+        (signal.SIGINT, 130, "{num_cpus: 2, actors: 1}"),  # Ray at once
+        (signal.SIGTERM, 143, "{num_cpus: 2, actors: 1}"),
+        (signal.SIGINT, 130, "{num_cpus: 2}"),  # Ray only if the work pays for it
+    ],
+)
 def test_interrupt_stops_ray_and_the_rerun_resumes(
-    tmp_path: Path, write_pipeline, sig: signal.Signals, status: int
+    tmp_path: Path, write_pipeline, sig: signal.Signals, status: int, ray: str
 ) -> None:
-    """Ctrl-C or SIGTERM to the driver alone (embedded Ray still starting or running):
-    one line and 130 / 143, every process it started gone, no complete-looking output,
-    and the same command resumes to the in-process run's output."""
+    """Ctrl-C or SIGTERM to the driver alone (embedded Ray not begun, still starting or
+    running): one line and 130 / 143, every process it started gone, no complete-looking
+    output, and the same command resumes to the in-process run's output."""
     corpus = tmp_path / "many"
     corpus.mkdir()
     for f in range(24):
@@ -202,9 +209,9 @@ def test_interrupt_stops_ray_and_the_rerun_resumes(
         """
         name: interrupted
         inputs: [{name: s, path: "many/*.jsonl", lang: zh}]
-        ray: {num_cpus: 2, actors: 1}  # Ray at once (not only once the work pays for it)
+        ray: RAY
         output: {path: out/interrupted}
-    """,
+    """.replace("RAY", ray),
     )
     out = tmp_path / "out" / "interrupted"
     proc = subprocess.Popen(

@@ -238,3 +238,38 @@ def test_embedded_ray_starts_only_when_the_work_left_pays_for_it(pipeline_file: 
             assert start.begun, asked
         finally:
             start.release()
+
+
+def test_a_slow_driver_task_begins_ray_before_it_ends(
+    pipeline_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task that alone shows the work left passes the bar begins Ray while it runs (a
+    file split into large tasks); a quick one leaves Ray unbegun, also after it ended."""
+    import time
+
+    import dataforge.runtime.ray_runner as ray_runner
+
+    monkeypatch.setattr(ray_runner, "_RAY_PAYS_S", 0.1)
+    config = _config(pipeline_file)
+    two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
+
+    def begun_during(seconds: float, left: int, first: bool) -> tuple[bool, bool]:
+        start = RayStart(lambda: "never used", begin=False)
+        try:
+            executor = RayExecutor(two, starting=start)
+            with executor._ray_begins_if_slow(left, first):
+                time.sleep(seconds)
+                during = start.begun
+            time.sleep(0.3)  # a cancelled timer never fires later
+            return during, start.begun
+        finally:
+            start.release()
+
+    # first task: bar 2 x 0.1 s over 10 tasks left -> begins after 0.02 s of the task
+    assert begun_during(0.5, left=10, first=True) == (True, True)
+    # first task, 1 task left: 0.2 s -> a 0.05 s task does not begin it
+    assert begun_during(0.05, left=1, first=True) == (False, False)
+    # a later task: 0.1 s / 1 left -> a 0.15 s task begins it, the first-task bar would not
+    assert begun_during(0.15, left=1, first=False) == (True, True)
+    assert begun_during(0.15, left=1, first=True) == (False, False)
+    assert begun_during(0.5, left=0, first=True) == (False, False)  # nothing left
