@@ -60,14 +60,14 @@ _ACTOR_START_S = 2.0
 """What a new actor costs before its first result (Ray's worker, imports, the segment's
 ops: 1.5-2 s measured on 2 busy cores). The driver lane starts the pool only when its
 own measured pace leaves more work than that in the segment."""
-_RAY_PAYS_S = 4.5
+_RAY_PAYS_S = 7.0
 """Work left in a segment (driver seconds, at the driver's measured pace) above which
 starting embedded Ray pays back. Starting it costs ~3 s until the node is up plus
 :data:`_ACTOR_START_S` until an actor answers, and slows the driver's own tasks ~1.3x
 meanwhile; two cores give ~1.65x one (``benchmarks/core_sharing.py``). Measured on the
-``benchmarks/peers.py`` recipe, Ray started at once against not at all: 0.8-1.5 s slower
-with ~3.7 s of work left after the first task (31 MB), ~0.6 s faster with ~5.4 s left
-(47 MB)."""
+``benchmarks/peers.py`` recipe, Ray begun at the first task against never (3 rounds,
+fresh processes): never faster by 0.5-0.9 s at 31 MB (~3.8 s of work left after the
+second task), by 0.4-1.2 s at 47 MB (~5.6 s), a tie within 0.2 s at 63 MB (~7.7 s)."""
 
 
 def _ray_initialized() -> bool:
