@@ -23,8 +23,6 @@ the cluster's CPUs.
 from __future__ import annotations
 
 import contextlib
-import logging
-import signal
 import sys
 import threading
 import time
@@ -45,6 +43,7 @@ from dataforge.runtime.cluster import (
 )
 from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.progress import RunProgress
+from dataforge.runtime.ray_start import RayStart, exit_on_sigterm, ray_initialized
 from dataforge.runtime.segments import Segment, SegmentRunner
 
 if TYPE_CHECKING:
@@ -70,103 +69,10 @@ fresh processes): never faster by 0.5-0.9 s at 31 MB (~3.8 s of work left after 
 second task), by 0.4-1.2 s at 47 MB (~5.6 s), a tie within 0.2 s at 63 MB (~7.7 s)."""
 
 
-def _ray_initialized() -> bool:
-    """``ray.is_initialized()`` without importing Ray (not imported: not initialized)."""
-    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
-
-
 def _alive_nodes() -> int:
     import ray  # deferred: a run that never starts Ray never imports it (~0.2 s)
 
     return sum(1 for node in ray.nodes() if node["Alive"])
-
-
-class RayStart:
-    """Starts Ray in a background thread (``start`` returns a description for the log)
-    once :meth:`begin` is called; :meth:`ready` polls (False before ``begin``),
-    :meth:`wait` blocks (beginning the start if needed), and both raise the start's error.
-
-    The thread lives until :meth:`release`: Ray spawns its processes with
-    ``PR_SET_PDEATHSIG``, which fires when the spawning *thread* ends, so a thread that
-    returned after ``ray.init`` would take the node's GCS and raylet with it.
-    """
-
-    def __init__(self, start: Callable[[], str], begin: bool = True) -> None:
-        self.where: str | None = None
-        self.error: BaseException | None = None
-        self._begin_lock = threading.Lock()  # begun by the driver or by its timer
-        self._done = threading.Event()
-        self._released = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, args=(start,), name="dataforge-ray-start", daemon=True
-        )
-        if begin:
-            self.begin()
-
-    @property
-    def begun(self) -> bool:
-        return self._thread.ident is not None
-
-    def begin(self) -> None:
-        """Start Ray now (in the background); a second call does nothing."""
-        with self._begin_lock:
-            if not self.begun:
-                self._thread.start()
-
-    def _run(self, start: Callable[[], str]) -> None:
-        try:
-            self.where = start()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the driver's thread
-            self.error = exc
-        finally:
-            self._done.set()
-        self._released.wait()
-
-    def ready(self) -> bool:
-        if not self._done.is_set():
-            return False
-        if self.error is not None:
-            raise self.error
-        return True
-
-    def wait(self) -> None:
-        self.begin()
-        self._done.wait()
-        self.ready()
-
-    def finished(self) -> None:
-        """Wait for a begun start to end, whatever its outcome."""
-        if self.begun:
-            self._done.wait()
-
-    def release(self) -> None:
-        """End the thread, once the node it started is stopped."""
-        self._released.set()
-        if self.begun:
-            self._thread.join()
-
-
-class _NotMainThreadNotice(logging.Filter):
-    """Drops Ray's warning that ``ray.init`` outside the main thread sets no SIGTERM
-    handler: :func:`_exit_on_sigterm` sets one first."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "SIGTERM handler is not set" not in record.getMessage()
-
-
-def _exit_on_sigterm() -> Callable[[], None]:
-    """As ``ray.init`` does in the main thread: SIGTERM raises ``SystemExit`` (status
-    128 + 15), so the run's ``finally`` blocks release the lock and stop Ray. Only where
-    no handler is set; also quiets Ray's notice that a start outside the main thread sets
-    none. Returns what puts the previous handler back (for callers that go on)."""
-    ray_worker_log = logging.getLogger("ray._private.worker")
-    if not any(isinstance(f, _NotMainThreadNotice) for f in ray_worker_log.filters):
-        ray_worker_log.addFilter(_NotMainThreadNotice())
-    main = threading.current_thread() is threading.main_thread()
-    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return lambda: None
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class _TaskActor:
@@ -453,8 +359,8 @@ def run_on_ray(
         return where
 
     def start_ray() -> RayExecutor:
-        if _ray_initialized() or cluster:
-            if not _ray_initialized():
+        if ray_initialized() or cluster:
+            if not ray_initialized():
                 connected.append(True)
             joined()
             from dataforge.runtime.ray_metrics import RayMetrics
@@ -462,7 +368,7 @@ def run_on_ray(
             progress.listeners = (*progress.listeners, RayMetrics(config))
             executor = RayExecutor(config, cluster=cluster)
         else:
-            restores.append(_exit_on_sigterm())
+            restores.append(exit_on_sigterm())
             starts.append(RayStart(joined, begin=False))  # the executor begins it
             progress.listeners = (*progress.listeners, _MetricsOnceUp(config, starts[0]))
             executor = RayExecutor(config, starting=starts[0])
@@ -486,12 +392,12 @@ def run_on_ray(
                 )
         # Leaving or stopping Ray stops the worker-log relay too, so that Ray's copies of a
         # failed task's trace do not trail after the one-line error the CLI prints next.
-        if connected and _ray_initialized():
+        if connected and ray_initialized():
             sys.modules["ray"].shutdown()  # leaves the cluster; it runs on
         for start in starts:
             start.finished()  # a start cannot be interrupted: its node is stopped once up
             try:
-                if _ray_initialized():
+                if ray_initialized():
                     stop_embedded_ray()
             finally:
                 start.release()

@@ -1,0 +1,108 @@
+"""Starting embedded Ray beside a running driver: the background start thread and the
+process-level setup around it (SIGTERM handling), and whether Ray is up without importing it.
+
+Used by :mod:`dataforge.runtime.ray_runner`, which decides when a start begins.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+__all__ = ["RayStart", "exit_on_sigterm", "ray_initialized"]
+
+
+def ray_initialized() -> bool:
+    """``ray.is_initialized()`` without importing Ray (not imported: not initialized)."""
+    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
+
+
+class RayStart:
+    """Starts Ray in a background thread (``start`` returns a description for the log)
+    once :meth:`begin` is called; :meth:`ready` polls (False before ``begin``),
+    :meth:`wait` blocks (beginning the start if needed), and both raise the start's error.
+
+    The thread lives until :meth:`release`: Ray spawns its processes with
+    ``PR_SET_PDEATHSIG``, which fires when the spawning *thread* ends, so a thread that
+    returned after ``ray.init`` would take the node's GCS and raylet with it.
+    """
+
+    def __init__(self, start: Callable[[], str], begin: bool = True) -> None:
+        self.where: str | None = None
+        self.error: BaseException | None = None
+        self._begin_lock = threading.Lock()  # begun by the driver or by its timer
+        self._done = threading.Event()
+        self._released = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(start,), name="dataforge-ray-start", daemon=True
+        )
+        if begin:
+            self.begin()
+
+    @property
+    def begun(self) -> bool:
+        return self._thread.ident is not None
+
+    def begin(self) -> None:
+        """Start Ray now (in the background); a second call does nothing."""
+        with self._begin_lock:
+            if not self.begun:
+                self._thread.start()
+
+    def _run(self, start: Callable[[], str]) -> None:
+        try:
+            self.where = start()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the driver's thread
+            self.error = exc
+        finally:
+            self._done.set()
+        self._released.wait()
+
+    def ready(self) -> bool:
+        if not self._done.is_set():
+            return False
+        if self.error is not None:
+            raise self.error
+        return True
+
+    def wait(self) -> None:
+        self.begin()
+        self._done.wait()
+        self.ready()
+
+    def finished(self) -> None:
+        """Wait for a begun start to end, whatever its outcome."""
+        if self.begun:
+            self._done.wait()
+
+    def release(self) -> None:
+        """End the thread, once the node it started is stopped."""
+        self._released.set()
+        if self.begun:
+            self._thread.join()
+
+
+class _NotMainThreadNotice(logging.Filter):
+    """Drops Ray's warning that ``ray.init`` outside the main thread sets no SIGTERM
+    handler: :func:`exit_on_sigterm` sets one first."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+def exit_on_sigterm() -> Callable[[], None]:
+    """As ``ray.init`` does in the main thread: SIGTERM raises ``SystemExit`` (status
+    128 + 15), so the run's ``finally`` blocks release the lock and stop Ray. Only where
+    no handler is set; also quiets Ray's notice that a start outside the main thread sets
+    none. Returns what puts the previous handler back (for callers that go on)."""
+    ray_worker_log = logging.getLogger("ray._private.worker")
+    if not any(isinstance(f, _NotMainThreadNotice) for f in ray_worker_log.filters):
+        ray_worker_log.addFilter(_NotMainThreadNotice())
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return lambda: None
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
