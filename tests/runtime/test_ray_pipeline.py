@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,7 +58,8 @@ def test_a_small_embedded_run_never_starts_ray(pipeline_file: Path, tmp_path: Pa
     proc = cli("run", str(pipeline_file), "-o", str(tmp_path / "small"), "--set", "ray.num_cpus=2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "running on" not in proc.stderr
-    assert "Ray was not started: at most 0.0 s of work was left" in proc.stderr
+    left = re.search(r"Ray was not started: at most (\d+\.\d) s of work was left", proc.stderr)
+    assert left is not None and float(left.group(1)) < 1.0, proc.stderr[-2000:]
     assert "(ray.start: always starts it with the run)" in proc.stderr
     reference = tmp_path / "local"
     run_pipeline(load_pipeline(pipeline_file), reference, LocalExecutor(), log=lambda m: None)

@@ -249,7 +249,7 @@ def test_a_slow_driver_task_begins_ray_before_it_ends(
 
     import dataforge.runtime.ray_runner as ray_runner
 
-    monkeypatch.setattr(ray_runner, "_RAY_PAYS_S", 0.1)
+    monkeypatch.setattr(ray_runner, "_RAY_PAYS_S", 1.0)  # margins of >= 0.4 s below
     config = _config(pipeline_file)
     two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
 
@@ -260,16 +260,17 @@ def test_a_slow_driver_task_begins_ray_before_it_ends(
             with executor._ray_begins_if_slow(left, first):
                 time.sleep(seconds)
                 during = start.begun
-            time.sleep(0.3)  # a cancelled timer never fires later
+            due = 1.0 * (2 if first else 1) / max(left, 1)  # when the timer would fire
+            time.sleep(max(0.3, due - seconds + 0.3))  # a cancelled timer never fires later
             return during, start.begun
         finally:
             start.release()
 
-    # first task: bar 2 x 0.1 s over 10 tasks left -> begins after 0.02 s of the task
-    assert begun_during(0.5, left=10, first=True) == (True, True)
-    # first task, 1 task left: 0.2 s -> a 0.05 s task does not begin it
-    assert begun_during(0.05, left=1, first=True) == (False, False)
-    # a later task: 0.1 s / 1 left -> a 0.15 s task begins it, the first-task bar would not
-    assert begun_during(0.15, left=1, first=False) == (True, True)
-    assert begun_during(0.15, left=1, first=True) == (False, False)
+    # first task: bar 2 x 1 s over 20 tasks left -> begins 0.1 s into the task
+    assert begun_during(0.5, left=20, first=True) == (True, True)
+    # first task, 1 task left: 2 s -> a 0.1 s task does not begin it
+    assert begun_during(0.1, left=1, first=True) == (False, False)
+    # a later task: 1 s / 1 left -> a 1.5 s task begins it; the first-task bar (2 s) not
+    assert begun_during(1.5, left=1, first=False) == (True, True)
+    assert begun_during(1.5, left=1, first=True) == (False, False)
     assert begun_during(0.5, left=0, first=True) == (False, False)  # nothing left
