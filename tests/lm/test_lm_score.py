@@ -185,3 +185,26 @@ def test_training_argument_errors(tmp_path: Path, tokenizer: SpmTokenizer, kenlm
     with pytest.raises(ValueError, match="no training text"):
         train_lm(str(empty), tmp_path / "m.bin", **kwargs)
     assert not (tmp_path / "m.bin").exists()
+
+
+def test_repeated_lines_score_as_if_each_were_scored(
+    zh_model: Path, tokenizer: SpmTokenizer
+) -> None:
+    """Each distinct line is scored once; documents sharing lines (boilerplate) get the
+    sums they would get with every line scored where it stands."""
+    scorer = PerplexityScorer(zh_model, tokenizer)
+    boiler, body = "版权所有，未经许可不得转载。", "国务院总理今天会见了外国代表团。"
+    docs = [
+        f"{boiler}\n{body}\n{boiler}",
+        f"双方就共同关心的问题交换了意见！\n{boiler}",
+        boiler,
+        "",
+        f"{body}\n\n{body}",
+    ]
+    result = scorer.score_documents(docs)
+    for i, doc in enumerate(docs):
+        lines = [x for x in normalize_documents([doc])[0] if x]
+        sentences, num_tokens = scorer.renderer.render(lines)
+        log10 = sum(scorer.model.score(s) for s in sentences)
+        assert result.log10_prob[i] == pytest.approx(log10, rel=1e-12, abs=1e-12)
+        assert result.length[i] == int((num_tokens + 1).sum())
