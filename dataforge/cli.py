@@ -18,6 +18,7 @@ __all__ = ["main"]
 
 # Subcommands contributed by other packages; a module that is absent is skipped.
 _EXTENSIONS = ("dataforge.tokenization.cli", "dataforge.lm.cli", "trainer.cli")
+_PREFETCHING: list[threading.Thread] = []  # joined before main returns (see main)
 
 
 def _checked_config(args: argparse.Namespace):
@@ -125,7 +126,9 @@ def _prefetch_report_modules() -> None:
         with contextlib.suppress(Exception):  # the report says its own errors later
             importlib.import_module("dataforge.report")
 
-    threading.Thread(target=load, name="dataforge-report-import", daemon=True).start()
+    thread = threading.Thread(target=load, name="dataforge-report-import", daemon=True)
+    thread.start()
+    _PREFETCHING.append(thread)
 
 
 def _write_report(out: Path) -> None:
@@ -280,7 +283,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    finally:
+        # A command that ends early (a refused run) never leaves the interpreter while a
+        # background import is half done.
+        while _PREFETCHING:
+            _PREFETCHING.pop().join(timeout=30)
 
 
 if __name__ == "__main__":
