@@ -6,19 +6,16 @@ Exit codes: 0 ok, 1 run failed, 2 bad usage or bad config.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import json
 import os
 import sys
-import threading
 from pathlib import Path
 
 __all__ = ["main"]
 
 # Subcommands contributed by other packages; a module that is absent is skipped.
 _EXTENSIONS = ("dataforge.tokenization.cli", "dataforge.lm.cli", "trainer.cli")
-_PREFETCHING: list[threading.Thread] = []  # joined before main returns (see main)
 
 
 def _checked_config(args: argparse.Namespace):
@@ -60,8 +57,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from dataforge.runtime.ray_runner import run_on_ray
 
     progress = RunProgress(mode=args.progress, verbose=args.verbose)
-    if "://" not in out:
-        _prefetch_report_modules()
     try:
         manifest = run_on_ray(
             config,
@@ -115,20 +110,6 @@ def _output_location(args: argparse.Namespace, config) -> str:
     if not given:
         return config.locate(config.output.path)
     return given if "://" in given else str(Path(given).resolve())
-
-
-def _prefetch_report_modules() -> None:
-    """Import the report's modules (matplotlib: ~0.2 s) in a background thread while the
-    run works: on a run that never starts Ray the second core is idle, and the report is
-    drawn right after the run."""
-
-    def load() -> None:
-        with contextlib.suppress(Exception):  # the report says its own errors later
-            importlib.import_module("dataforge.report")
-
-    thread = threading.Thread(target=load, name="dataforge-report-import", daemon=True)
-    thread.start()
-    _PREFETCHING.append(thread)
 
 
 def _write_report(out: Path) -> None:
@@ -283,13 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args))
-    finally:
-        # A command that ends early (a refused run) never leaves the interpreter while a
-        # background import is half done.
-        while _PREFETCHING:
-            _PREFETCHING.pop().join(timeout=30)
+    return int(args.func(args))
 
 
 if __name__ == "__main__":
