@@ -23,6 +23,9 @@ def main(rank: int, world: int, port: int, data: str, cache_dir: str, out: str) 
         LOCAL_WORLD_SIZE=str(world),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
+        # The test process hosts the rendezvous store (as torchrun's agent does): with
+        # rank 0 hosting it, rank 0 could exit while rank 1 still tore its group down.
+        TORCHELASTIC_USE_AGENT_STORE="True",
     )
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:

@@ -96,9 +96,12 @@ def test_close_removes_the_run_dir_and_its_shm(tmp_path, cache_dir):
 @pytest.mark.slow
 def test_torch_distributed_ranks_share_the_epoch_exactly_once(tmp_path, cache_dir):
     write_mds(tmp_path / "mds", np.random.default_rng(0).integers(1, 128, 101).tolist())
+    import torch.distributed as dist
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     script = Path(__file__).with_name("loader_rank_main.py")
     args = [str(port), str(tmp_path / "mds"), cache_dir, str(tmp_path)]
     procs = [
@@ -106,6 +109,7 @@ def test_torch_distributed_ranks_share_the_epoch_exactly_once(tmp_path, cache_di
         for r in (0, 1)
     ]
     assert [p.wait(timeout=600) for p in procs] == [0, 0]
+    del store  # the ranks' rendezvous store, hosted here for their lifetime
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert results[0]["batches"] == results[1]["batches"] > 0
     assert (

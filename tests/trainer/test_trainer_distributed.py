@@ -66,6 +66,10 @@ def _worker(rank: int, world: int, port: int, out: str, strategy: str, stop_afte
         RANK=str(rank),
         LOCAL_RANK=str(rank),
         WORLD_SIZE=str(world),
+        # Every rank is a client of the store the test process hosts (as under torchrun,
+        # whose agent hosts it): with rank 0 hosting it, rank 0 could exit while rank 1
+        # still tore its group down and rank 1 aborted (SIGABRT, seen in CI).
+        TORCHELASTIC_USE_AGENT_STORE="True",
     )
     torch.set_num_threads(1)
     mine = _batches()[rank::world]  # step k: rank 0 has micro-batch 2k, rank 1 has 2k+1
@@ -81,7 +85,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-# 27-51 s (DDP) and ~40 s (FSDP2) on 2 shared cores, mostly two process starts: slow.
+def _spawn(out: str, strategy: str, stop_after) -> None:
+    """Two ranks of ``_worker``, their rendezvous store hosted here for their lifetime."""
+    port = _free_port()
+    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    try:
+        mp.spawn(_worker, args=(2, port, out, strategy, stop_after), nprocs=2, join=True)
+    finally:
+        del store
+
+
+# ~7 s each on 2 cores (mostly the process starts of two spawns): slow.
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_two_processes_equal_one_with_same_global_batch(tmp_path, strategy, monkeypatch):
@@ -95,11 +109,11 @@ def test_two_processes_equal_one_with_same_global_batch(tmp_path, strategy, monk
     out = tmp_path / "dist"
     out.mkdir()
     # Killed after 3 steps (checkpoint at 2), then resumed: steps 3 and 4 are redone.
-    mp.spawn(_worker, args=(2, _free_port(), str(out), strategy, 3), nprocs=2, join=True)
+    _spawn(str(out), strategy, 3)
     for rank in range(2):
         losses = json.loads((out / f"losses_rank{rank}.json").read_text())
         np.testing.assert_allclose(losses, single.losses[:3], rtol=0, atol=1e-5)
-    mp.spawn(_worker, args=(2, _free_port(), str(out), strategy, None), nprocs=2, join=True)
+    _spawn(str(out), strategy, None)
     for rank in range(2):
         losses = json.loads((out / f"losses_rank{rank}.json").read_text())
         np.testing.assert_allclose(losses, single.losses[2:], rtol=0, atol=1e-5)
