@@ -7,8 +7,9 @@ the ``lm`` subcommand but never score import none of them.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dataforge.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from dataforge.lm.card import ModelCard, read_card, write_card
@@ -48,11 +49,4 @@ __all__ = [
     "train_lm",
     "write_card",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOMES[name]), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_exports(__name__, _HOMES)

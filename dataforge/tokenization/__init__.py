@@ -9,8 +9,9 @@ package only for its ``cli`` module and skip the tokenizer modules (0.05 s of ev
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dataforge.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from dataforge.tokenization.tokenizer import FORMAT_VERSION, Tokenizer, read_tokenizer_json
@@ -40,11 +41,4 @@ __all__ = [
     "read_tokenizer_json",
     "train_tokenizer",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOMES[name]), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_exports(__name__, _HOMES)
