@@ -42,7 +42,7 @@ from dataforge.typed_config import ConfigError
 
 if TYPE_CHECKING:  # the pipeline config sits above io; only its type is used here
     from dataforge.config import PipelineConfig
-from dataforge.text.surrogates import replace_lone_surrogates
+from dataforge.text.surrogates import has_surrogates, replace_lone_surrogates
 
 __all__ = ["InputTask", "ReadError", "TaskReader", "plan_input_tasks"]
 
@@ -343,12 +343,9 @@ class TaskReader:
         return self._ord_counter
 
     def _fix_utf8(self, text: str) -> tuple[str, str | None]:
-        try:  # no surrogate at all (what almost every line is): one C pass, no regex
-            text.encode("utf-8")
-            return text, None
-        except UnicodeEncodeError:
-            pass
-        if not _ESCAPED_BYTES.search(text):
+        # Undecodable bytes are escaped as surrogates: a line without any (almost every
+        # line) is told by one C pass, without the regex.
+        if not has_surrogates(text) or not _ESCAPED_BYTES.search(text):
             return text, None
         self._repaired_records += 1
         self._repaired = True  # until _finish: U+FFFD in this record came from its bytes

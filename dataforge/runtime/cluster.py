@@ -314,12 +314,11 @@ def check_nodes_see_paths(
             or did not answer within two minutes.
     """
     import ray  # deferred, as in connect
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     probe = uuid.uuid4().hex
     if work is not None:  # None: the run directory is on object storage
         (work / _PROBE).write_text(probe)
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     remote_problems = ray.remote(num_cpus=0, max_retries=0)(node_path_problems)
     inputs = sorted({(t.path, t.bytes) for t in tasks})
     nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]

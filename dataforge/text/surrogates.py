@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["LONE_SURROGATE", "replace_each_surrogate", "replace_lone_surrogates"]
+__all__ = ["LONE_SURROGATE", "has_surrogates", "replace_each_surrogate", "replace_lone_surrogates"]
 
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 """Any surrogate code point; in a decoded ``str`` every one of them is unpaired."""
+
+
+def has_surrogates(text: str) -> bool:
+    """Whether ``text`` holds any surrogate code point (one C pass, no regex)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def replace_lone_surrogates(text: str) -> str:
@@ -17,11 +26,9 @@ def replace_lone_surrogates(text: str) -> str:
     the clean op then applies its ``invalid_utf8`` policy to the U+FFFD characters.
     Valid surrogate pairs (``"\\ud83d\\ude00"``) are joined into their character.
     """
-    try:
-        text.encode("utf-8")
+    if not has_surrogates(text):
         return text
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def replace_each_surrogate(text: str) -> str:
