@@ -69,6 +69,12 @@ fresh processes): never faster by 0.5-0.9 s at 31 MB (~3.8 s of work left after 
 second task), by 0.4-1.2 s at 47 MB (~5.6 s), a tie within 0.2 s at 63 MB (~7.7 s)."""
 
 
+def _ray_bar(first: bool) -> float:
+    """Work left above which Ray is begun: :data:`_RAY_PAYS_S`, twice that when only the
+    segment's first task (which carries its warm-up) has been timed."""
+    return _RAY_PAYS_S * (2 if first else 1)
+
+
 def _alive_nodes() -> int:
     import ray  # deferred: a run that never starts Ray never imports it (~0.2 s)
 
@@ -225,9 +231,9 @@ class RayExecutor:
             return
         steady = driver_seconds[1:] or driver_seconds
         left = len(queue) * sum(steady) / len(steady)
-        if left > _RAY_PAYS_S * (1 if len(driver_seconds) > 1 else 2):
+        if left > _ray_bar(first=len(driver_seconds) == 1):
             self.starting.begin()
-        elif len(driver_seconds) > 1:
+        else:
             self.most_work_left = max(self.most_work_left, left)
 
     @contextlib.contextmanager
@@ -239,7 +245,7 @@ class RayExecutor:
         if self.starting is None or self.starting.begun or left == 0:
             yield
             return
-        timer = threading.Timer(_RAY_PAYS_S * (2 if first else 1) / left, self.starting.begin)
+        timer = threading.Timer(_ray_bar(first) / left, self.starting.begin)
         timer.daemon = True
         timer.start()
         try:
@@ -375,20 +381,24 @@ def run_on_ray(
         executors.append(executor)
         return executor
 
+    completed = False
     try:
-        return run_pipeline(
+        manifest = run_pipeline(
             config, out, start_ray, overwrite=overwrite, progress=progress, **kwargs
         )
+        completed = True
+        return manifest
     finally:
         for executor in executors:
             executor.close()
             if log and executor.driver_tasks:
                 log(f"the driver ran {executor.driver_tasks} of the run's tasks itself")
-            if log and executor.starting is not None and not executor.starting.begun:
+            if log and completed and executor.starting and not executor.starting.begun:
                 log(
-                    f"Ray was not started: at most {executor.most_work_left:.1f} s of work "
-                    f"was left after a segment's first task, under the {_RAY_PAYS_S} s "
-                    "that starting it pays back (ray.start: always starts it with the run)"
+                    f"Ray was not started: the work left, at most "
+                    f"{executor.most_work_left:.1f} s at the driver's pace, never passed the "
+                    f"{_RAY_PAYS_S} s that starting it pays back (ray.start: always starts "
+                    "it with the run)"
                 )
         # Leaving or stopping Ray stops the worker-log relay too, so that Ray's copies of a
         # failed task's trace do not trail after the one-line error the CLI prints next.

@@ -52,15 +52,25 @@ def test_cli_run_on_local_ray_matches_in_process_run(pipeline_file: Path, tmp_pa
     )
 
 
-def test_a_small_embedded_run_never_starts_ray(pipeline_file: Path, tmp_path: Path) -> None:
-    """Milliseconds of work never pay for starting Ray: the driver runs every task, says
-    so, and the output is the in-process run's."""
-    proc = cli("run", str(pipeline_file), "-o", str(tmp_path / "small"), "--set", "ray.num_cpus=2")
+@pytest.mark.parametrize("start", ["auto", "always"])
+def test_a_small_embedded_run_starts_ray_only_when_asked(
+    pipeline_file: Path, tmp_path: Path, start: str
+) -> None:
+    """Milliseconds of work never pay for starting Ray: with ``auto`` the driver runs every
+    task and says Ray was not started; ``always`` starts it anyway. Either way the output
+    is the in-process run's."""
+    proc = cli(
+        "run", str(pipeline_file), "-o", str(tmp_path / "small"),
+        "--set", "ray.num_cpus=2", "--set", f"ray.start={start}",
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "running on" not in proc.stderr
-    left = re.search(r"Ray was not started: at most (\d+\.\d) s of work was left", proc.stderr)
-    assert left is not None and float(left.group(1)) < 1.0, proc.stderr[-2000:]
-    assert "(ray.start: always starts it with the run)" in proc.stderr
+    left = re.search(r"Ray was not started: the work left, at most (\d+\.\d) s", proc.stderr)
+    if start == "auto":
+        assert "running on" not in proc.stderr
+        assert left is not None and float(left.group(1)) < 1.0, proc.stderr[-2000:]
+        assert "(ray.start: always starts it with the run)" in proc.stderr
+    else:
+        assert "running on embedded local Ray" in proc.stderr and left is None
     reference = tmp_path / "local"
     run_pipeline(load_pipeline(pipeline_file), reference, LocalExecutor(), log=lambda m: None)
     assert list(iter_samples(tmp_path / "small")) == list(iter_samples(reference))
@@ -243,7 +253,10 @@ def test_interrupt_stops_ray_and_the_rerun_resumes(
     assert list(iter_samples(out)) == list(iter_samples(reference))
 
 
-def test_truncated_input_fails_the_run_naming_the_file(tmp_path: Path, write_pipeline) -> None:
+@pytest.mark.parametrize("cpus", [1, 2])  # 1: Ray begun at once; 2: never begun (auto)
+def test_truncated_input_fails_the_run_naming_the_file(
+    tmp_path: Path, write_pipeline, cpus: int
+) -> None:
     import zstandard
 
     data = b"".join(json.dumps({"text": f"doc {i}"}).encode() + b"\n" for i in range(2000))
@@ -253,13 +266,15 @@ def test_truncated_input_fails_the_run_naming_the_file(tmp_path: Path, write_pip
         """
         name: cut
         inputs: [{name: s, path: "cut.jsonl.zst"}]
-        ray: {num_cpus: 1, max_task_retries: 0}
+        ray: {num_cpus: CPUS, max_task_retries: 0}
         output: {path: out/cut}
-    """,
+    """.replace("CPUS", str(cpus)),
     )
     proc = cli("run", str(path))
     assert proc.returncode == 1
     lines = proc.stderr.splitlines()
+    assert len([line for line in lines if line.startswith("error:")]) == 1
+    assert "Ray was not started" not in proc.stderr  # said only of a completed run
     at = next(i for i, line in enumerate(lines) if line.startswith("error: run failed: task"))
     error, trace_line = lines[at : at + 2]
     assert error.startswith("error: run failed: task 000-000000 (") and "RayTask" not in error

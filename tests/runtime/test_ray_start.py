@@ -8,8 +8,10 @@ processes with ``PR_SET_PDEATHSIG``, which fires when the spawning thread ends).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,29 @@ def _config(pipeline_file: Path):
 def _reference(config, tmp_path: Path) -> list[dict]:
     run_pipeline(config, tmp_path / "local", LocalExecutor(), log=lambda m: None)
     return list(iter_samples(tmp_path / "local"))
+
+
+def _stop(executor: RayExecutor, start: RayStart) -> None:
+    """What ``run_on_ray`` does after a run: the pool, then the node its start began."""
+    import ray
+
+    from dataforge.runtime.cluster import stop_embedded_ray
+
+    executor.close()
+    start.finished()
+    if ray.is_initialized():
+        stop_embedded_ray()
+    start.release()
+
+
+@contextlib.contextmanager
+def _unused_start(begin: bool = False) -> Iterator[RayStart]:
+    """A start whose function is never meant to run (``begin``: its thread runs it)."""
+    start = RayStart(lambda: "never used", begin=begin)
+    try:
+        yield start
+    finally:
+        start.release()
 
 
 def test_run_completes_in_the_driver_while_ray_never_comes_up(
@@ -86,7 +111,7 @@ def test_background_start_keeps_its_node_and_matches_the_in_process_run(
 
     monkeypatch.setattr(ray_runner, "_ACTOR_START_S", 0.0)  # the tiny corpus still uses actors
 
-    from dataforge.runtime.cluster import connect, embedded_cpus, stop_embedded_ray
+    from dataforge.runtime.cluster import connect, embedded_cpus
 
     config = _config(pipeline_file)
     start = RayStart(lambda: connect(config, None))
@@ -105,11 +130,7 @@ def test_background_start_keeps_its_node_and_matches_the_in_process_run(
         # the driver is one of the run's workers: one actor fewer than CPUs
         assert len(executor.actors) == max(1, embedded_cpus(config) - 1)
     finally:
-        executor.close()
-        start.finished()
-        if ray.is_initialized():
-            stop_embedded_ray()
-        start.release()
+        _stop(executor, start)
     assert not ray.is_initialized()
     assert list(iter_samples(tmp_path / "out")) == _reference(config, tmp_path)
 
@@ -118,9 +139,8 @@ def test_background_start_keeps_its_node_and_matches_the_in_process_run(
 def test_with_ray_up_a_small_run_starts_no_actor(pipeline_file: Path, tmp_path: Path) -> None:
     """Ray is up before the run, but tasks of milliseconds never pay for an actor's start:
     the driver runs them all, no actor is created, the output is the in-process run's."""
-    import ray
 
-    from dataforge.runtime.cluster import connect, stop_embedded_ray
+    from dataforge.runtime.cluster import connect
 
     config = _config(pipeline_file)
     two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
@@ -132,18 +152,13 @@ def test_with_ray_up_a_small_run_starts_no_actor(pipeline_file: Path, tmp_path: 
         assert executor.actors == []
         assert executor.driver_tasks == 2 * len(manifest["inputs"])  # both segments
     finally:
-        executor.close()
-        start.finished()
-        if ray.is_initialized():
-            stop_embedded_ray()
-        start.release()
+        _stop(executor, start)
     assert list(iter_samples(tmp_path / "out")) == _reference(config, tmp_path)
 
 
 def test_the_driver_is_a_lane_unless_the_pool_is_sized(pipeline_file: Path) -> None:
     config = _config(pipeline_file)
-    start = RayStart(lambda: "never used")
-    try:
+    with _unused_start(begin=True) as start:
         two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
         assert RayExecutor(two, starting=start).driver_lane
         one = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=1))
@@ -151,8 +166,6 @@ def test_the_driver_is_a_lane_unless_the_pool_is_sized(pipeline_file: Path) -> N
         sized = dataclasses.replace(two, ray=dataclasses.replace(two.ray, actors=2))
         assert not RayExecutor(sized, starting=start).driver_lane
         assert not RayExecutor(two, cluster=True, starting=start).driver_helps
-    finally:
-        start.release()
 
 
 @pytest.mark.ray
@@ -188,8 +201,7 @@ def test_the_lane_starts_actors_only_for_work_that_pays_for_them(pipeline_file: 
 
     config = _config(pipeline_file)
     two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
-    start = RayStart(lambda: "never used")
-    try:
+    with _unused_start(begin=True) as start:
         lane = RayExecutor(two, starting=start)
         pace = _ACTOR_START_S / 4  # seconds per task the driver measured
         assert not lane._pool_pays(deque(range(9)), [])  # the driver runs one task first
@@ -200,8 +212,6 @@ def test_the_lane_starts_actors_only_for_work_that_pays_for_them(pipeline_file: 
         sized = dataclasses.replace(two, ray=dataclasses.replace(two.ray, actors=1))
         assert RayExecutor(sized, starting=start)._pool_pays(deque(range(1)), [])
         assert RayExecutor(two, cluster=True, starting=start)._pool_pays(deque(range(1)), [])
-    finally:
-        start.release()
 
 
 def test_embedded_ray_starts_only_when_the_work_left_pays_for_it(pipeline_file: Path) -> None:
@@ -215,14 +225,11 @@ def test_embedded_ray_starts_only_when_the_work_left_pays_for_it(pipeline_file: 
     two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
 
     def begun(queue: int, driver_seconds: list[float]) -> bool:
-        start = RayStart(lambda: "never used", begin=False)
-        try:
+        with _unused_start() as start:
             RayExecutor(two, starting=start)._begin_ray_if_it_pays(
                 deque(range(queue)), driver_seconds
             )
             return start.begun
-        finally:
-            start.release()
 
     pace = _RAY_PAYS_S / 10
     assert not begun(50, [])  # nothing measured yet
@@ -232,12 +239,9 @@ def test_embedded_ray_starts_only_when_the_work_left_pays_for_it(pipeline_file: 
     assert not begun(10, [pace / 100, pace, pace])  # exactly the bar: not more than it
     for asked in ({"actors": 1}, {"start": "always"}):  # Ray at once, as asked
         config = dataclasses.replace(two, ray=dataclasses.replace(two.ray, **asked))
-        start = RayStart(lambda: "never used", begin=False)
-        try:
+        with _unused_start() as start:
             RayExecutor(config, starting=start)
             assert start.begun, asked
-        finally:
-            start.release()
 
 
 def test_a_slow_driver_task_begins_ray_before_it_ends(
@@ -254,8 +258,7 @@ def test_a_slow_driver_task_begins_ray_before_it_ends(
     two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
 
     def begun_during(seconds: float, left: int, first: bool) -> tuple[bool, bool]:
-        start = RayStart(lambda: "never used", begin=False)
-        try:
+        with _unused_start() as start:
             executor = RayExecutor(two, starting=start)
             with executor._ray_begins_if_slow(left, first):
                 time.sleep(seconds)
@@ -263,8 +266,6 @@ def test_a_slow_driver_task_begins_ray_before_it_ends(
             due = 1.0 * (2 if first else 1) / max(left, 1)  # when the timer would fire
             time.sleep(max(0.3, due - seconds + 0.3))  # a cancelled timer never fires later
             return during, start.begun
-        finally:
-            start.release()
 
     # first task: bar 2 x 1 s over 20 tasks left -> begins 0.1 s into the task
     assert begun_during(0.5, left=20, first=True) == (True, True)
