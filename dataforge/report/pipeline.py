@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dataforge.report.page import Plot, Section, legend, new_figure, table_html
+from dataforge.report.charts import Axes, Figure
+from dataforge.report.page import Plot, Section, table_html
 from dataforge.runtime.summary import SOURCE_HEADER, STAGE_HEADER, source_rows, stage_rows
 
 __all__ = ["pipeline_sections"]
@@ -74,8 +75,8 @@ def _drops(manifest: dict[str, Any]):
     sources = sorted(by_source)
     totals = Counter(manifest["counts"]["total"]["dropped"])
     top = [r for r, _ in totals.most_common(TOP_REASONS)]
-    fig = new_figure(9, 0.5 * len(sources) + 2.2)
-    ax = fig.add_subplot()
+    fig = Figure(row_height=36 * len(sources) + 150)
+    ax = fig.add_axes(xlabel="share of the source's input records dropped")
     left = np.zeros(len(sources))
     inputs = np.array([max(1, by_source[s]["input"]) for s in sources], dtype=float)
     for reason in [*top, "other"]:
@@ -92,32 +93,26 @@ def _drops(manifest: dict[str, Any]):
             share = values / inputs
             ax.barh(sources, share, left=left, label=reason)
             left += share
-    ax.set_xlabel("share of the source's input records dropped")
-    ax.set_xlim(0, 1)
-    ax.invert_yaxis()
-    legend(ax, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.xlim = (0.0, 1.0)
     return fig
 
 
-def _hist_axes(ax, edges: np.ndarray, series: list[tuple[str, list[int]]], xlabel: str) -> None:
+def _hist_axes(ax: Axes, edges: np.ndarray, series: list[tuple[str, list[int]]]) -> None:
+    """Step histograms over the log-spaced bins, the x range cut to the populated bins."""
     used = np.zeros(len(edges) - 1, dtype=bool)
     for label, counts in series:
-        ax.stairs(np.asarray(counts), edges, label=label)
+        ax.stairs(counts, edges, label=label)
         used |= np.asarray(counts) > 0
-    ax.set_xscale("log")
     if used.any():  # the populated bins, one bin of margin each side
         bins = np.flatnonzero(used)
-        ax.set_xlim(edges[max(0, bins[0] - 1)], edges[min(len(edges) - 1, bins[-1] + 2)])
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("records")
-    legend(ax, fontsize=7)
+        ax.xlim = (edges[max(0, bins[0] - 1)], edges[min(len(edges) - 1, bins[-1] + 2)])
 
 
-def _grid(n: int, width: float = 9.0, row_height: float = 2.6):
-    cols = min(2, n)
-    rows = (n + cols - 1) // cols
-    fig = new_figure(width, row_height * rows + 0.4)
-    return fig, [fig.add_subplot(rows, cols, i + 1) for i in range(n)]
+def _hist_grid(titles: list[str], xlabel: str) -> tuple[Figure, list[Axes]]:
+    """One histogram panel per title, two to a row."""
+    fig = Figure(row_height=260, cols=2)
+    axes = [fig.add_axes(title=t, xlabel=xlabel, ylabel="records", xscale="log") for t in titles]
+    return fig, axes
 
 
 def _lengths_section(dists: dict[str, Any], sources: list[str]) -> Section:
@@ -129,14 +124,13 @@ def _lengths_section(dists: dict[str, Any], sources: list[str]) -> Section:
     edges = np.asarray(dists["bin_edges"])
 
     def chars():
-        fig, axes = _grid(len(sources))
+        fig, axes = _hist_grid(sources, "characters")
         for ax, src in zip(axes, sources, strict=True):
             series = [
                 (k.split("_")[1], hists.get(k, {}).get(src))
                 for k in ("chars_before", "chars_after")
             ]
-            _hist_axes(ax, edges, [(k, c) for k, c in series if c], "characters")
-            ax.set_title(src, fontsize=9)
+            _hist_axes(ax, edges, [(k, c) for k, c in series if c])
         return fig
 
     section.plots.append(Plot("text_length", "Text length per source, as read (before) and "
@@ -144,8 +138,9 @@ def _lengths_section(dists: dict[str, Any], sources: list[str]) -> Section:
     if hists.get("tokens_after"):
 
         def tokens():
-            fig = new_figure()
-            _hist_axes(fig.add_subplot(), edges, sorted(hists["tokens_after"].items()), "tokens")
+            fig = Figure(row_height=300)
+            ax = fig.add_axes(xlabel="tokens", ylabel="records", xscale="log")
+            _hist_axes(ax, edges, sorted(hists["tokens_after"].items()))
             return fig
 
         section.plots.append(Plot("token_length", "Tokens per written record, per source "
@@ -184,16 +179,14 @@ def _perplexity_section(manifest, dists, sources) -> Section:
     scored = [s for s in sources if s in ppl]
 
     def draw():
-        fig, axes = _grid(len(scored))
+        fig, axes = _hist_grid([f"{src} ({langs.get(src)})" for src in scored], "perplexity")
         for ax, src in zip(axes, scored, strict=True):
-            _hist_axes(ax, edges, [("scored", ppl[src])], "perplexity")
-            lo, hi = ax.get_xlim()
-            for (name, value), color in zip(cutoffs.get(langs.get(src), []), "rgbm", strict=False):
-                ax.axvline(value, color=color, linestyle="--", label=f"{name} {value:g}")
+            _hist_axes(ax, edges, [("scored", ppl[src])])
+            lo, hi = ax.xlim or (edges[0], edges[-1])
+            for name, value in cutoffs.get(langs.get(src), []):
+                ax.axvline(value, label=f"{name} {value:g}")
                 lo, hi = min(lo, value / 1.5), max(hi, value * 1.5)
-            ax.set_xlim(lo, hi)  # the cutoffs stay in view
-            legend(ax, fontsize=7)
-            ax.set_title(f"{src} ({langs.get(src)})", fontsize=9)
+            ax.xlim = (lo, hi)  # the cutoffs stay in view
         return fig
 
     section.plots.append(Plot("perplexity", "Perplexity of every scored record (kept and "
@@ -212,13 +205,10 @@ def _dedup_section(manifest: dict[str, Any], out: Path) -> Section:
     size_counts = Counter(sizes.values())
 
     def draw():
-        fig = new_figure(9, 3.2)
-        ax = fig.add_subplot()
+        fig = Figure(row_height=300)
+        ax = fig.add_axes(xlabel="cluster size (records)", ylabel="clusters", yscale="log")
         xs = sorted(size_counts)
         ax.bar([str(x) for x in xs], [size_counts[x] for x in xs])
-        ax.set_yscale("log")
-        ax.set_xlabel("cluster size (records)")
-        ax.set_ylabel("clusters")
         return fig
 
     section.plots.append(Plot("dedup_clusters", "Clusters of near-duplicates by size", draw))
@@ -268,16 +258,13 @@ def _sample_section(manifest: dict[str, Any]) -> Section:
     names = sorted(per_source)
 
     def draw():
-        fig = new_figure(9, 3.4)
-        ax = fig.add_subplot()
-        x = np.arange(len(names))
+        fig = Figure(row_height=320)
+        ax = fig.add_axes(ylabel=f"share of {summary.get('unit', 'units')}")
         for k, (key, label) in enumerate(
             [("q", "natural"), ("effective_p", "target"), ("realized_share", "realized")]
         ):
-            ax.bar(x + (k - 1) * 0.27, [per_source[n][key] for n in names], 0.27, label=label)
-        ax.set_xticks(x, names)
-        ax.set_ylabel(f"share of {summary.get('unit', 'units')}")
-        legend(ax, fontsize=8)
+            shares = [per_source[n][key] for n in names]
+            ax.bar(names, shares, offset=(k - 1) * 0.27, width=0.27, label=label)
         return fig
 
     section.plots.append(Plot("sampling_mixture", f"Share of each source: natural, target "
@@ -287,19 +274,14 @@ def _sample_section(manifest: dict[str, Any]) -> Section:
 
 def _times(manifest: dict[str, Any]):
     stages = manifest["stages"]
-    fig = new_figure(9, 3.4)
-    ax1, ax2 = fig.subplots(1, 2)
-    names = [f"{i}:{s['op']}" for i, s in enumerate(stages)]
-    y = np.arange(len(names))
-    ax1.barh(y - 0.2, [s.get("seconds", 0.0) for s in stages], 0.4, label="seconds")
-    ax1.barh(y + 0.2, [s.get("cpu_seconds", 0.0) for s in stages], 0.4, label="CPU seconds")
-    ax1.set_yticks(y, names)
-    ax1.invert_yaxis()
-    legend(ax1, fontsize=7)
-    ax1.set_title("per stage (inside tasks)", fontsize=9)
     phases = {k: v for k, v in manifest.get("timings", {}).items() if k != "total"}
-    ax2.barh(list(phases), list(phases.values()))
-    ax2.invert_yaxis()
-    ax2.set_xlabel("wall seconds")
-    ax2.set_title("per segment and barrier", fontsize=9)
+    fig = Figure(row_height=max(260, 34 * max(len(stages), len(phases)) + 130), cols=2)
+    per_stage = fig.add_axes(title="per stage (inside tasks)", xlabel="seconds")
+    names = [f"{i}:{s['op']}" for i, s in enumerate(stages)]
+    per_stage.barh(names, [s.get("seconds", 0.0) for s in stages], offset=-0.2, height=0.4,
+                   label="seconds")  # fmt: skip
+    per_stage.barh(names, [s.get("cpu_seconds", 0.0) for s in stages], offset=0.2, height=0.4,
+                   label="CPU seconds")  # fmt: skip
+    wall = fig.add_axes(title="per segment and barrier", xlabel="wall seconds")
+    wall.barh(list(phases), list(phases.values()))
     return fig

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from dataforge.report.page import Plot, Section, legend, new_figure, table_html
+from dataforge.report.charts import Figure
+from dataforge.report.page import Plot, Section, table_html
 
 __all__ = ["training_sections"]
 
@@ -60,20 +61,16 @@ def _line_plot(
     records, keys: list[tuple[str, str]], ylabel: str, smooth: bool = False, log: bool = False
 ):
     def draw():
-        fig = new_figure(9, 3.0)
-        ax = fig.add_subplot()
+        fig = Figure(row_height=270)
+        ax = fig.add_axes(xlabel="step", ylabel=ylabel, yscale="log" if log else "linear")
         for key, label in keys:
             steps, values = _series(records, key)
             if not len(steps):
                 continue
-            ax.plot(steps, values, label=label, alpha=0.35 if smooth else 1.0, linewidth=1)
+            ax.plot(steps, values, label=label, opacity=0.35 if smooth else 1.0, width=1)
             if smooth:
-                ax.plot(steps, _ema(values), label=f"{label} (smoothed)", linewidth=1.6)
-        ax.set_xlabel("step")
-        ax.set_ylabel(ylabel)
-        if log:
-            ax.set_yscale("log")
-        legend(ax, fontsize=7)
+                color = ax.marks[-1].color
+                ax.plot(steps, _ema(values), label=f"{label} (smoothed)", width=1.8, color=color)
         return fig
 
     return draw

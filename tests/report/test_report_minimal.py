@@ -32,32 +32,3 @@ def test_report_of_a_pass_through_run(pipeline_file: Path, tmp_path: Path) -> No
     # the table holds the manifest's counts
     for source, counts in manifest["counts"]["by_source"].items():
         assert f"<td>{source}</td><td>{counts['input']:,}</td><td>{counts['kept']:,}</td>" in html
-
-
-def test_log_axis_labels_are_plain_text() -> None:
-    """Log axes keep matplotlib's ticks and its choice of labels, written as plain text
-    (mathtext parsing was a sixth of the report's drawing time)."""
-    from dataforge.report.page import Plot, Section, _PlainLogFormatter, new_figure, render_page
-
-    plain = _PlainLogFormatter()
-    assert [plain(v) for v in (1.0, 1000.0, 0.01)] == ["10⁰", "10³", "10⁻²"]
-
-    def draw(lo: float, hi: float):
-        def figure():
-            fig = new_figure(4, 2)
-            ax = fig.add_subplot()
-            ax.plot([lo, hi], [1, 2])
-            ax.set_xscale("log")
-            return fig
-
-        return figure
-
-    html = render_page(
-        "t",
-        "s",
-        [Section("x", [Plot("decades", "", draw(0.5, 2e6)), Plot("inside", "", draw(200, 900))])],
-    )
-    labels = re.findall(r">\s*([^<>]*10[⁰¹²³⁴⁵⁶⁷⁸⁹⁻]+)\s*<", html)
-    assert {"10⁰", "10³", "10⁶"} <= set(labels)  # decades
-    assert "2×10²" in labels  # a range inside one decade labels its minor ticks
-    assert "mathdefault" not in html and "$" not in html
