@@ -12,6 +12,7 @@ and a call with a ``label`` gets a legend entry.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -114,8 +115,9 @@ class Axes:
         self.marks.append(Path("vline", [float(x)], [], self._next_color(), label, dashed))
 
     def extent(self, axis: str) -> tuple[float, float] | None:
-        """The marks' extent on a numeric axis (positive values only on a log axis); bars
-        and histograms include their base, 0."""
+        """The marks' extent on a numeric axis (positive values only on a log axis; NaN
+        and infinities, e.g. a diverged loss, have no place); bars and histograms include
+        their base, 0."""
         values: list[float] = []
         for m in self.marks:
             if isinstance(m, Bars):
@@ -124,8 +126,8 @@ class Axes:
                 values += m.xs if axis == "x" else [0.0, *m.ys]
             else:
                 values += m.xs if axis == "x" else m.ys
-        if self.scale[axis] == "log":
-            values = [v for v in values if v > 0]
+        log = self.scale[axis] == "log"
+        values = [v for v in values if math.isfinite(v) and (v > 0 or not log)]
         return (min(values), max(values)) if values else None
 
     def has_base(self, axis: str) -> bool:

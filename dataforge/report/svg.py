@@ -191,6 +191,8 @@ def _marks(ax: Axes, xs: _Scale, ys: _Scale, ids: itertools.count, name: str) ->
             cat, val = (xs, ys) if mark.along == "x" else (ys, xs)
             unit = abs(cat.px(1) - cat.px(0))
             for i, (c, lo, hi) in enumerate(zip(mark.categories, mark.low, mark.high, strict=True)):
+                if not (math.isfinite(lo) and math.isfinite(hi)):
+                    continue  # no bar for a value that is not a number
                 centre = cat.px(i + mark.offset)
                 p, q = sorted((val.px(lo), val.px(hi)))
                 span = (centre - unit * mark.thickness / 2, unit * mark.thickness, p, q - p)

@@ -125,3 +125,14 @@ def test_extreme_values_and_bad_limits() -> None:
     ax.xlim = (0.0, 10.0)
     with pytest.raises(ValueError, match=r"xlim: \(0.0, 10.0\) is not a valid log range"):
         fig.svg("x")
+
+
+def test_values_that_are_not_numbers_are_left_out() -> None:
+    """A diverged run's loss (NaN, inf) neither breaks the axes nor draws a point."""
+    fig = Figure(cols=2)
+    fig.add_axes().plot([1, 2, 3, 4], [2.0, float("nan"), float("inf"), 1.0])
+    fig.add_axes().bar(["a", "b"], [float("nan"), 3.0])
+    svg = fig.svg("n")
+    assert "nan" not in svg.lower() and "inf" not in svg.lower()
+    line, bar = _marks(_parse(svg))
+    assert line.get("d").count("L") == 1 and bar.find(f"{SVG}title").text == "b: 3"
