@@ -14,7 +14,7 @@ The driver runs tasks itself, in process, with the same :class:`SegmentRunner`, 
 on doing so as one of the run's workers (one actor fewer to start and import). Embedded
 Ray is started in a background thread (:class:`RayStart`, 2.5-5 s on 2 cores) once the
 driver's first task of a segment shows more work left than starting Ray pays back
-(:data:`_RAY_PAYS_S`; at once with ``ray.start: always`` or when ``ray.actors`` sizes
+(:func:`ray_pays_s`; at once with ``ray.start: always`` or when ``ray.actors`` sizes
 the pool): a small run never starts it. A task's output does not depend on where it ran, so neither does the run's. On a joined cluster
 the driver only coordinates: its machine may be far from the data and is not counted in
 the cluster's CPUs.
@@ -22,12 +22,10 @@ the cluster's CPUs.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
-import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +39,7 @@ from dataforge.runtime.cluster import (
     resolve_run_paths,
     stop_embedded_ray,
 )
+from dataforge.runtime.driver_lanes import DriverLanes
 from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.progress import RunProgress
 from dataforge.runtime.ray_start import RayStart, exit_on_sigterm, ray_initialized
@@ -55,24 +54,39 @@ __all__ = ["RayExecutor", "RayStart", "run_on_ray"]
 
 
 _TAIL_CHECK_S = 5.0
+_DRIVER_THREADS = 2
+"""Threads of the driver's lane (:mod:`dataforge.runtime.driver_lanes`): two ran the peers
+recipe's first segment 1.36x as fast as one on 2 cores, a third added nothing."""
+_LANE_POLL_S = 0.05
+"""How long the driver waits for one of its own tasks before it looks at the actors'."""
 _ACTOR_START_S = 2.0
 """What a new actor costs before its first result (Ray's worker, imports, the segment's
 ops: 1.5-2 s measured on 2 busy cores). The driver lane starts the pool only when its
 own measured pace leaves more work than that in the segment."""
-_RAY_PAYS_S = 7.0
-"""Work left in a segment (driver seconds, at the driver's measured pace) above which
-starting embedded Ray pays back. Starting it costs ~3 s until the node is up plus
-:data:`_ACTOR_START_S` until an actor answers, and slows the driver's own tasks ~1.3x
-meanwhile; two cores give ~1.65x one (``benchmarks/core_sharing.py``). Measured on the
-``benchmarks/peers.py`` recipe, Ray begun at the first task against never (3 rounds,
-fresh processes): never faster by 0.5-0.9 s at 31 MB (~3.8 s of work left after the
-second task), by 0.4-1.2 s at 47 MB (~5.6 s), a tie within 0.2 s at 63 MB (~7.7 s)."""
+_RAY_START_COST_S = 2.76
+"""What starting embedded Ray costs, in seconds of the driver's work it has to save: ~3 s
+until the node is up plus :data:`_ACTOR_START_S` until an actor answers, during which the
+driver's own tasks run ~1.3x slower. Calibrated on 2 cores with a one-thread driver: Ray
+begun at the first task against never (``benchmarks/peers.py`` recipe, 3 rounds, fresh
+processes) was slower by 0.5-0.9 s at 31 MB (~3.8 s of work left after the second task),
+by 0.4-1.2 s at 47 MB (~5.6 s), a tie within 0.2 s at 63 MB (~7.7 s): break-even at ~7 s
+left, of which Ray, running it 1.65x as fast, saves 7 x (1 - 1 / 1.65) = 2.76 s."""
+_CORE_GAIN = 0.65
+"""What each core adds to one on this work: two give 1.65x (``benchmarks/core_sharing.py``)."""
+_THREADS_GAIN = 1.36
+"""The driver lane's two threads against one (:mod:`dataforge.runtime.driver_lanes`)."""
 
 
-def _ray_bar(first: bool) -> float:
-    """Work left above which Ray is begun: :data:`_RAY_PAYS_S`, twice that when only the
-    segment's first task (which carries its warm-up) has been timed."""
-    return _RAY_PAYS_S * (2 if first else 1)
+def ray_pays_s(num_cpus: int, threads: int) -> float:
+    """Work left in a segment (seconds at the driver's measured pace) above which starting
+    embedded Ray pays back: :data:`_RAY_START_COST_S` over the share of that time Ray
+    saves, running the work on the driver and ``num_cpus - 1`` actors instead of the
+    driver's ``threads``. 7 s with a one-thread driver on 2 CPUs, 15.7 s with two threads
+    (measured: at 94 MB, ~9 s of work left, the two-thread driver alone finished in 13.6 s,
+    with Ray 14.7 s); 5.1 s on 4 CPUs, 3.2 s on 16 (extrapolated, not measured here)."""
+    with_ray = 1 + _CORE_GAIN * (num_cpus - 1)
+    saved = 1 - (_THREADS_GAIN if threads > 1 else 1.0) / with_ray
+    return _RAY_START_COST_S / saved if saved > 0 else float("inf")
 
 
 def _alive_nodes() -> int:
@@ -134,6 +148,10 @@ class RayExecutor:
         # time on 2 CPUs. Not when ``ray.actors`` sets the pool: then it only helps until
         # the actors are warm.
         self.driver_lane = self.driver_helps and self.num_cpus >= 2 and not config.ray.actors
+        # The lane's threads (driver_lanes: the work outside the GIL on a second core);
+        # one while the driver only helps until a sized pool is warm.
+        self.driver_threads = min(_DRIVER_THREADS, self.num_cpus) if self.driver_lane else 1
+        self.ray_pays_s = ray_pays_s(self.num_cpus, self.driver_threads)
         self.actors: list[Any] = []
         self.warm: set[int] = set()  # id() of actors that have returned a task
         self.driver_tasks = 0
@@ -178,11 +196,14 @@ class RayExecutor:
         running: dict[ray.ObjectRef, Any] = {}
         idle: list[Any] = []
         pool: list[Any] | None = None
-        local: SegmentRunner | None = None
+        lanes = DriverLanes(
+            lambda: SegmentRunner(config, segment, str(work_dir)), self.driver_threads
+        )
+        timers: dict[str, threading.Timer] = {}  # of the driver's tasks in flight
         nodes = 0
-        driver_seconds: list[float] = []  # this segment's tasks the driver ran
+        driver_seconds: list[float] = []  # per task the driver ran: wall over its threads
         try:
-            while queue or running:
+            while queue or running or lanes.busy:
                 if self.starting is not None and not self.starting.begun:
                     self._begin_ray_if_it_pays(queue, driver_seconds)
                 if pool is None and self.ray_available and self._pool_pays(queue, driver_seconds):
@@ -190,18 +211,23 @@ class RayExecutor:
                     # With the driver as a lane, an actor holds a second task, so that it
                     # never waits for the driver to finish one of its own to be fed.
                     idle, nodes = list(pool) * (2 if self.driver_lane else 1), _alive_nodes()
+                    lanes.limit = 1  # the actors take the other cores
                 while idle and queue:
                     actor = idle.pop(0)
                     running[actor.run_task.remote(segment, queue.popleft())] = actor
-                if queue and self._driver_should_help(pool):
-                    local = local or SegmentRunner(config, segment, str(work_dir))
+                while queue and lanes.idle and self._driver_should_help(pool):
                     task = queue.popleft()
-                    started = time.perf_counter()
-                    with self._ray_begins_if_slow(len(queue), first=not driver_seconds):
-                        result = local.run_task(task)
-                    driver_seconds.append(time.perf_counter() - started)
-                    on_task(result)
-                    self.driver_tasks += 1
+                    lanes.submit(task)
+                    timer = self._ray_begins_if_slow(len(queue), first=not driver_seconds)
+                    if timer is not None:
+                        timers[task["task_id"]] = timer
+                if lanes.busy:
+                    for result, seconds in lanes.results(timeout=_LANE_POLL_S):
+                        if (timer := timers.pop(result["task_id"], None)) is not None:
+                            timer.cancel()
+                        driver_seconds.append(seconds / lanes.limit)
+                        on_task(result)
+                        self.driver_tasks += 1
                     idle += self._collect(running, on_task, timeout=0)
                     continue
                 if not running:  # Ray still starting and the driver may not help
@@ -220,10 +246,19 @@ class RayExecutor:
             # flight writes into the work directory after the failure is reported.
             self.close()
             raise
+        finally:
+            for timer in timers.values():
+                timer.cancel()
+            lanes.close()  # on a failure, cancels the driver's tasks still in flight
+
+    def _ray_bar(self, first: bool) -> float:
+        """Work left above which Ray is begun: :attr:`ray_pays_s`, twice that when only
+        the segment's first task (which carries its warm-up) has been timed."""
+        return self.ray_pays_s * (2 if first else 1)
 
     def _begin_ray_if_it_pays(self, queue: deque, driver_seconds: list[float]) -> None:
         """Embedded Ray is started only once a segment's work left, at the driver's
-        measured pace, is more than starting it pays back (:data:`_RAY_PAYS_S`): a small
+        measured pace, is more than starting it pays back (:func:`ray_pays_s`): a small
         run never starts it and finishes as fast as in process. The first task carries
         the segment's warm-up (first calls, caches: 0.35 s against 0.15 s for the next
         ones on the demo recipe), so its pace alone starts Ray only at twice the bar."""
@@ -231,27 +266,24 @@ class RayExecutor:
             return
         steady = driver_seconds[1:] or driver_seconds
         left = len(queue) * sum(steady) / len(steady)
-        if left > _ray_bar(first=len(driver_seconds) == 1):
+        if left > self._ray_bar(first=len(driver_seconds) == 1):
             self.starting.begin()
         else:
             self.most_work_left = max(self.most_work_left, left)
 
-    @contextlib.contextmanager
-    def _ray_begins_if_slow(self, left: int, first: bool) -> Iterator[None]:
-        """While the driver runs a task with ``left`` more in the segment and Ray not
-        begun: begin it as soon as the task has taken long enough that the tasks left,
-        each at least as long, pass the bar of :meth:`_begin_ray_if_it_pays` (a file
-        split into large tasks would otherwise start Ray only after the first one)."""
+    def _ray_begins_if_slow(self, left: int, first: bool) -> threading.Timer | None:
+        """For a task the driver starts with ``left`` more in the segment and Ray not
+        begun: a timer that begins Ray as soon as the task has taken long enough that the
+        tasks left, each at least as long (shared by the driver's threads), pass the bar of
+        :meth:`_begin_ray_if_it_pays` (a file split into large tasks would otherwise start
+        Ray only after the first one). The caller cancels it when the task ends."""
         if self.starting is None or self.starting.begun or left == 0:
-            yield
-            return
-        timer = threading.Timer(_ray_bar(first) / left, self.starting.begin)
+            return None
+        due = self._ray_bar(first) * self.driver_threads / left
+        timer = threading.Timer(due, self.starting.begin)
         timer.daemon = True
         timer.start()
-        try:
-            yield
-        finally:
-            timer.cancel()
+        return timer
 
     def _pool_pays(self, queue: deque, driver_seconds: list[float]) -> bool:
         """Whether to start (or take from the run's pool) the actors now. A pool that
@@ -397,7 +429,7 @@ def run_on_ray(
                 log(
                     f"Ray was not started: the work left, at most "
                     f"{executor.most_work_left:.1f} s at the driver's pace, never passed the "
-                    f"{_RAY_PAYS_S} s that starting it pays back (ray.start: always starts "
+                    f"{executor.ray_pays_s:.1f} s that starting it pays back (ray.start: always starts "
                     "it with the run)"
                 )
         # Leaving or stopping Ray stops the worker-log relay too, so that Ray's copies of a

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -39,7 +40,21 @@ from dataforge.runtime.failures import RunFailed, clear_task_failure, record_tas
 from dataforge.runtime.histograms import Distributions
 from dataforge.runtime.split_ids import is_split_with_ids, write_split_ids
 
-__all__ = ["Segment", "SegmentRunner", "build_segments", "make_op", "op_context"]
+__all__ = [
+    "Segment",
+    "SegmentRunner",
+    "TaskCancelled",
+    "build_segments",
+    "make_op",
+    "op_context",
+]
+
+
+class TaskCancelled(BaseException):
+    """A task stopped at a batch boundary because its runner's ``cancel`` event was set
+    (the run is stopping). Not an ``Exception``: it is no failure of the task, so it is
+    neither recorded nor retried; the task's staging directory is removed on the way out."""
+
 
 COPY = "_copy"
 
@@ -128,6 +143,7 @@ class SegmentRunner:
         self.declared = declared_encodings(config) if segment.final else {}
         self._split_ids: set[str] | None = None  # what a split of a file with id_key accepted
         self._records_read = 0
+        self.cancel: threading.Event | None = None  # set: the task in flight stops (driver lanes)
         for _, _, op in self.ops:
             op.setup()
         for op in (self.barrier_in, self.barrier_out):
@@ -220,6 +236,8 @@ class SegmentRunner:
             op.events.clear()
         started_all = _clock()
         for batch in self._input_batches(task, stats):
+            if self.cancel is not None and self.cancel.is_set():
+                raise TaskCancelled(task["task_id"])
             self._records_read += batch.num_rows
             if self.segment.index == 0:
                 for src, n in Counter(batch.column("source").to_pylist()).items():

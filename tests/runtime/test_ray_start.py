@@ -219,8 +219,6 @@ def test_embedded_ray_starts_only_when_the_work_left_pays_for_it(pipeline_file: 
     Ray only at twice the bar; from the second task on, the later tasks' pace decides."""
     from collections import deque
 
-    from dataforge.runtime.ray_runner import _RAY_PAYS_S
-
     config = _config(pipeline_file)
     two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
 
@@ -231,7 +229,8 @@ def test_embedded_ray_starts_only_when_the_work_left_pays_for_it(pipeline_file: 
             )
             return start.begun
 
-    pace = _RAY_PAYS_S / 10
+    with _unused_start() as start:
+        pace = RayExecutor(two, starting=start).ray_pays_s / 10
     assert not begun(50, [])  # nothing measured yet
     assert not begun(19, [pace])  # 1.9x the bar on the first task alone: wait
     assert begun(21, [pace])  # 2.1x
@@ -253,25 +252,28 @@ def test_a_slow_driver_task_begins_ray_before_it_ends(
 
     import dataforge.runtime.ray_runner as ray_runner
 
-    monkeypatch.setattr(ray_runner, "_RAY_PAYS_S", 1.0)  # margins of >= 0.4 s below
+    monkeypatch.setattr(ray_runner, "ray_pays_s", lambda cpus, threads: 0.5)
     config = _config(pipeline_file)
     two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
 
     def begun_during(seconds: float, left: int, first: bool) -> tuple[bool, bool]:
         with _unused_start() as start:
             executor = RayExecutor(two, starting=start)
-            with executor._ray_begins_if_slow(left, first):
-                time.sleep(seconds)
-                during = start.begun
-            due = 1.0 * (2 if first else 1) / max(left, 1)  # when the timer would fire
+            assert executor.driver_threads == 2  # the bar's work is shared by two threads
+            timer = executor._ray_begins_if_slow(left, first)
+            time.sleep(seconds)
+            during = start.begun
+            if timer is not None:
+                timer.cancel()
+            due = 0.5 * (2 if first else 1) * 2 / max(left, 1)  # when the timer would fire
             time.sleep(max(0.3, due - seconds + 0.3))  # a cancelled timer never fires later
             return during, start.begun
 
-    # first task: bar 2 x 1 s over 20 tasks left -> begins 0.1 s into the task
+    # first task: bar 2 x 0.5 s x 2 threads over 20 tasks left -> begins 0.1 s into it
     assert begun_during(0.5, left=20, first=True) == (True, True)
     # first task, 1 task left: 2 s -> a 0.1 s task does not begin it
     assert begun_during(0.1, left=1, first=True) == (False, False)
-    # a later task: 1 s / 1 left -> a 1.5 s task begins it; the first-task bar (2 s) not
+    # a later task: 0.5 s x 2 / 1 left -> a 1.5 s task begins it; the first-task bar not
     assert begun_during(1.5, left=1, first=False) == (True, True)
     assert begun_during(1.5, left=1, first=True) == (False, False)
     assert begun_during(0.5, left=0, first=True) == (False, False)  # nothing left
