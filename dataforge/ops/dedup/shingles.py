@@ -145,25 +145,26 @@ class ShingleSet:
         return ShingleSet(np.zeros(0, np.uint64), np.zeros(docs + 1, np.int64))
 
 
-_POWERS = np.ones(1, dtype=np.uint64)
-_INV_POWERS = np.ones(1, dtype=np.uint64)
+_POWER_TABLES = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))
 
 
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``P^i`` and ``P^-i`` for i < n (cached per process, grown by doubling)."""
-    global _POWERS, _INV_POWERS
-    if len(_POWERS) < n:
-        size = max(n, 2 * len(_POWERS))
+    """``P^i`` and ``P^-i`` for i < n (cached per process, grown by doubling). The two
+    tables are one object, read once and replaced whole: threads of the driver's lane
+    never see one table grown and the other not."""
+    global _POWER_TABLES
+    powers, inverses = _POWER_TABLES
+    if len(powers) < n:
+        size = max(n, 2 * len(powers))
         with np.errstate(over="ignore"):
             powers = np.full(size, _P, dtype=np.uint64)
             powers[0] = 1
-            inv = np.full(size, _P_INV, dtype=np.uint64)
-            inv[0] = 1
-            _POWERS, _INV_POWERS = (
-                np.cumprod(powers, dtype=np.uint64),
-                np.cumprod(inv, dtype=np.uint64),
-            )
-    return _POWERS[:n], _INV_POWERS[:n]
+            inverses = np.full(size, _P_INV, dtype=np.uint64)
+            inverses[0] = 1
+            powers = np.cumprod(powers, dtype=np.uint64)
+            inverses = np.cumprod(inverses, dtype=np.uint64)
+        _POWER_TABLES = (powers, inverses)
+    return powers[:n], inverses[:n]
 
 
 _GROUP_CODE_POINTS = 1 << 21
