@@ -1,6 +1,6 @@
 """Index-shard backends of the dedup planner: in-process objects or Ray actors.
 
-Both expose the same calls: ``call_one(shard, method, *args)`` (Ray: returns a ref),
+Both expose the same calls: ``call_one(shard, method, *args)`` (returns a ref or future),
 ``call_all(method)`` (results), ``broadcast(method, *args)`` (the same arguments to all), ``wait(pending)``, ``exchange(send, receive)`` (every
 shard's ``send`` output slot i goes to shard i's ``receive``; returns the receive results)
 and ``close()``. ``failures`` lists the exceptions that mean "a shard died: retry".
@@ -8,6 +8,7 @@ and ``close()``. ``failures`` lists the exceptions that mean "a shard died: retr
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from dataforge.ops.dedup.index import IndexShard
@@ -17,31 +18,50 @@ __all__ = ["LocalShards", "RayShards"]
 
 
 class LocalShards:
-    """Index shards as plain objects in this process (no Ray)."""
+    """Index shards as plain objects in this process (no Ray). With ``threaded``, each
+    shard has a thread of its own that runs its calls in the order they were made, as an
+    actor would: shards work side by side (their numpy and Arrow work outside the GIL)
+    while the driver reads the next part; without, every call runs at once in the caller."""
 
     failures: tuple[type[BaseException], ...] = ()
 
-    def __init__(self, count: int, method: DedupMethod, fixed: int = 0) -> None:
+    def __init__(self, count: int, method: DedupMethod, fixed: int = 0, threaded: bool = False):
         self.count = count
         self.shards = [IndexShard(count, method, fixed) for _ in range(count)]
+        self._threads = [
+            ThreadPoolExecutor(1, thread_name_prefix=f"dataforge-shard-{i}")
+            for i in range(count if threaded and count > 1 else 0)
+        ]
 
     def call_one(self, shard: int, method: str, *args: Any) -> Any:
-        return getattr(self.shards[shard], method)(*args)
+        call = getattr(self.shards[shard], method)
+        return self._threads[shard].submit(call, *args) if self._threads else call(*args)
+
+    def _on_each(self, calls: list[tuple[str, tuple]]) -> list[Any]:
+        """Shard i runs ``calls[i]``; the results in shard order."""
+        pending = [self.call_one(i, method, *args) for i, (method, args) in enumerate(calls)]
+        return [p.result() if isinstance(p, Future) else p for p in pending]
 
     def call_all(self, method: str) -> list[Any]:
-        return [getattr(s, method)() for s in self.shards]
+        return self._on_each([(method, ())] * self.count)
 
     def broadcast(self, method: str, *args: Any) -> list[Any]:
-        return [getattr(s, method)(*args) for s in self.shards]
+        return self._on_each([(method, args)] * self.count)
 
     def wait(self, pending: list[Any]) -> None:
-        """In-process calls have already finished; nothing is pending."""
+        """Wait for the calls ``call_one`` returned (a shard's error is raised here)."""
+        for call in pending:
+            if isinstance(call, Future):
+                call.result()
 
     def exchange(self, send: str, receive: str) -> list[Any]:
         sent = self.call_all(send)
-        return [getattr(s, receive)(*[out[i] for out in sent]) for i, s in enumerate(self.shards)]
+        return self._on_each([(receive, tuple(out[i] for out in sent)) for i in range(self.count)])
 
     def close(self) -> None:
+        for thread in self._threads:
+            thread.shutdown(wait=True, cancel_futures=True)
+        self._threads = []
         self.shards = []
 
 

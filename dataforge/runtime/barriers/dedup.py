@@ -42,7 +42,8 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +54,10 @@ import pyarrow.parquet as pq
 
 from dataforge.io import fs
 from dataforge.ops.dedup import DECISION_REASON, Dedup
-from dataforge.ops.dedup.buckets import MAX_NODE
 from dataforge.ops.dedup.star import star_clusters
 from dataforge.records import ORD
 from dataforge.runtime.barriers import BarrierContext
+from dataforge.runtime.barriers._dedup_keys import assign_keys
 from dataforge.runtime.barriers._dedup_shards import LocalShards, RayShards
 
 __all__ = ["MAX_ATTEMPTS", "SIGNATURE_META_KEY", "load_published", "plan"]
@@ -79,15 +80,17 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
     shards = op.config.index_shards or max(1, ctx.num_cpus)
     previous = [load_published(op.context.locate(p), op) for p in op.config.against]
     previous_table = pa.concat_tables(previous) if previous else None
-    keys = _assign_keys(op, ctx, tasks, previous_table)
+    keys = assign_keys(op, ctx, tasks, previous_table)
     n_prev = 0 if previous_table is None else previous_table.num_rows
 
     last_error: Exception | None = None
     for attempt in range(1, MAX_ATTEMPTS + 1):
         docs = sum(pq.ParquetFile(ctx.parts[t]).metadata.num_rows for t in tasks)
         distributed = ctx.ray_available and docs + n_prev > LOCAL_INDEX_MAX_DOCS
-        backend_cls = RayShards if distributed else LocalShards
-        backend = backend_cls(shards, op.method, n_prev)
+        if distributed:
+            backend = RayShards(shards, op.method, n_prev)
+        else:  # several CPUs: the shards' threads work side by side
+            backend = LocalShards(shards, op.method, n_prev, threaded=ctx.num_cpus > 1)
         try:
             edges, sims, stats = _cluster(op, ctx, tasks, keys, previous_table, backend, attempt)
             break
@@ -105,65 +108,6 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
     summary = _write_outputs(op, ctx, tasks, keys, n_prev, stars)
     summary.update(stats, attempts=attempt, index_shards=shards, against_docs=n_prev)
     return summary
-
-
-# -- keys ------------------------------------------------------------------------------
-
-
-class _Keys:
-    """Record keys per task, and ids/sources by key (for cluster ids and audit)."""
-
-    def __init__(self, per_task: dict[str, np.ndarray], ids: pa.Array, sources: pa.Array):
-        self.per_task = per_task
-        self.ids = ids
-        self.sources = sources
-
-
-def _assign_keys(
-    op: Dedup, ctx: BarrierContext, tasks: list[str], previous: pa.Table | None
-) -> _Keys:
-    prefer = {s: i for i, s in enumerate(op.config.keep.prefer_source)}
-    cols = {"origin": [], "rank": [], "id": [], "source": [], "task": [], "ord": []}
-    sizes = []
-    if previous is not None:
-        n = previous.num_rows
-        cols["origin"].append(np.zeros(n, np.int8))
-        cols["rank"].append(np.zeros(n, np.int32))
-        cols["id"].append(previous.column("id"))
-        cols["source"].append(previous.column("source"))
-        cols["task"].append(np.full(n, -1, np.int32))
-        cols["ord"].append(np.arange(n, dtype=np.int64))
-    for t, task in enumerate(tasks):
-        table = pq.read_table(ctx.parts[task], columns=["id", "source", ORD])
-        sources = table.column("source").to_pylist()
-        sizes.append(table.num_rows)
-        cols["origin"].append(np.ones(table.num_rows, np.int8))
-        cols["rank"].append(np.array([prefer.get(s, len(prefer)) for s in sources], np.int32))
-        cols["id"].append(table.column("id"))
-        cols["source"].append(table.column("source"))
-        cols["task"].append(np.full(table.num_rows, t, np.int32))
-        cols["ord"].append(table.column(ORD).to_numpy())
-    flat = {
-        k: (pa.chunked_array(v, pa.string()) if k in ("id", "source") else np.concatenate(v))
-        for k, v in cols.items()
-        if v
-    }
-    if not flat:
-        return _Keys({}, pa.array([], pa.string()), pa.array([], pa.string()))
-    table = pa.table(flat)
-    if table.num_rows > MAX_NODE:
-        raise ValueError(f"dedup: {table.num_rows} records exceed the {MAX_NODE} keys of one run")
-    order = pc.sort_indices(
-        table, sort_keys=[(c, "ascending") for c in ("origin", "rank", "id", "task", "ord")]
-    ).to_numpy()
-    keys = np.empty(len(order), dtype=np.int64)
-    keys[order] = np.arange(len(order))
-    n_prev = 0 if previous is None else previous.num_rows
-    bounds = np.cumsum([n_prev, *sizes])
-    per_task = {task: keys[bounds[i] : bounds[i + 1]] for i, task in enumerate(tasks)}
-    ids = table.column("id").take(pa.array(order)).combine_chunks()
-    sources = table.column("source").take(pa.array(order)).combine_chunks()
-    return _Keys(per_task, ids, sources)
 
 
 # -- index and components -------------------------------------------------------------
@@ -239,9 +183,8 @@ def _stream(backend, send, op, ctx, tasks, keys, previous, with_text: bool = Fal
         prev_keys = np.arange(previous.num_rows, dtype=np.int64)
         pending += send(backend, op, previous.column(column).combine_chunks(), prev_keys)
         count += previous.num_rows
-    for i, task in enumerate(tasks):
-        columns = [column, "text", "lang"] if with_text else [column]
-        table = pq.read_table(ctx.parts[task], columns=columns)
+    columns = [column, "text", "lang"] if with_text else [column]
+    for i, (task, table) in enumerate(zip(tasks, _read_ahead(ctx, tasks, columns), strict=True)):
         sigs = table.column(column).combine_chunks()
         count += len(sigs) - sigs.null_count
         extra = {"texts": table.select(["text", "lang"])} if with_text else {}
@@ -251,6 +194,19 @@ def _stream(backend, send, op, ctx, tasks, keys, previous, with_text: bool = Fal
             pending = []
     backend.wait(pending)
     return count
+
+
+def _read_ahead(ctx: BarrierContext, tasks: list[str], columns: list[str]) -> Iterator[pa.Table]:
+    """The tasks' parts in order, the next one read by a thread while the caller works on
+    the current one (Parquet decoding runs outside the GIL)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="dataforge-read-ahead") as reader:
+        read = functools.partial(pq.read_table, columns=columns)
+        ahead = reader.submit(read, ctx.parts[tasks[0]]) if tasks else None
+        for i in range(len(tasks)):
+            table = ahead.result()
+            if i + 1 < len(tasks):
+                ahead = reader.submit(read, ctx.parts[tasks[i + 1]])
+            yield table
 
 
 def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
