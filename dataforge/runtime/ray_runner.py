@@ -218,7 +218,8 @@ class RayExecutor:
                 while queue and lanes.idle and self._driver_should_help(pool):
                     task = queue.popleft()
                     lanes.submit(task)
-                    timer = self._ray_begins_if_slow(len(queue), first=not driver_seconds)
+                    first = len(driver_seconds) < self.driver_threads  # a warm-up task
+                    timer = self._ray_begins_if_slow(len(queue), first=first)
                     if timer is not None:
                         timers[task["task_id"]] = timer
                 if lanes.busy:
@@ -259,14 +260,16 @@ class RayExecutor:
     def _begin_ray_if_it_pays(self, queue: deque, driver_seconds: list[float]) -> None:
         """Embedded Ray is started only once a segment's work left, at the driver's
         measured pace, is more than starting it pays back (:func:`ray_pays_s`): a small
-        run never starts it and finishes as fast as in process. The first task carries
-        the segment's warm-up (first calls, caches: 0.35 s against 0.15 s for the next
-        ones on the demo recipe), so its pace alone starts Ray only at twice the bar."""
+        run never starts it and finishes as fast as in process. Each driver thread's first
+        task carries the warm-up of its runner (first calls, caches: 0.35 s against 0.15 s
+        for the next ones on the demo recipe), so their pace alone starts Ray only at twice
+        the bar."""
         if not driver_seconds:
             return
-        steady = driver_seconds[1:] or driver_seconds
+        warm_up = self.driver_threads
+        steady = driver_seconds[warm_up:] or driver_seconds
         left = len(queue) * sum(steady) / len(steady)
-        if left > self._ray_bar(first=len(driver_seconds) == 1):
+        if left > self._ray_bar(first=len(driver_seconds) <= warm_up):
             self.starting.begin()
         else:
             self.most_work_left = max(self.most_work_left, left)

@@ -215,8 +215,8 @@ def test_the_lane_starts_actors_only_for_work_that_pays_for_them(pipeline_file: 
 
 
 def test_embedded_ray_starts_only_when_the_work_left_pays_for_it(pipeline_file: Path) -> None:
-    """The driver's first task of a segment carries its warm-up: its pace alone starts
-    Ray only at twice the bar; from the second task on, the later tasks' pace decides."""
+    """Each driver thread's first task of a segment carries its warm-up: their pace alone
+    starts Ray only at twice the bar; after them, the later tasks' pace decides."""
     from collections import deque
 
     config = _config(pipeline_file)
@@ -234,8 +234,9 @@ def test_embedded_ray_starts_only_when_the_work_left_pays_for_it(pipeline_file: 
     assert not begun(50, [])  # nothing measured yet
     assert not begun(19, [pace])  # 1.9x the bar on the first task alone: wait
     assert begun(21, [pace])  # 2.1x
-    assert begun(11, [100.0, pace])  # 1.1x at the second task's pace, first one ignored
-    assert not begun(10, [pace / 100, pace, pace])  # exactly the bar: not more than it
+    assert not begun(19, [pace, pace])  # the second thread's first task: still warm-up
+    assert begun(11, [100.0, 100.0, pace])  # 1.1x at the third task's pace, warm-ups ignored
+    assert not begun(10, [pace / 100, pace / 100, pace, pace])  # exactly the bar: not more
     for asked in ({"actors": 1}, {"start": "always"}):  # Ray at once, as asked
         config = dataclasses.replace(two, ray=dataclasses.replace(two.ray, **asked))
         with _unused_start() as start:
