@@ -110,7 +110,7 @@ class _Scale:
             low = math.log10(self.lo)
             t = (math.log10(value) - low) / (math.log10(self.hi) - low)
         else:
-            t = (value - self.lo) / (self.hi - self.lo)
+            t = (min(max(value, -1e300), 1e300) - self.lo) / (self.hi - self.lo)
         return self.a + t * (self.b - self.a)
 
     def ticks(self, target: int) -> list[tuple[float, str]]:
@@ -137,16 +137,18 @@ def _scale(ax: Axes, axis: str) -> _Scale:
         return _Scale(kind, lo, hi, [])
     extent = ax.extent(axis)
     lo, hi = extent if extent else ((1.0, 10.0) if kind == "log" else (0.0, 1.0))
-    if kind == "log" and ax.has_base(axis):  # bars: whole decades, at most 30 of them
-        top = min(math.ceil(math.log10(hi)), 307)
-        bottom = max(math.floor(math.log10(lo)), top - 30)
-        return _Scale(kind, 10.0**bottom, 10.0 ** max(top, bottom + 1), [])
-    if kind == "log":  # lines: 4% of the span in log space each side, at most 30 decades
-        top, bottom = math.log10(hi), max(math.log10(lo), math.log10(hi) - 30)
-        pad = 0.04 * (top - bottom) if top > bottom else 0.3
-        return _Scale(kind, 10.0 ** (bottom - pad), 10.0 ** min(top + pad, 308), [])
-    if not hi - lo > 1e-300 * max(1.0, abs(lo)):
-        lo, hi = (lo - 1, hi + 1) if lo else (0.0, 1.0)
+    if kind == "log":  # at most 30 decades, inside 1e-300..1e300 (floats' safe range)
+        top = min(max(math.log10(hi), -299.0), 300.0)
+        bottom = min(max(math.log10(lo), top - 30, -300.0), top)
+        if ax.has_base(axis):  # bars: whole decades
+            top, bottom = math.ceil(top), math.floor(bottom)
+            return _Scale(kind, 10.0**bottom, 10.0 ** max(top, bottom + 1), [])
+        pad = 0.04 * (top - bottom) if top > bottom else 0.3  # lines: 4% each side
+        return _Scale(kind, 10.0 ** (bottom - pad), 10.0 ** (top + pad), [])
+    lo, hi = max(lo, -1e300), min(hi, 1e300)  # the range itself must stay finite
+    if not hi - lo > 1e-12 * max(abs(lo), abs(hi)):  # one value: a range around it
+        delta = max(abs(lo) * 0.05, 1.0) if lo else 0.5
+        lo, hi = (lo - delta, hi + delta) if lo else (0.0, 1.0)
     if lo == 0.0:  # bars and histograms stand on 0: the top up to the next tick
         step = linear_ticks(lo, hi)[1]
         return _Scale(kind, lo, max(step, math.ceil(hi / step - 1e-9) * step), [])
