@@ -252,6 +252,12 @@ class RayExecutor:
                 timer.cancel()
             lanes.close()  # on a failure, cancels the driver's tasks still in flight
 
+    def _pace(self, driver_seconds: list[float]) -> float:
+        """Seconds per task at the driver's steady pace: each thread's first task (its
+        runner's warm-up) left out while later ones exist."""
+        steady = driver_seconds[self.driver_threads :] or driver_seconds
+        return sum(steady) / len(steady)
+
     def _ray_bar(self, first: bool) -> float:
         """Work left above which Ray is begun: :attr:`ray_pays_s`, twice that when only
         the segment's first task (which carries its warm-up) has been timed."""
@@ -266,10 +272,8 @@ class RayExecutor:
         the bar."""
         if not driver_seconds:
             return
-        warm_up = self.driver_threads
-        steady = driver_seconds[warm_up:] or driver_seconds
-        left = len(queue) * sum(steady) / len(steady)
-        if left > self._ray_bar(first=len(driver_seconds) <= warm_up):
+        left = len(queue) * self._pace(driver_seconds)
+        if left > self._ray_bar(first=len(driver_seconds) <= self.driver_threads):
             self.starting.begin()
         else:
             self.most_work_left = max(self.most_work_left, left)
@@ -299,7 +303,7 @@ class RayExecutor:
             return True
         if not driver_seconds:
             return False
-        return len(queue) * sum(driver_seconds) / len(driver_seconds) > _ACTOR_START_S
+        return len(queue) * self._pace(driver_seconds) > _ACTOR_START_S
 
     def _driver_should_help(self, pool: list[Any] | None) -> bool:
         if not self.driver_helps:

@@ -207,6 +207,8 @@ def test_the_lane_starts_actors_only_for_work_that_pays_for_them(pipeline_file: 
         assert not lane._pool_pays(deque(range(9)), [])  # the driver runs one task first
         assert lane._pool_pays(deque(range(5)), [pace, pace])  # 5 tasks left > 4
         assert not lane._pool_pays(deque(range(4)), [pace])  # 4 left: not more than it
+        # each of the driver's two threads' first tasks (warm-up) is left out of the pace
+        assert not lane._pool_pays(deque(range(4)), [100.0, 100.0, pace])
         lane.actors = ["an actor of an earlier segment"]
         assert lane._pool_pays(deque(range(1)), [])  # an existing pool is free to use
         sized = dataclasses.replace(two, ray=dataclasses.replace(two.ray, actors=1))
