@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from dataforge.report.charts import Axes, Figure
 
-__all__ = ["linear_ticks", "log_ticks", "render_figure", "text_width"]
+__all__ = ["linear_ticks", "log_labels", "log_ticks", "render_figure", "scientific", "text_width"]
 
 FONT = 11  # px of tick labels and legends; titles and axis labels 12
 GRID, SPINE, INK = "#e6e6e6", "#555", "#222"
@@ -72,23 +72,27 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     return ticks
 
 
+def scientific(value: float) -> str:
+    """``value`` as ``2.5×10⁻⁵`` (``10⁶`` for a mantissa of 1, ``0`` for zero)."""
+    if value == 0:
+        return "0"
+    exponent = math.floor(math.log10(abs(value)) + 1e-9)
+    mantissa = round(value / 10.0**exponent, 2)
+    power = "10" + str(exponent).translate(_SUPERSCRIPT)
+    return power if mantissa == 1 else "-" + power if mantissa == -1 else f"{mantissa:g}×{power}"
+
+
 def log_labels(ticks: list[float]) -> list[str]:
     """Plain numbers when every tick is within 0.01..10^5, else ``10⁶`` and ``2×10⁶``."""
     if all(0.01 <= t < 1e5 for t in ticks):
         return [f"{t:g}" for t in ticks]
-    labels = []
-    for t in ticks:
-        exponent = math.floor(math.log10(t) + 1e-9)
-        mantissa = round(t / 10.0**exponent)
-        power = "10" + str(exponent).translate(_SUPERSCRIPT)
-        labels.append(power if mantissa == 1 else f"{mantissa}×{power}")
-    return labels
+    return [scientific(t) for t in ticks]
 
 
 def _linear_labels(ticks: list[float], step: float) -> list[str]:
     top = max((abs(t) for t in ticks), default=0.0)
-    if top >= 1e7 or 0 < top < 1e-3:
-        return [f"{t:.3g}" for t in ticks]
+    if top >= 1e7 or 0 < top < 1e-3:  # a learning rate, a count of tokens
+        return [scientific(t) for t in ticks]
     exponent = math.floor(math.log10(step) + 1e-9)
     decimals = max(0, -exponent + (round(step / 10.0**exponent, 6) == 2.5))
     return [f"{t:,.{decimals}f}" for t in ticks]

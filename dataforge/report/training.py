@@ -50,10 +50,14 @@ def _series(records: list[dict[str, Any]], key: str) -> tuple[np.ndarray, np.nda
 
 
 def _ema(values: np.ndarray) -> np.ndarray:
-    out, raw = np.empty_like(values), 0.0
+    """Bias-corrected exponential moving average; a value that is not finite (a step whose
+    loss was NaN) is skipped: it gets no point and does not end the curve."""
+    out, raw, seen = np.full_like(values, np.nan), 0.0, 0
     for i, v in enumerate(values):
-        raw = SMOOTHING * raw + (1 - SMOOTHING) * v
-        out[i] = raw / (1 - SMOOTHING ** (i + 1))
+        if not np.isfinite(v):
+            continue
+        raw, seen = SMOOTHING * raw + (1 - SMOOTHING) * v, seen + 1
+        out[i] = raw / (1 - SMOOTHING**seen)
     return out
 
 

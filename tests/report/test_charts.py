@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataforge.report.charts import Figure
-from dataforge.report.svg import linear_ticks, log_labels, log_ticks, text_width
+from dataforge.report.svg import linear_ticks, log_labels, log_ticks, scientific, text_width
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -152,3 +152,30 @@ def test_log_axes_at_the_ends_of_the_float_range(value: float, kind: str) -> Non
         ax.plot([0, 1], [value, 1.0])
     marks = _marks(_parse(fig.svg("e")))
     assert len(marks) == (2 if kind == "bar" else 1)
+
+
+def test_scientific_labels() -> None:
+    values = (0, 1e-4, 5e-5, 2.5e-5, -3e-6, 1.5e8, -1e-5)
+    assert [scientific(v) for v in values] == [
+        "0", "10⁻⁴", "5×10⁻⁵", "2.5×10⁻⁵", "-3×10⁻⁶", "1.5×10⁸", "-10⁻⁵"
+    ]  # fmt: skip
+    fig = Figure()
+    fig.add_axes().plot([0, 1], [0.0, 1e-4])  # a learning rate
+    texts = {t.text for t in _parse(fig.svg("lr")).iter(f"{SVG}text")}
+    assert {"2×10⁻⁵", "10⁻⁴"} <= texts
+
+
+def test_a_nan_loss_neither_ends_the_smoothed_curve_nor_draws_a_point(tmp_path) -> None:
+    import json
+
+    from dataforge.report import write_report
+
+    records = [{"applied": 1.0, "step": s, "loss": 2.0 - s / 100, "lr": 1e-3, "grad_norm": 1.0,
+                "tokens_per_s": 10.0, "step_time_s": 0.1} for s in range(1, 21)]  # fmt: skip
+    records[9]["loss"] = float("nan")
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    html = write_report(tmp_path).read_text(encoding="utf-8")
+    loss = html[html.index('data-plot="loss"') :]
+    loss = loss[: loss.index("</svg>")]
+    raw, smoothed = re.findall(r'id="data-loss-\d+" d="([^"]+)"', loss)
+    assert raw.count("L") == smoothed.count("L") == 18  # 19 finite steps: 18 segments
