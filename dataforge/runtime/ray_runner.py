@@ -42,7 +42,7 @@ from dataforge.runtime.cluster import (
 from dataforge.runtime.driver_lanes import DriverLanes
 from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.progress import RunProgress
-from dataforge.runtime.ray_start import RayStart, exit_on_sigterm, ray_initialized
+from dataforge.runtime.ray_start import RayStart, exit_on_sigterm, ray_initialized, ray_pays_s
 from dataforge.runtime.segments import Segment, SegmentRunner
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
     from dataforge.runtime.ray_metrics import RayMetrics
 
-__all__ = ["RayExecutor", "RayStart", "run_on_ray"]
+__all__ = ["RayExecutor", "RayStart", "ray_pays_s", "run_on_ray"]
 
 
 _TAIL_CHECK_S = 5.0
@@ -63,30 +63,6 @@ _ACTOR_START_S = 2.0
 """What a new actor costs before its first result (Ray's worker, imports, the segment's
 ops: 1.5-2 s measured on 2 busy cores). The driver lane starts the pool only when its
 own measured pace leaves more work than that in the segment."""
-_RAY_START_COST_S = 2.76
-"""What starting embedded Ray costs, in seconds of the driver's work it has to save: ~3 s
-until the node is up plus :data:`_ACTOR_START_S` until an actor answers, during which the
-driver's own tasks run ~1.3x slower. Calibrated on 2 cores with a one-thread driver: Ray
-begun at the first task against never (``benchmarks/peers.py`` recipe, 3 rounds, fresh
-processes) was slower by 0.5-0.9 s at 31 MB (~3.8 s of work left after the second task),
-by 0.4-1.2 s at 47 MB (~5.6 s), a tie within 0.2 s at 63 MB (~7.7 s): break-even at ~7 s
-left, of which Ray, running it 1.65x as fast, saves 7 x (1 - 1 / 1.65) = 2.76 s."""
-_CORE_GAIN = 0.65
-"""What each core adds to one on this work: two give 1.65x (``benchmarks/core_sharing.py``)."""
-_THREADS_GAIN = 1.36
-"""The driver lane's two threads against one (:mod:`dataforge.runtime.driver_lanes`)."""
-
-
-def ray_pays_s(num_cpus: int, threads: int) -> float:
-    """Work left in a segment (seconds at the driver's measured pace) above which starting
-    embedded Ray pays back: :data:`_RAY_START_COST_S` over the share of that time Ray
-    saves, running the work on the driver and ``num_cpus - 1`` actors instead of the
-    driver's ``threads``. 7 s with a one-thread driver on 2 CPUs, 15.7 s with two threads
-    (measured: at 94 MB, ~9 s of work left, the two-thread driver alone finished in 13.6 s,
-    with Ray 14.7 s); 5.1 s on 4 CPUs, 3.2 s on 16 (extrapolated, not measured here)."""
-    with_ray = 1 + _CORE_GAIN * (num_cpus - 1)
-    saved = 1 - (_THREADS_GAIN if threads > 1 else 1.0) / with_ray
-    return _RAY_START_COST_S / saved if saved > 0 else float("inf")
 
 
 def _alive_nodes() -> int:
