@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -248,6 +249,7 @@ def train(
         raise ConfigError("precision fp16 with fsdp is not supported (no sharded scaler); use bf16")
     config = resolve_model(config)
     env = init_distributed(config)
+    run: Run | None = None
     try:
         objective = build_objective(stage, config)
         if source is None:
@@ -266,7 +268,15 @@ def train(
         return result
     finally:
         if env.owns_group:
+            # Free the model and optimizer (DDP's reducer, FSDP's state: cycles that hold
+            # the group and gloo's finished work) while the interpreter is alive: freed at
+            # interpreter exit, gloo's threads take the GIL of a finalizing interpreter and
+            # the process aborts ("terminate called without an active exception", seen in
+            # CI after a completed run).
+            run = None
+            gc.collect()
             torch.distributed.destroy_process_group()
+            gc.collect()
 
 
 def resolve_steps(config: TrainerConfig, source: BatchSource, env: DistEnv) -> TrainerConfig:
