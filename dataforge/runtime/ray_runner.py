@@ -42,13 +42,18 @@ from dataforge.runtime.cluster import (
 from dataforge.runtime.driver_lanes import DriverLanes
 from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.progress import RunProgress
-from dataforge.runtime.ray_start import RayStart, exit_on_sigterm, ray_initialized, ray_pays_s
+from dataforge.runtime.ray_start import (
+    MetricsOnceUp,
+    RayStart,
+    exit_on_sigterm,
+    ray_initialized,
+    ray_pays_s,
+)
 from dataforge.runtime.segments import Segment, SegmentRunner
 
 if TYPE_CHECKING:
     import ray
 
-    from dataforge.runtime.ray_metrics import RayMetrics
 
 __all__ = ["RayExecutor", "RayStart", "ray_pays_s", "run_on_ray"]
 
@@ -325,33 +330,6 @@ class RayExecutor:
         self.actors = []
 
 
-class _MetricsOnceUp:
-    """A progress listener that records into :class:`RayMetrics` once Ray is up; the
-    events of tasks the driver committed before are kept and replayed then."""
-
-    def __init__(self, config: PipelineConfig, starting: RayStart) -> None:
-        self.config, self.starting = config, starting
-        self.metrics: RayMetrics | None = None
-        self.pending: list[tuple[str, tuple]] = []
-
-    def _forward(self, method: str, args: tuple) -> None:
-        self.pending.append((method, args))
-        if self.metrics is None and self.starting.where is not None:
-            from dataforge.runtime.ray_metrics import RayMetrics  # Ray is up: imported
-
-            self.metrics = RayMetrics(self.config)
-        if self.metrics is not None:
-            for name, pending_args in self.pending:
-                getattr(self.metrics, name)(*pending_args)
-            self.pending = []
-
-    def task_committed(self, segment: int, stats: dict[str, Any], input_bytes: int) -> None:
-        self._forward("task_committed", (segment, stats, input_bytes))
-
-    def phase_finished(self, name: str, seconds: float) -> None:
-        self._forward("phase_finished", (name, seconds))
-
-
 def run_on_ray(
     config: PipelineConfig,
     out: str | Path,
@@ -391,7 +369,7 @@ def run_on_ray(
         else:
             restores.append(exit_on_sigterm())
             starts.append(RayStart(joined, begin=False))  # the executor begins it
-            progress.listeners = (*progress.listeners, _MetricsOnceUp(config, starts[0]))
+            progress.listeners = (*progress.listeners, MetricsOnceUp(config, starts[0]))
             executor = RayExecutor(config, starting=starts[0])
         executors.append(executor)
         return executor

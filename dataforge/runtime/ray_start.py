@@ -12,8 +12,14 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["RayStart", "exit_on_sigterm", "ray_initialized", "ray_pays_s"]
+from dataforge.config import PipelineConfig
+
+if TYPE_CHECKING:
+    from dataforge.runtime.ray_metrics import RayMetrics
+
+__all__ = ["MetricsOnceUp", "RayStart", "exit_on_sigterm", "ray_initialized", "ray_pays_s"]
 
 _RAY_START_COST_S = 2.76
 """What starting embedded Ray costs, in seconds of the driver's work it has to save: ~3 s
@@ -132,3 +138,30 @@ def exit_on_sigterm() -> Callable[[], None]:
         return lambda: None
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class MetricsOnceUp:
+    """A progress listener that records into :class:`RayMetrics` once Ray is up; the
+    events of tasks the driver committed before are kept and replayed then."""
+
+    def __init__(self, config: PipelineConfig, starting: RayStart) -> None:
+        self.config, self.starting = config, starting
+        self.metrics: RayMetrics | None = None
+        self.pending: list[tuple[str, tuple]] = []
+
+    def _forward(self, method: str, args: tuple) -> None:
+        self.pending.append((method, args))
+        if self.metrics is None and self.starting.where is not None:
+            from dataforge.runtime.ray_metrics import RayMetrics  # Ray is up: imported
+
+            self.metrics = RayMetrics(self.config)
+        if self.metrics is not None:
+            for name, pending_args in self.pending:
+                getattr(self.metrics, name)(*pending_args)
+            self.pending = []
+
+    def task_committed(self, segment: int, stats: dict[str, Any], input_bytes: int) -> None:
+        self._forward("task_committed", (segment, stats, input_bytes))
+
+    def phase_finished(self, name: str, seconds: float) -> None:
+        self._forward("phase_finished", (name, seconds))
