@@ -61,7 +61,7 @@ def main() -> int:
         pages: dict[str, int] = {}
         for _ in range(args.rounds):
             for kind, tree in trees.items():
-                page = Path(tmp) / f"report-{len(pages)}-{kind.replace(' ', '_')}.html"
+                page = Path(tmp) / f"report-{kind.replace(' ', '_')}.html"
                 proc = subprocess.run(
                     [sys.executable, "-c", CHILD, str(tree), str(args.run), str(page)],
                     capture_output=True, text=True, check=True,

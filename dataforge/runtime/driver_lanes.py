@@ -1,12 +1,12 @@
 """Threads of the driver that run a segment's tasks (the driver's lane of the Ray executor).
 
 Much of a task's work runs outside the GIL: Arrow's compute kernels (clean's regex passes,
-filters, takes), Parquet reading and writing, rjieba's segmentation, numpy's sorts. A second
+filters, takes), Parquet reading and writing, numpy's sorts. A second
 thread in the driver puts the second core to that part without starting anything: on 2
 cores, two threads run the ``benchmarks/peers.py`` recipe's first segment 1.36x as fast as
 one (31 MB: 4.35 -> 3.2 s; 94 MB: 12.6 -> 9.2 s), more than embedded Ray's node and actor
-net on such a machine below ~100 MB. A third thread added nothing measurable: the Python
-part holds the GIL.
+net on such a machine below ~100 MB. A third thread added nothing measurable: the rest
+holds the GIL (rjieba's segmentation among it: two threads running it alone, 0.91x one).
 
 Each thread builds its own :class:`SegmentRunner` (its own ops; models are read-only and
 process caches are safe to share) on its first task. Results go back to the calling
@@ -55,7 +55,8 @@ class DriverLanes:
     def submit(self, task: dict[str, Any]) -> None:
         if self.idle <= 0:
             raise RuntimeError("submit: every lane is busy")
-        if len(self._workers) < self.threads and self.busy == len(self._workers):
+        if len(self._workers) <= self.busy:  # every thread has a task: one more (lazily,
+            # so a segment of one task builds one runner)
             worker = threading.Thread(
                 target=self._work, name=f"dataforge-lane-{len(self._workers)}", daemon=True
             )
@@ -67,18 +68,18 @@ class DriverLanes:
     def results(self, timeout: float) -> list[tuple[dict[str, Any], float]]:
         """The tasks finished within ``timeout`` (waits for the first, then takes whatever
         else has finished), each with its wall seconds. A task's exception is raised here."""
-        done = []
-        try:
-            item = self._outbox.get(timeout=timeout)
-            while True:
-                self.busy -= 1
-                stats, seconds, error = item
-                if error is not None:
-                    raise error
-                done.append((stats, seconds))
-                item = self._outbox.get_nowait()
-        except queue.Empty:
-            pass
+        done: list[tuple[dict[str, Any], float]] = []
+        block = True
+        while self.busy:
+            try:
+                stats, seconds, error = self._outbox.get(block, timeout)
+            except queue.Empty:
+                break
+            self.busy -= 1
+            if error is not None:
+                raise error
+            done.append((stats, seconds))
+            block = False
         return done
 
     def close(self) -> None:

@@ -15,8 +15,9 @@ on doing so as one of the run's workers (one actor fewer to start and import). E
 Ray is started in a background thread (:class:`RayStart`, 2.5-5 s on 2 cores) once the
 driver's first task of a segment shows more work left than starting Ray pays back
 (:func:`ray_pays_s`; at once with ``ray.start: always`` or when ``ray.actors`` sizes
-the pool): a small run never starts it. A task's output does not depend on where it ran, so neither does the run's. On a joined cluster
-the driver only coordinates: its machine may be far from the data and is not counted in
+the pool): a small run never starts it. The driver's lane is two threads
+(:mod:`dataforge.runtime.driver_lanes`) until actors run. A task's output does not depend
+on where it ran, so neither does the run's. On a joined cluster the driver only coordinates: its machine may be far from the data and is not counted in
 the cluster's CPUs.
 """
 
@@ -240,8 +241,8 @@ class RayExecutor:
         return sum(steady) / len(steady)
 
     def _ray_bar(self, first: bool) -> float:
-        """Work left above which Ray is begun: :attr:`ray_pays_s`, twice that when only
-        the segment's first task (which carries its warm-up) has been timed."""
+        """Work left above which Ray is begun: :attr:`ray_pays_s`, twice that while only
+        warm-up tasks (each driver thread's first of the segment) have been timed."""
         return self.ray_pays_s * (2 if first else 1)
 
     def _begin_ray_if_it_pays(self, queue: deque, driver_seconds: list[float]) -> None:

@@ -103,8 +103,7 @@ class _Runner:
             raise ValueError("bad record in fail")
         if task["task_id"] == "wait":
             self.started.set()
-            while not self.cancel.wait(0.01):
-                pass
+            assert self.cancel.wait(30)
             raise TaskCancelled("wait")
         return {"task_id": task["task_id"]}
 
@@ -137,3 +136,20 @@ def test_ray_pays_back_later_when_the_driver_has_two_threads() -> None:
     assert ray_pays_s(2, 2) == pytest.approx(15.7, abs=0.1)
     assert ray_pays_s(16, 2) < ray_pays_s(4, 2) < ray_pays_s(2, 2)
     assert ray_pays_s(1, 1) == float("inf")  # one CPU: nothing to gain
+
+
+def test_a_runner_that_cannot_be_built_fails_in_the_caller() -> None:
+    """An op that cannot load in a lane thread (a model file gone since ``validate``)
+    reaches the driver's thread as its own error; zero threads is no valid lane."""
+
+    def broken() -> _Runner:
+        raise FileNotFoundError("models/zh.bin: no such file")
+
+    lanes = DriverLanes(broken, threads=2)
+    lanes.submit({"task_id": "a"})
+    with pytest.raises(FileNotFoundError, match="models/zh.bin"):
+        lanes.results(timeout=5)
+    assert lanes.busy == 0 and lanes.results(timeout=0.01) == []
+    lanes.close()
+    with pytest.raises(ValueError, match="threads: 0 is not valid; valid: >= 1"):
+        DriverLanes(broken, threads=0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,13 +17,13 @@ from dataforge.runtime.barriers import BarrierContext
 __all__ = ["Keys", "assign_keys"]
 
 
+@dataclasses.dataclass
 class Keys:
     """Record keys per task, and ids/sources by key (for cluster ids and audit)."""
 
-    def __init__(self, per_task: dict[str, np.ndarray], ids: pa.Array, sources: pa.Array):
-        self.per_task = per_task
-        self.ids = ids
-        self.sources = sources
+    per_task: dict[str, np.ndarray]
+    ids: pa.Array
+    sources: pa.Array
 
 
 def assign_keys(
@@ -29,7 +31,7 @@ def assign_keys(
 ) -> Keys:
     """Every record's key: its rank in ``(origin, prefer_source rank, id, task, _ord)``,
     records of the ``against`` runs (``previous``) first."""
-    prefer = {s: i for i, s in enumerate(op.config.keep.prefer_source)}
+    prefer = pa.array(list(op.config.keep.prefer_source), pa.string())
     cols = {"origin": [], "rank": [], "id": [], "source": [], "task": [], "ord": []}
     sizes = []
     if previous is not None:
@@ -42,10 +44,11 @@ def assign_keys(
         cols["ord"].append(np.arange(n, dtype=np.int64))
     for t, task in enumerate(tasks):
         table = pq.read_table(ctx.parts[task], columns=["id", "source", ORD])
-        sources = table.column("source").to_pylist()
         sizes.append(table.num_rows)
         cols["origin"].append(np.ones(table.num_rows, np.int8))
-        cols["rank"].append(np.array([prefer.get(s, len(prefer)) for s in sources], np.int32))
+        # a source's place in prefer_source; the sources not listed after all of them
+        rank = pc.fill_null(pc.index_in(table.column("source"), value_set=prefer), len(prefer))
+        cols["rank"].append(rank.to_numpy().astype(np.int32))
         cols["id"].append(table.column("id"))
         cols["source"].append(table.column("source"))
         cols["task"].append(np.full(table.num_rows, t, np.int32))
