@@ -2,8 +2,9 @@
 
 Baseline (what KenLM alone costs): ``kenlm.Model.score`` called on every line of the
 documents, the lines normalized and tokenized beforehand (outside the timer). Ours: the op
-end to end on record batches (normalization, tokenization, rendering, scoring,
-aggregation, meta and drop columns). Both run in this process, on one core, on the same
+end to end on record batches (normalization, tokenization, scoring of the token ids by
+:mod:`dataforge.lm.native`, aggregation, meta and drop columns), and the same op scoring
+rendered strings through ``kenlm.Model.score`` (its path where the extension is not built). Both run in this process, on one core, on the same
 documents; times are best-of-N CPU seconds of the process. Then the op's time is split
 into its stages to show where it goes. The model card's ``segmentation`` decides how both
 sides tokenize (the baseline scores the same tokens the op produces).
@@ -77,6 +78,11 @@ def best_times(stages: dict[str, Callable[[], object]], repeat: int) -> dict[str
     return best
 
 
+def renderer_encoder(renderer):
+    """The encoder behind a renderer (a CharRenderer is its own)."""
+    return getattr(renderer, "tokenizer", renderer)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=str(ROOT / "models/zh_news.bin"))
@@ -115,6 +121,16 @@ def main() -> int:
         PerplexityFilter.Config(models={card.lang: str(model)}), OpContext(base_dir=".")
     )
     op.setup()
+    native = op.scorers[card.lang].ids is not None
+    # The same op scoring rendered strings through kenlm.Model.score (what it does where
+    # the dataforge.lm._kenlm_ids extension is not built).
+    op_strings = PerplexityFilter(
+        PerplexityFilter.Config(models={card.lang: str(model)}), OpContext(base_dir=".")
+    )
+    op_strings.setup()
+    op_strings.scorers[card.lang] = PerplexityScorer(
+        model, renderer_encoder(renderer), native=False
+    )
     batches = record_batches(texts, card.lang, args.batch)
     kept = sum(op(b).column("drop").null_count for b in batches)
     # Where the op's time goes: the same stages, run one by one over the same batches.
@@ -123,14 +139,18 @@ def main() -> int:
     rendered = [renderer.render(ls)[0] for ls in normed]
     # what the renderer calls: the encoder's flat (values, offsets) method; the chars
     # segmentation has no encoder (rendering is all of it)
-    encoder = getattr(renderer, "tokenizer", renderer)
+    encoder = renderer_encoder(renderer)
     encode = getattr(encoder, "encode_batch_flat", None) or getattr(
         encoder, "encode_batch", renderer.render
     )
+    ids_scorer = op.scorers[card.lang].ids
+    encoded = [renderer.encode(ls) for ls in normed] if native else []
     t = best_times(
         {
             "bare": bare_loop,
             "op": lambda: [op(b) for b in batches],
+            "op_strings": lambda: [op_strings(b) for b in batches],
+            "ids": lambda: [ids_scorer.score(*e) for e in encoded],
             "normalize": lambda: [normalize_documents(c) for c in chunks],
             "tokenize": lambda: [encode(ls) for ls in normed],
             "render": lambda: [renderer.render(ls) for ls in normed],
@@ -148,10 +168,15 @@ def main() -> int:
     print(
         f"bare kenlm.Model.score loop (pre-normalized, pre-tokenized): {t_bare:7.3f} s  {rate(t_bare)}"
     )
-    print(f"perplexity_filter op end to end:                           {t_op:7.3f} s  {rate(t_op)}")
+    print(
+        f"perplexity_filter op end to end ({'token ids scored natively' if native else 'extension not built: strings'}):"
+        f" {t_op:7.3f} s  {rate(t_op)}"
+    )
+    print(f"the op scoring rendered strings (kenlm.Model.score):   {t['op_strings']:7.3f} s")
     print(
         f"ratio op / bare loop throughput: {t_bare / t_op:.3f}x (target >= 0.6x); kept {kept}/{len(texts)}"
     )
+    print(f"ratio op with strings / bare loop: {t_bare / t['op_strings']:.3f}x")
     own = max(t_op - t["tokenize"], 1e-9)
     print(
         f"ratio with the tokenizer's encode time taken out (our normalize, render, score, glue): "
@@ -162,7 +187,8 @@ def main() -> int:
         ("normalize (CCNet, batched)", t["normalize"]),
         (f"tokenize ({type(encoder).__name__}.{encode.__name__})", t["tokenize"]),
         ("tokenize + render ids to strings", t["render"]),
-        ("kenlm score per line", t["score"]),
+        ("kenlm score per line (strings)", t["score"]),
+        ("token ids scored natively (IdScorer)", t["ids"] if native else float("nan")),
         ("scorer.score_documents (all of the above)", t["documents"]),
         ("op glue (routing, meta JSON, drop column)", max(t_op - t["documents"], 0.0)),
     ]

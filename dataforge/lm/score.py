@@ -19,8 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
+from dataforge.lm import native as native_ids
 from dataforge.lm.card import read_card
-from dataforge.lm.tokens import CharRenderer, PieceTokenizer, load_encoder, make_renderer
+from dataforge.lm.tokens import (
+    CharRenderer,
+    PieceTokenizer,
+    TokenRenderer,
+    load_encoder,
+    make_renderer,
+)
 from dataforge.text.normalize import normalize_documents
 
 __all__ = ["DocumentScores", "PerplexityScorer", "perplexity"]
@@ -59,17 +66,48 @@ class PerplexityScorer:
         tokenizer: the encoder whose ids the model was trained on (for a model card's
             segmentation, :func:`dataforge.lm.tokens.load_encoder` gives it; or use
             :meth:`for_model`).
+        native: score token ids in C++ (:mod:`dataforge.lm.native`): None (default)
+            where the extension is built, False never (strings through
+            ``kenlm.Model.score``; the same values), True always (RuntimeError if it is
+            not built). Not used for the ``chars`` segmentation.
+
+    Raises:
+        FileNotFoundError: no model file; OSError: KenLM cannot read it.
     """
 
-    def __init__(self, model_path: str | Path, tokenizer: PieceTokenizer | CharRenderer) -> None:
-        import kenlm  # deferred: only actors that score need the extension
-
+    def __init__(
+        self,
+        model_path: str | Path,
+        tokenizer: PieceTokenizer | CharRenderer,
+        *,
+        native: bool | None = None,
+    ) -> None:
         path = Path(model_path)
         if not path.is_file():
             raise FileNotFoundError(f"KenLM model {path} not found")
-        # Default load method POPULATE_OR_READ: mmap and pre-fault the pages, as CCNet.
-        self.model = kenlm.Model(str(path))
+        self.path = path
         self.renderer = make_renderer(tokenizer)
+        self._model = None
+        # Token ids scored in C++ (dataforge.lm.native) where the extension is built;
+        # the chars segmentation has no ids and always scores strings.
+        use_ids = isinstance(self.renderer, TokenRenderer) and (
+            native or (native is None and native_ids.available())
+        )
+        self.ids: native_ids.IdScorer | None = (
+            native_ids.IdScorer(path, tokenizer.vocab_size) if use_ids else None
+        )
+        if self.ids is None:
+            self.model  # noqa: B018 - load now: a bad model fails here, not at the first batch
+
+    @property
+    def model(self):
+        """The ``kenlm.Model`` (loaded on first use where ids are scored natively)."""
+        if self._model is None:
+            import kenlm  # deferred: only actors that score need the extension
+
+            # Default load method POPULATE_OR_READ: mmap and pre-fault the pages, as CCNet.
+            self._model = kenlm.Model(str(self.path))
+        return self._model
 
     @classmethod
     def for_model(
@@ -105,8 +143,7 @@ class PerplexityScorer:
         # A line's score depends on the line alone: each distinct line is tokenized and
         # scored once (boilerplate, repeated headers: 3-13% of the demo's lines).
         distinct = list(dict.fromkeys(kept))
-        sentences, num_tokens = self.renderer.render(distinct)
-        line_log10 = self.score_sentences(sentences)
+        line_log10, num_tokens = self.score_lines(distinct)
         if len(distinct) < len(kept):
             position = {line: i for i, line in enumerate(distinct)}
             of_line = np.fromiter(map(position.__getitem__, kept), np.int64, count=len(kept))
@@ -115,6 +152,15 @@ class PerplexityScorer:
         log10_prob = np.bincount(owners, weights=line_log10, minlength=len(texts))
         length = np.bincount(owners, weights=num_tokens + 1, minlength=len(texts)).astype(np.int64)
         return DocumentScores(log10_prob, length)
+
+    def score_lines(self, lines: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """log10 probability and token count of normalized, non-empty lines: ids scored
+        natively where the extension is built, else rendered strings through KenLM."""
+        if self.ids is not None:
+            ids, offsets = self.renderer.encode(lines)
+            return self.ids.score(ids, offsets), np.diff(offsets)
+        sentences, num_tokens = self.renderer.render(lines)
+        return self.score_sentences(sentences), num_tokens
 
     def score_sentences(self, sentences: Sequence[str]) -> np.ndarray:
         """log10 probability of pre-tokenized sentences (bos and eos included)."""

@@ -194,14 +194,25 @@ class TokenRenderer:
         """
         if not lines:
             return [], np.zeros(0, np.int64)
+        flat, offsets = self.encode(lines)
+        return self._spell(flat, offsets), np.diff(offsets)
+
+    def encode(self, lines: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of all ``lines`` as one array plus ``len(lines) + 1`` int64 offsets
+        (what :class:`dataforge.lm.native.IdScorer` scores without rendering).
+
+        Raises:
+            ValueError: the tokenizer returned an id outside ``[0, vocab_size)``.
+        """
+        if not lines:
+            return np.zeros(0, np.int64), np.zeros(1, np.int64)
         flat, offsets = self._encode_flat(list(lines))
-        num_tokens = np.diff(offsets)
         if flat.size and (flat.min() < 0 or flat.max() >= len(self._id_strings)):
             raise ValueError(
                 f"tokenizer returned ids outside [0, {len(self._id_strings)}): "
                 f"min {flat.min()}, max {flat.max()}"
             )
-        return self._spell(flat, offsets), num_tokens
+        return flat, offsets
 
     def _spell(self, flat: np.ndarray, offsets: np.ndarray) -> list[str]:
         """Each line's ids looked up in the id -> decimal string table and space-joined,
