@@ -15,6 +15,9 @@ with pip alone) :func:`load_id_scorer` returns None and the scorer renders strin
 
 from __future__ import annotations
 
+import os
+import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +35,39 @@ def available() -> bool:
     return _kenlm_ids is not None
 
 
+class _LoadedModel:
+    """One KenLM model loaded by the extension (its capsule), shared by the scorers of a
+    process: the driver's threads each build their own ops, and KenLM's queries are
+    thread-safe, so an ARPA model is parsed, and held in memory, once."""
+
+    __slots__ = ("capsule", "__weakref__")
+
+    def __init__(self, capsule: object) -> None:
+        self.capsule = capsule
+
+
+_LOADED: weakref.WeakValueDictionary[tuple[str, int, int], _LoadedModel] = (
+    weakref.WeakValueDictionary()
+)
+_LOADED_LOCK = threading.Lock()
+
+
+def _load_shared(path: Path) -> _LoadedModel:
+    """The process's loaded model of ``path`` (the same file: real path, size, mtime),
+    loaded now if no live scorer holds it; a second thread asking meanwhile waits."""
+    try:
+        st = path.stat()
+    except OSError:  # let KenLM report it, naming the file
+        return _LoadedModel(_kenlm_ids.load(str(path)))
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    with _LOADED_LOCK:
+        model = _LOADED.get(key)
+        if model is None:
+            model = _LoadedModel(_kenlm_ids.load(str(path)))
+            _LOADED[key] = model
+    return model
+
+
 class IdScorer:
     """A KenLM model scored by token id.
 
@@ -47,7 +83,8 @@ class IdScorer:
     def __init__(self, model_path: str | Path, vocab_size: int) -> None:
         if _kenlm_ids is None:
             raise RuntimeError("dataforge.lm._kenlm_ids is not built: run `make kenlm-ids`")
-        self._model = _kenlm_ids.load(str(model_path))
+        self._loaded = _load_shared(Path(model_path))
+        self._model = self._loaded.capsule
         words = [str(i) for i in range(vocab_size)]
         self._index = np.frombuffer(_kenlm_ids.index(self._model, words), np.uint32)
 

@@ -182,3 +182,25 @@ def test_chars_segmentation_scores_strings(built: None, tmp_path: Path) -> None:
     assert scorer.score_documents(["01"]).log10_prob[0] == pytest.approx(
         kenlm.Model(str(arpa)).score("0 0")
     )
+
+
+def test_scorers_of_one_file_share_the_loaded_model(
+    built: None, tmp_path: Path, zh_model: Path, tokenizer: SpmTokenizer
+) -> None:
+    """Two ops of one process (the driver's two threads) hold the model once; a file
+    changed on disk since is loaded again."""
+    arpa = tmp_path / "tiny.arpa"
+    write_arpa(arpa)
+    a, b = native.IdScorer(arpa, vocab_size=6), native.IdScorer(arpa, vocab_size=4)
+    assert a._model is b._model
+    scores = a.score(np.array([0, 1, 2]), np.array([0, 3]))
+    arpa.write_text(arpa.read_text().replace("-0.2\t0 1", "-0.4\t0 1"), encoding="utf-8")
+    os.utime(arpa, ns=(1, 1))  # a different mtime whatever the clock's resolution
+    c = native.IdScorer(arpa, vocab_size=6)
+    assert c._model is not a._model
+    assert c.score(np.array([0, 1, 2]), np.array([0, 3]))[0] == pytest.approx(scores[0] - 0.2)
+    del a, b
+    assert native.IdScorer(arpa, vocab_size=6)._model is c._model
+    # scorers of the op share it too
+    s1, s2 = PerplexityScorer(zh_model, tokenizer), PerplexityScorer(zh_model, tokenizer)
+    assert s1.ids._model is s2.ids._model
