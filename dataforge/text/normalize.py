@@ -22,6 +22,8 @@ recomposed (Hangul syllables stay decomposed into jamo).
 from __future__ import annotations
 
 import functools
+import itertools
+import re
 import sys
 import unicodedata
 from collections.abc import Sequence
@@ -82,25 +84,30 @@ _EXPANSIONS = {k: v for k, v in UNICODE_PUNCT.items() if len(v) > 1}
 """Marks that become several characters ("—" -> " - "), replaced after the table."""
 
 
-@functools.cache  # ~0.5 s to scan all code points: paid on first use, not on import
+@functools.cache  # paid on first use (~0.2 s), not on import
 def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Code point lookup tables: ``first`` (the output code point), ``length`` (0 removes
     the code point, else 1) and ``space`` (``str.isspace``, which ``str.strip`` uses). The
-    few marks that become several characters (``_EXPANSIONS``) map to themselves here."""
+    few marks that become several characters (``_EXPANSIONS``) map to themselves here.
+
+    Built from every code point as one string (lone surrogates included), with C-level
+    passes: ``re``'s ``\\d`` and ``\\s`` are exactly ``str.isdecimal`` (category ``Nd``, what
+    CCNet's ``DIGIT_RE`` matches) and ``str.isspace``; only the ``Mn`` test calls
+    ``unicodedata.category`` per code point. ``tests/text`` compares the tables with a
+    plain per-code-point loop."""
     size = sys.maxunicode + 1
+    chars = np.arange(size, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
     first = np.arange(size, dtype=np.uint32)
     length = np.ones(size, np.uint8)
     space = np.zeros(size, bool)
-    for cp in range(size):
-        char = chr(cp)
-        category = unicodedata.category(char)
-        if category == "Mn":
-            length[cp] = 0
-        elif category == "Nd":  # what Python's re ``\d`` matches in CCNet's DIGIT_RE
-            first[cp] = ord("0")
-        elif char in UNICODE_PUNCT and len(UNICODE_PUNCT[char]) == 1:
-            first[cp] = ord(UNICODE_PUNCT[char])  # "１" is Nd: a digit before it is punct
-        space[cp] = char.isspace()
+    marks = itertools.compress(range(size), map("Mn".__eq__, map(unicodedata.category, chars)))
+    length[np.fromiter(marks, np.int64)] = 0
+    digits = np.fromiter((m.start() for m in re.finditer(r"\d", chars)), np.int64)
+    first[digits] = ord("0")
+    for char, out in UNICODE_PUNCT.items():  # "１" is Nd: a digit before it is punct
+        if len(out) == 1 and unicodedata.category(char) not in ("Mn", "Nd"):
+            first[ord(char)] = ord(out)
+    space[np.fromiter((m.start() for m in re.finditer(r"\s", chars)), np.int64)] = True
     length[_NON_PRINTING] = 0
     length[_NEWLINE] = 1  # the line separator of the joined batch; never inside a line
     return first, length, space

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+import sys
 import unicodedata
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dataforge.text import normalize as normalize_module
 from dataforge.text.normalize import (
     UNICODE_PUNCT,
     normalize_documents,
@@ -69,3 +72,29 @@ def test_documents_split_on_newlines() -> None:
 )
 def test_batched_equals_ccnet_per_line(lines: list[str]) -> None:
     assert normalize_lines(lines) == [ccnet_normalize(line) for line in lines]
+
+
+def test_code_point_tables_equal_a_plain_loop_over_every_code_point() -> None:
+    """The tables are built with C-level passes (``re`` classes, one ``category`` map);
+    the plain loop they replaced gives the same arrays, code point by code point."""
+    size = sys.maxunicode + 1
+    first = np.arange(size, dtype=np.uint32)
+    length = np.ones(size, np.uint8)
+    space = np.zeros(size, bool)
+    for cp in range(size):
+        char = chr(cp)
+        category = unicodedata.category(char)
+        if category == "Mn":
+            length[cp] = 0
+        elif category == "Nd":
+            first[cp] = ord("0")
+        elif char in UNICODE_PUNCT and len(UNICODE_PUNCT[char]) == 1:
+            first[cp] = ord(UNICODE_PUNCT[char])
+        space[cp] = char.isspace()
+    length[[*range(0, 32), *range(127, 160)]] = 0
+    length[ord("\n")] = 1
+    got = normalize_module._tables.__wrapped__()
+    for name, expected, actual in zip(
+        ("first", "length", "space"), (first, length, space), got, strict=True
+    ):
+        assert np.array_equal(actual, expected), name
