@@ -31,6 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dataforge.tokenization.distinct import encode_distinct, splits_at_spaces, worth_it
+
 __all__ = [
     "DEFAULT_SEGMENTATION",
     "SEGMENTATIONS",
@@ -91,18 +93,30 @@ class SentencePieceEncoder:
         self._sp = spm.SentencePieceProcessor(model_proto=model_bytes)
         self.vocab_size: int = self._sp.get_piece_size()
         self.fingerprint: str = hashlib.sha256(model_bytes).hexdigest()
+        self._splits_at_spaces: bool | None = None
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return self._sp.encode(list(texts))
 
     def encode_batch_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Ids of all texts as one int32 array plus ``len(texts) + 1`` int64 offsets."""
-        arrays = self._sp.encode(list(texts), out_type="numpy")
-        lengths = np.fromiter(map(len, arrays), np.int64, count=len(arrays))
-        offsets = np.zeros(len(arrays) + 1, np.int64)
+        """Ids of all texts as one int32 array plus ``len(texts) + 1`` int64 offsets.
+        Space-separated text is encoded word by word, each distinct word once
+        (:mod:`dataforge.tokenization.distinct`: the same ids)."""
+        array = pa.array(texts, pa.string()) if texts else None
+        if array is not None and worth_it(array) and self._words_independent():
+            values, lengths = encode_distinct(self._sp, array)
+        else:
+            arrays = self._sp.encode(list(texts), out_type="numpy")
+            lengths = np.fromiter(map(len, arrays), np.int64, count=len(arrays))
+            values = np.concatenate(arrays) if arrays else np.zeros(0, np.int32)
+        offsets = np.zeros(len(lengths) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        values = np.concatenate(arrays) if arrays else np.zeros(0, np.int32)
         return values.astype(np.int32, copy=False), offsets
+
+    def _words_independent(self) -> bool:
+        if self._splits_at_spaces is None:  # a vocabulary pass: once, on first use
+            self._splits_at_spaces = splits_at_spaces(self._sp)
+        return self._splits_at_spaces
 
 
 class CharRenderer:

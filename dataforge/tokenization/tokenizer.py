@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from dataforge.io.node_cache import fetch_to_cache
 from dataforge.text.surrogates import replace_each_surrogate
+from dataforge.tokenization.distinct import encode_distinct, splits_at_spaces, worth_it
 from dataforge.tokenization.segment import MARKER, Segmenter
 
 __all__ = ["FORMAT_VERSION", "Tokenizer", "read_tokenizer_json"]
@@ -121,6 +123,7 @@ class Tokenizer:
         self.boundary_id: int = self._sp.piece_to_id(MARKER)
         self.fingerprint: str = hashlib.sha256(model_bytes).hexdigest()
         self._escape_ids = {ch: self._byte_ids(ch) for ch in (MARKER, _SP_SPACE)}
+        self._splits_at_spaces: bool | None = None
 
     @classmethod
     def load(cls, path: str | Path, num_threads: int = 1) -> Tokenizer:
@@ -197,11 +200,7 @@ class Tokenizer:
         if not texts:
             return np.zeros(0, np.int32), np.zeros(1, np.int64)
         chunks, fixed, chunks_per_text = self._chunks(texts)
-        arrays = self._sp.encode(chunks, out_type="numpy", num_threads=self._num_threads)
-        for i, ids in fixed.items():
-            arrays[i] = ids
-        chunk_lens = np.fromiter(map(len, arrays), np.int64, count=len(arrays))
-        values = np.concatenate(arrays).astype(np.int32, copy=False)
+        values, chunk_lens = self._encode_chunks(chunks, fixed)
         token_bounds = np.concatenate([[0], np.cumsum(chunk_lens)])
         if chunks_per_text is not None:
             token_bounds = token_bounds[np.concatenate([[0], np.cumsum(chunks_per_text)])]
@@ -214,6 +213,27 @@ class Tokenizer:
                 values, offsets, self.bos_id if add_bos else None, self.eos_id if add_eos else None
             )
         return values, offsets.astype(np.int64, copy=False)
+
+    def _encode_chunks(
+        self, chunks: list[str], fixed: dict[int, np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Ids of all chunks (int32) and the number of each chunk's ids: space-separated
+        text word by word, each distinct word once (:mod:`dataforge.tokenization.distinct`),
+        other text (Chinese, escapes) in one sentencepiece call."""
+        if not fixed and self._words_independent():
+            array = pa.array(chunks, pa.string())
+            if worth_it(array):
+                return encode_distinct(self._sp, array, self._num_threads)
+        arrays = self._sp.encode(chunks, out_type="numpy", num_threads=self._num_threads)
+        for i, ids in fixed.items():
+            arrays[i] = ids
+        chunk_lens = np.fromiter(map(len, arrays), np.int64, count=len(arrays))
+        return np.concatenate(arrays).astype(np.int32, copy=False), chunk_lens
+
+    def _words_independent(self) -> bool:
+        if self._splits_at_spaces is None:  # a vocabulary pass: once, on first use
+            self._splits_at_spaces = splits_at_spaces(self._sp)
+        return self._splits_at_spaces
 
     def _chunks(
         self, texts: Sequence[str]

@@ -1,0 +1,102 @@
+"""Space-separated text encoded word by word, each distinct word once: the same ids as
+sentencepiece on the whole text."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokenization_testkit import fixture_texts
+
+from dataforge.lm.tokens import SentencePieceEncoder
+from dataforge.tokenization.distinct import encode_distinct, splits_at_spaces, worth_it
+
+WORDS = ["the", "a", "of", "tokens", "é", "naïve", "中文", "数据", "1984", "x" * 40, "", "\t"]
+SPACES = [" ", "  ", "   ", "\n", " \n ", "\u3000", "\t "]
+
+
+def plain(sp, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    arrays = [np.asarray(sp.encode(t), np.int32) for t in texts]
+    lengths = np.array([len(a) for a in arrays], np.int64)
+    values = np.concatenate(arrays) if arrays else np.zeros(0, np.int32)
+    return values, lengths
+
+
+texts_strategy = st.lists(
+    st.lists(st.one_of(st.sampled_from(WORDS), st.sampled_from(SPACES)), max_size=30).map("".join),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts=texts_strategy)
+def test_equals_sentencepiece_on_whole_texts(tiny, texts: list[str]) -> None:
+    sp = tiny._sp
+    assert splits_at_spaces(sp)
+    values, lengths = encode_distinct(sp, texts)
+    expected_values, expected_lengths = plain(sp, texts)
+    assert lengths.tolist() == expected_lengths.tolist()
+    assert values.tolist() == expected_values.tolist()
+
+
+def test_real_text_and_the_tokenizer_paths(tiny, tiny_dir) -> None:
+    """Fixture documents (zh, en, mixed) through Tokenizer.encode_batch_flat with words
+    encoded once, and with the plain path, give the same ids."""
+    texts = fixture_texts()
+    english = [t for t in texts if t.isascii()]
+    assert english and worth_it(pa.array(english))
+    got = tiny.encode_batch_flat(texts)
+    tiny._splits_at_spaces = False  # the plain path
+    try:
+        expected = tiny.encode_batch_flat(texts)
+        expected_english = tiny.encode_batch_flat(english)
+    finally:
+        tiny._splits_at_spaces = None
+    assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+    got_english = tiny.encode_batch_flat(english)
+    assert np.array_equal(got_english[0], expected_english[0])
+    assert np.array_equal(got_english[1], expected_english[1])
+    encoder = SentencePieceEncoder(tiny_dir)  # the LM's sentencepiece segmentation
+    values, offsets = encoder.encode_batch_flat(english)
+    flat, lengths = plain(tiny._sp, english)
+    assert np.array_equal(values, flat) and np.array_equal(np.diff(offsets), lengths)
+
+
+def test_worth_it_only_for_spaced_text() -> None:
+    assert worth_it(pa.array(["the quick brown fox jumps over the lazy dog"]))
+    assert not worth_it(
+        pa.array(["国务院总理今天会见了外国代表团。双方就共同关心的问题交换了意见"])
+    )
+    assert not worth_it(pa.array(["the quick\x1fbrown fox jumps over the lazy dog"]))
+    assert not worth_it(pa.array(["", ""]))
+    assert not worth_it(pa.array([], pa.string()))
+
+
+class FakePieces:
+    """A vocabulary stand-in: pieces as sentencepiece spells them."""
+
+    def __init__(self, pieces: list[str]) -> None:
+        self.pieces = pieces
+
+    def get_piece_size(self) -> int:
+        return len(self.pieces)
+
+    def id_to_piece(self, i: int) -> str:
+        return self.pieces[i]
+
+    def is_byte(self, i: int) -> bool:
+        return self.pieces[i].startswith("<0x")
+
+    def is_control(self, i: int) -> bool:
+        return self.pieces[i] in ("<s>", "</s>")
+
+    def is_unknown(self, i: int) -> bool:
+        return self.pieces[i] == "<unk>"
+
+
+def test_a_piece_spanning_a_space_keeps_the_plain_path() -> None:
+    ok = ["<unk>", "<s>", "<0x20>", "▁the", "▁▁", "▁▁▁", "abc", "▁"]
+    assert splits_at_spaces(FakePieces(ok))
+    assert not splits_at_spaces(FakePieces([*ok, "a▁b"]))  # spans "a b": words interact
+    assert not splits_at_spaces(FakePieces([*ok, "▁of▁"]))
