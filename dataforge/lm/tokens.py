@@ -31,7 +31,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dataforge.tokenization.distinct import encode_distinct, splits_at_spaces, worth_it
+from dataforge.tokenization.distinct import (
+    encode_distinct,
+    few_spaces,
+    splits_at_spaces,
+    worth_it,
+)
 
 __all__ = [
     "DEFAULT_SEGMENTATION",
@@ -102,7 +107,7 @@ class SentencePieceEncoder:
         """Ids of all texts as one int32 array plus ``len(texts) + 1`` int64 offsets.
         Space-separated text is encoded word by word, each distinct word once
         (:mod:`dataforge.tokenization.distinct`: the same ids)."""
-        array = pa.array(texts, pa.string()) if texts else None
+        array = None if few_spaces(texts) else pa.array(texts, pa.string())
         if array is not None and worth_it(array) and self._words_independent():
             values, lengths = encode_distinct(self._sp, array)
         else:

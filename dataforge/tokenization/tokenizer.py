@@ -27,7 +27,12 @@ import pyarrow as pa
 
 from dataforge.io.node_cache import fetch_to_cache
 from dataforge.text.surrogates import replace_each_surrogate
-from dataforge.tokenization.distinct import encode_distinct, splits_at_spaces, worth_it
+from dataforge.tokenization.distinct import (
+    encode_distinct,
+    few_spaces,
+    splits_at_spaces,
+    worth_it,
+)
 from dataforge.tokenization.segment import MARKER, Segmenter
 
 __all__ = ["FORMAT_VERSION", "Tokenizer", "read_tokenizer_json"]
@@ -220,7 +225,7 @@ class Tokenizer:
         """Ids of all chunks (int32) and the number of each chunk's ids: space-separated
         text word by word, each distinct word once (:mod:`dataforge.tokenization.distinct`),
         other text (Chinese, escapes) in one sentencepiece call."""
-        if not fixed and self._words_independent():
+        if not fixed and not few_spaces(chunks) and self._words_independent():
             array = pa.array(chunks, pa.string())
             if worth_it(array):
                 return encode_distinct(self._sp, array, self._num_threads)

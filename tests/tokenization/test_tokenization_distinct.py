@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 from tokenization_testkit import fixture_texts
 
 from dataforge.lm.tokens import SentencePieceEncoder
-from dataforge.tokenization.distinct import encode_distinct, splits_at_spaces, worth_it
+from dataforge.tokenization.distinct import (
+    encode_distinct,
+    few_spaces,
+    splits_at_spaces,
+    worth_it,
+)
 
 WORDS = ["the", "a", "of", "tokens", "é", "naïve", "中文", "数据", "1984", "x" * 40, "", "\t"]
 SPACES = [" ", "  ", "   ", "\n", " \n ", "\u3000", "\t "]
@@ -71,6 +76,11 @@ def test_worth_it_only_for_spaced_text() -> None:
     assert not worth_it(pa.array(["the quick\x1fbrown fox jumps over the lazy dog"]))
     assert not worth_it(pa.array(["", ""]))
     assert not worth_it(pa.array([], pa.string()))
+    # the quick look at a batch's start, before any Arrow array
+    assert few_spaces(["国务院总理今天会见了外国代表团。"] * 10 + ["a b c d e f"])
+    assert not few_spaces(["the quick brown fox"] * 3)
+    assert few_spaces(["国" * 20000, "a " * 100])  # only the first 16K characters count
+    assert not few_spaces([])
 
 
 class FakePieces:
