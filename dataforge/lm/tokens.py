@@ -120,7 +120,7 @@ class SentencePieceEncoder:
 
     def _words_independent(self) -> bool:
         if self._splits_at_spaces is None:  # a vocabulary pass: once, on first use
-            self._splits_at_spaces = splits_at_spaces(self._sp)
+            self._splits_at_spaces = splits_at_spaces(self._sp.serialized_model_proto())
         return self._splits_at_spaces
 
 

@@ -29,14 +29,34 @@ _SP_SPACE = "\u2581"
 _CUT = "\x1f"  # joins nothing: a text holding it stays on the plain path
 
 
-def splits_at_spaces(sp) -> bool:
-    """Whether no piece of the sentencepiece model ``sp`` holds a space after another
-    character (except pieces of spaces alone): then words encode independently."""
-    for i in range(sp.get_piece_size()):
-        if sp.is_byte(i) or sp.is_control(i) or sp.is_unknown(i):
-            continue
-        piece = sp.id_to_piece(i)
-        rest = piece.lstrip(_SP_SPACE)
+def splits_at_spaces(model_proto: bytes) -> bool:
+    """Whether texts of the sentencepiece model (its serialized ``ModelProto``) encode
+    word by word: the normalizer leaves every character as it is and adds or removes no
+    space (``identity``, no dummy prefix, no whitespace folding, spaces spelled U+2581 as
+    word prefixes), and no piece holds a space after another character (pieces of spaces
+    alone aside)."""
+    from sentencepiece import sentencepiece_model_pb2 as model_pb2
+
+    proto = model_pb2.ModelProto()
+    proto.ParseFromString(model_proto)
+    norm = proto.normalizer_spec
+    if (
+        norm.name != "identity"
+        or norm.precompiled_charsmap
+        or norm.add_dummy_prefix
+        or norm.remove_extra_whitespaces
+        or not norm.escape_whitespaces
+        or proto.trainer_spec.treat_whitespace_as_suffix
+    ):
+        return False
+    text_types = (
+        model_pb2.ModelProto.SentencePiece.NORMAL,
+        model_pb2.ModelProto.SentencePiece.USER_DEFINED,
+    )
+    for piece in proto.pieces:
+        if piece.type not in text_types:
+            continue  # bytes, control and unknown pieces never match text
+        rest = piece.piece.lstrip(_SP_SPACE)
         if rest and _SP_SPACE in rest:
             return False
     return True

@@ -38,7 +38,7 @@ texts_strategy = st.lists(
 @given(texts=texts_strategy)
 def test_equals_sentencepiece_on_whole_texts(tiny, texts: list[str]) -> None:
     sp = tiny._sp
-    assert splits_at_spaces(sp)
+    assert splits_at_spaces(sp.serialized_model_proto())
     values, lengths = encode_distinct(sp, texts)
     expected_values, expected_lengths = plain(sp, texts)
     assert lengths.tolist() == expected_lengths.tolist()
@@ -83,30 +83,25 @@ def test_worth_it_only_for_spaced_text() -> None:
     assert not few_spaces([])
 
 
-class FakePieces:
-    """A vocabulary stand-in: pieces as sentencepiece spells them."""
+def with_changes(model_proto: bytes, pieces: list[str] = (), **normalizer) -> bytes:
+    """The model with extra normal pieces and normalizer settings changed."""
+    from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-    def __init__(self, pieces: list[str]) -> None:
-        self.pieces = pieces
-
-    def get_piece_size(self) -> int:
-        return len(self.pieces)
-
-    def id_to_piece(self, i: int) -> str:
-        return self.pieces[i]
-
-    def is_byte(self, i: int) -> bool:
-        return self.pieces[i].startswith("<0x")
-
-    def is_control(self, i: int) -> bool:
-        return self.pieces[i] in ("<s>", "</s>")
-
-    def is_unknown(self, i: int) -> bool:
-        return self.pieces[i] == "<unk>"
+    proto = model_pb2.ModelProto()
+    proto.ParseFromString(model_proto)
+    for piece in pieces:
+        proto.pieces.add(piece=piece, score=0.0, type=model_pb2.ModelProto.SentencePiece.NORMAL)
+    for key, value in normalizer.items():
+        setattr(proto.normalizer_spec, key, value)
+    return proto.SerializeToString()
 
 
-def test_a_piece_spanning_a_space_keeps_the_plain_path() -> None:
-    ok = ["<unk>", "<s>", "<0x20>", "▁the", "▁▁", "▁▁▁", "abc", "▁"]
-    assert splits_at_spaces(FakePieces(ok))
-    assert not splits_at_spaces(FakePieces([*ok, "a▁b"]))  # spans "a b": words interact
-    assert not splits_at_spaces(FakePieces([*ok, "▁of▁"]))
+def test_models_whose_words_interact_keep_the_plain_path(tiny) -> None:
+    model = tiny._sp.serialized_model_proto()
+    assert splits_at_spaces(model)
+    assert splits_at_spaces(with_changes(model, ["▁▁▁▁▁▁▁▁", "▁qzx"]))
+    assert not splits_at_spaces(with_changes(model, ["a▁b"]))  # spans "a b"
+    assert not splits_at_spaces(with_changes(model, ["▁of▁"]))
+    assert not splits_at_spaces(with_changes(model, add_dummy_prefix=True))  # adds a space
+    assert not splits_at_spaces(with_changes(model, remove_extra_whitespaces=True))
+    assert not splits_at_spaces(with_changes(model, name="nmt_nfkc"))
