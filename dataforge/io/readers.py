@@ -35,8 +35,9 @@ import zstandard
 
 from dataforge.io.decoding import Decision, file_report, mostly_replacement, open_decoded
 from dataforge.io.files import match_files
-from dataforge.io.fs import open_input_file, open_input_stream
+from dataforge.io.fs import open_input_file
 from dataforge.io.input_config import InputConfig, ReadConfig
+from dataforge.io.streams import open_binary, open_byte_range
 from dataforge.records import BASE_SCHEMA
 from dataforge.typed_config import ConfigError
 
@@ -124,105 +125,10 @@ def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
     return tasks
 
 
-def _open_binary(path: str) -> BinaryIO:
-    if path.endswith(".gz"):
-        return _GzipStream(path)
-    if path.endswith(".zst") or path.endswith(".zstd"):
-        return io.BufferedReader(_ZstdFrames(path), buffer_size=1 << 20)
-    raw = open_input_stream(path)
-    return raw if isinstance(raw, io.IOBase) else io.BufferedReader(raw, buffer_size=1 << 20)
-
-
-class _GzipStream(gzip.GzipFile):
-    """``gzip.open`` over the filesystem seam (closes the stream it opened)."""
-
-    def __init__(self, path: str) -> None:
-        self._stream = open_input_stream(path)
-        super().__init__(fileobj=self._stream, mode="rb")
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._stream.close()
-
-
 def _open_task(task: InputTask) -> BinaryIO:
     if task.length is None:
-        return _open_binary(task.path)
-    return io.BufferedReader(_ByteRange(task.path, task.offset, task.length), 1 << 20)
-
-
-class _ByteRange(io.RawIOBase):
-    """``length`` bytes of an uncompressed file from ``offset`` (one split)."""
-
-    def __init__(self, path: str, offset: int, length: int) -> None:
-        self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
-        self._file.seek(offset)
-        self._left = length
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:  # type: ignore[override]
-        view = memoryview(buffer)[: self._left]
-        n = self._file.readinto(view)
-        self._left -= n
-        return n
-
-    def close(self) -> None:
-        self._file.close()
-        super().close()
-
-
-class _ZstdFrames(io.RawIOBase):
-    """Streaming zstd decompression that raises on a truncated stream.
-
-    ``zstandard``'s own stream_reader returns a clean EOF when the input ends mid-frame;
-    a corpus file cut short by a failed copy must be an error, not silently fewer records.
-    """
-
-    def __init__(self, path: str) -> None:
-        self._file = open_input_stream(path)  # closed in close()
-        self._path = path
-        self._dobj = zstandard.ZstdDecompressor().decompressobj()
-        self._pending = b""
-        self._in_frame = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:  # type: ignore[override]
-        while not self._pending:
-            chunk = self._file.read(1 << 20)
-            if not chunk:
-                if self._in_frame:
-                    raise EOFError(
-                        f"{self._path}: zstd stream ends in the middle of a frame (truncated)"
-                    )
-                return 0
-            self._feed(chunk)
-        n = min(len(buffer), len(self._pending))
-        buffer[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
-        return n
-
-    def _feed(self, chunk: bytes) -> None:
-        out = []
-        while chunk:
-            self._in_frame = True
-            out.append(self._dobj.decompress(chunk))
-            if self._dobj.eof:
-                chunk = self._dobj.unused_data
-                self._dobj = zstandard.ZstdDecompressor().decompressobj()
-                self._in_frame = False
-            else:
-                chunk = b""
-        self._pending += b"".join(out)
-
-    def close(self) -> None:
-        self._file.close()
-        super().close()
+        return open_binary(task.path)
+    return open_byte_range(task.path, task.offset, task.length)
 
 
 class TaskReader:
@@ -417,7 +323,7 @@ class TaskReader:
         return row
 
     def _txt_file_row(self) -> Iterator[dict[str, Any]]:
-        with _open_binary(self.task.path) as raw:
+        with open_binary(self.task.path) as raw:
             data = self._open_text(raw).read(self.read.max_doc_chars + 1)
         row = self._base_row("0")
         if len(data) > self.read.max_doc_chars:
