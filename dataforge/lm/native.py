@@ -46,20 +46,19 @@ class _LoadedModel:
         self.capsule = capsule
 
 
-_LOADED: weakref.WeakValueDictionary[tuple[str, int, int], _LoadedModel] = (
-    weakref.WeakValueDictionary()
-)
+_LOADED: weakref.WeakValueDictionary[tuple, _LoadedModel] = weakref.WeakValueDictionary()
 _LOADED_LOCK = threading.Lock()
 
 
 def _load_shared(path: Path) -> _LoadedModel:
-    """The process's loaded model of ``path`` (the same file: real path, size, mtime),
-    loaded now if no live scorer holds it; a second thread asking meanwhile waits."""
+    """The process's loaded model of ``path`` (the same file: real path, device, inode,
+    size, mtime; a model retrained in place is a new file), loaded now if no live scorer
+    holds it; a second thread asking meanwhile waits."""
     try:
         st = path.stat()
     except OSError:  # let KenLM report it, naming the file
         return _LoadedModel(_kenlm_ids.load(str(path)))
-    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    key = (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     with _LOADED_LOCK:
         model = _LOADED.get(key)
         if model is None:

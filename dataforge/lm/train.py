@@ -184,69 +184,39 @@ def train_lm(
     """
     patterns = [inputs] if isinstance(inputs, str) else list(inputs)
     _check_args(order, prune, memory, holdout_percent)
-    if segmentation not in lm_tokens.SEGMENTATIONS:
-        raise ValueError(
-            f"segmentation {segmentation!r}; valid: {', '.join(lm_tokens.SEGMENTATIONS)}"
-        )
-    if tokenizer is None and segmentation != "chars":
-        raise ValueError(f"segmentation {segmentation!r} needs a tokenizer directory")
     if binary_type not in ("probing", "trie"):
         raise ValueError(f"binary_type {binary_type!r}; valid: probing, trie")
+    tok, tok_dir = _encoder(tokenizer, segmentation)
     lmplz, build_binary = (
         find_kenlm_tool("lmplz", kenlm_bin),
         find_kenlm_tool("build_binary", kenlm_bin),
     )
     files = [f.path for p in patterns for f in match_files(p)]
-    tok = lm_tokens.load_encoder(tokenizer, segmentation)
-    if segmentation == "chars":
-        tok_dir = ""
-    elif isinstance(tokenizer, (str, Path)):
-        tok_dir = str(tokenizer)
-    else:
-        tok_dir = str(getattr(tok, "path", "") or "")
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     work = out.parent / f".{out.name}.work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
-    text_path, arpa, log = work / "train.txt", work / "model.arpa", work / "kenlm.log"
+    text_path = work / "train.txt"
     stats, heldout = _write_training_text(
         patterns, make_renderer(tok), text_path, holdout_percent, text_key, id_key
     )
     if not stats["tokens"]:
         raise ValueError(f"no training text in {patterns} after normalization")
-    cmd = [
-        str(lmplz),
-        "-o",
-        str(order),
-        "-S",
+    _build_model(
+        lmplz,
+        build_binary,
+        work,
+        text_path,
+        out,
+        order,
         memory,
-        "-T",
-        str(work),
-        "--text",
-        str(text_path),
-        "--arpa",
-        str(arpa),
-    ]
-    if prune:
-        cmd += ["--prune", *map(str, prune)]
-    if discount_fallback:
-        cmd.append("--discount_fallback")
-    _run(cmd, log)
-    tmp_model = work / "model.bin"
-    _run([str(build_binary), binary_type, str(arpa), str(tmp_model)], log)
-    os.replace(tmp_model, out)
-
-    extra: dict = {}
-    if heldout:
-        ppl = PerplexityScorer(out, tok).score_documents(heldout).ppl
-        ppl = ppl[~np.isnan(ppl)]
-        qs = (10, 30, 50, 60, 90)
-        extra["heldout_ppl"] = {
-            "documents": int(ppl.size),
-            **{f"p{q}": round(float(np.percentile(ppl, q)), 1) for q in qs},
-        }
+        prune,
+        discount_fallback,
+        binary_type,
+    )
+    extra = {"heldout_ppl": _heldout_quantiles(out, tok, heldout)} if heldout else {}
     card = ModelCard(
         lang=lang,
         order=order,
@@ -272,6 +242,60 @@ def train_lm(
     write_card(out, card)
     shutil.rmtree(work)
     return card
+
+
+def _encoder(tokenizer, segmentation: str) -> tuple:
+    """The segmentation's encoder and the tokenizer directory the card names ("" for
+    ``chars``)."""
+    if segmentation not in lm_tokens.SEGMENTATIONS:
+        raise ValueError(
+            f"segmentation {segmentation!r}; valid: {', '.join(lm_tokens.SEGMENTATIONS)}"
+        )
+    if tokenizer is None and segmentation != "chars":
+        raise ValueError(f"segmentation {segmentation!r} needs a tokenizer directory")
+    tok = lm_tokens.load_encoder(tokenizer, segmentation)
+    if segmentation == "chars":
+        return tok, ""
+    if isinstance(tokenizer, (str, Path)):
+        return tok, str(tokenizer)
+    return tok, str(getattr(tok, "path", "") or "")
+
+
+def _build_model(
+    lmplz: Path,
+    build_binary: Path,
+    work: Path,
+    text_path: Path,
+    out: Path,
+    order: int,
+    memory: str,
+    prune: Sequence[int],
+    discount_fallback: bool,
+    binary_type: str,
+) -> None:
+    """lmplz on the training text (ARPA in ``work``), then build_binary into ``out``
+    (renamed into place whole: a kill never leaves a partial model there)."""
+    arpa, log = work / "model.arpa", work / "kenlm.log"
+    cmd = [str(lmplz), "-o", str(order), "-S", memory, "-T", str(work)]
+    cmd += ["--text", str(text_path), "--arpa", str(arpa)]
+    if prune:
+        cmd += ["--prune", *map(str, prune)]
+    if discount_fallback:
+        cmd.append("--discount_fallback")
+    _run(cmd, log)
+    tmp_model = work / "model.bin"
+    _run([str(build_binary), binary_type, str(arpa), str(tmp_model)], log)
+    os.replace(tmp_model, out)
+
+
+def _heldout_quantiles(model: Path, tok, heldout: list[str]) -> dict:
+    """Perplexity quantiles of the held-out documents under the new model (for the card)."""
+    ppl = PerplexityScorer(model, tok).score_documents(heldout).ppl
+    ppl = ppl[~np.isnan(ppl)]
+    return {
+        "documents": int(ppl.size),
+        **{f"p{q}": round(float(np.percentile(ppl, q)), 1) for q in (10, 30, 50, 60, 90)},
+    }
 
 
 def _versions(lmplz: Path) -> dict[str, str]:
