@@ -34,9 +34,11 @@ import pyarrow.compute as pc
 from dataforge.tokenization.distinct import (
     encode_distinct,
     few_spaces,
+    sentencepiece_words,
     splits_at_spaces,
     worth_it,
 )
+from dataforge.tokenization.native_bpe import NativeBPE
 
 __all__ = [
     "DEFAULT_SEGMENTATION",
@@ -99,6 +101,7 @@ class SentencePieceEncoder:
         self.vocab_size: int = self._sp.get_piece_size()
         self.fingerprint: str = hashlib.sha256(model_bytes).hexdigest()
         self._splits_at_spaces: bool | None = None
+        self._native = NativeBPE.for_model(model_bytes)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return self._sp.encode(list(texts))
@@ -107,16 +110,21 @@ class SentencePieceEncoder:
         """Ids of all texts as one int32 array plus ``len(texts) + 1`` int64 offsets.
         Space-separated text is encoded word by word, each distinct word once
         (:mod:`dataforge.tokenization.distinct`: the same ids)."""
-        array = None if few_spaces(texts) else pa.array(texts, pa.string())
-        if array is not None and worth_it(array) and self._words_independent():
-            values, lengths = encode_distinct(self._sp, array)
+        array = pa.array(texts, pa.string())
+        if not few_spaces(texts) and worth_it(array) and self._words_independent():
+            values, lengths = encode_distinct(self._encode_words, array)
         else:
-            arrays = self._sp.encode(list(texts), out_type="numpy")
-            lengths = np.fromiter(map(len, arrays), np.int64, count=len(arrays))
-            values = np.concatenate(arrays) if arrays else np.zeros(0, np.int32)
+            values, lengths = self._encode_words(array)
         offsets = np.zeros(len(lengths) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return values.astype(np.int32, copy=False), offsets
+
+    def _encode_words(self, words: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """Ids of each string: the native BPE encoder where it is built and exact for
+        this model (:mod:`dataforge.tokenization.native_bpe`), else sentencepiece."""
+        if self._native is not None:
+            return self._native.encode_words(words)
+        return sentencepiece_words(self._sp)(words)
 
     def _words_independent(self) -> bool:
         if self._splits_at_spaces is None:  # a vocabulary pass: once, on first use

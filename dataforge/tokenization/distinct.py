@@ -14,13 +14,21 @@ Chinese has few spaces and its words are long runs of characters that rarely rep
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["MIN_SPACE_SHARE", "encode_distinct", "few_spaces", "splits_at_spaces", "worth_it"]
+__all__ = [
+    "MIN_SPACE_SHARE",
+    "WordEncoder",
+    "encode_distinct",
+    "few_spaces",
+    "sentencepiece_words",
+    "splits_at_spaces",
+    "worth_it",
+]
 
 MIN_SPACE_SHARE = 0.08
 """Spaces per character from which a batch is encoded word by word (English prose: ~0.15;
@@ -89,13 +97,30 @@ def worth_it(texts: pa.Array) -> bool:
     return not pc.any(pc.match_substring(texts, _CUT)).as_py()
 
 
-def encode_distinct(
-    sp, texts: Sequence[str] | pa.Array, num_threads: int = -1
-) -> tuple[np.ndarray, np.ndarray]:
-    """The ids sentencepiece gives each text, as one int32 array plus the number of ids of
-    each text (int64), each distinct word encoded once.
+WordEncoder = Callable[[pa.Array], tuple[np.ndarray, np.ndarray]]
+"""Encodes a string array: (int32 ids of all strings, int64 number of ids of each)."""
 
-    Only valid where :func:`splits_at_spaces` holds for ``sp`` and no text contains
+
+def sentencepiece_words(sp, num_threads: int = -1) -> WordEncoder:
+    """A :data:`WordEncoder` calling ``sp.encode`` (sentencepiece itself)."""
+
+    def encode(words: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        arrays = sp.encode(words.to_pylist(), out_type="numpy", num_threads=num_threads)
+        lengths = np.fromiter(map(len, arrays), np.int64, count=len(arrays))
+        if not arrays:
+            return np.zeros(0, np.int32), lengths
+        return np.concatenate(arrays).astype(np.int32, copy=False), lengths
+
+    return encode
+
+
+def encode_distinct(
+    encode_words: WordEncoder, texts: Sequence[str] | pa.Array
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ids each text encodes to, as one int32 array plus the number of ids of each
+    text (int64), each distinct word encoded once by ``encode_words``.
+
+    Only valid where :func:`splits_at_spaces` holds for the model and no text contains
     ``"\\x1f"`` (:func:`worth_it` checks it).
     """
     array = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
@@ -105,11 +130,8 @@ def encode_distinct(
     words = pc.split_pattern(cut, _CUT)
     words_per_text = pc.list_value_length(words).to_numpy(zero_copy_only=False).astype(np.int64)
     encoded = pc.dictionary_encode(pc.list_flatten(words))
-    distinct = encoded.dictionary.to_pylist()
     codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    arrays = sp.encode(distinct, out_type="numpy", num_threads=num_threads)
-    distinct_lengths = np.fromiter(map(len, arrays), np.int64, count=len(arrays))
-    distinct_values = np.concatenate(arrays).astype(np.int32, copy=False)
+    distinct_values, distinct_lengths = encode_words(encoded.dictionary)
     distinct_starts = np.cumsum(distinct_lengths) - distinct_lengths
     # Gather: occurrence k of the batch copies its word's ids to its place in the output.
     lengths = distinct_lengths[codes]

@@ -30,9 +30,11 @@ from dataforge.text.surrogates import replace_each_surrogate
 from dataforge.tokenization.distinct import (
     encode_distinct,
     few_spaces,
+    sentencepiece_words,
     splits_at_spaces,
     worth_it,
 )
+from dataforge.tokenization.native_bpe import NativeBPE
 from dataforge.tokenization.segment import MARKER, Segmenter
 
 __all__ = ["FORMAT_VERSION", "Tokenizer", "read_tokenizer_json"]
@@ -129,6 +131,7 @@ class Tokenizer:
         self.fingerprint: str = hashlib.sha256(model_bytes).hexdigest()
         self._escape_ids = {ch: self._byte_ids(ch) for ch in (MARKER, _SP_SPACE)}
         self._splits_at_spaces: bool | None = None
+        self._native = NativeBPE.for_model(model_bytes)
 
     @classmethod
     def load(cls, path: str | Path, num_threads: int = 1) -> Tokenizer:
@@ -228,12 +231,21 @@ class Tokenizer:
         if not fixed and not few_spaces(chunks) and self._words_independent():
             array = pa.array(chunks, pa.string())
             if worth_it(array):
-                return encode_distinct(self._sp, array, self._num_threads)
+                return encode_distinct(self._encode_words, array)
+        if not fixed:
+            return self._encode_words(pa.array(chunks, pa.string()))
         arrays = self._sp.encode(chunks, out_type="numpy", num_threads=self._num_threads)
         for i, ids in fixed.items():
             arrays[i] = ids
         chunk_lens = np.fromiter(map(len, arrays), np.int64, count=len(arrays))
         return np.concatenate(arrays).astype(np.int32, copy=False), chunk_lens
+
+    def _encode_words(self, words: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """Ids of each string: the native BPE encoder where it is built and exact for
+        this model (:mod:`dataforge.tokenization.native_bpe`), else sentencepiece."""
+        if self._native is not None:
+            return self._native.encode_words(words)
+        return sentencepiece_words(self._sp, self._num_threads)(words)
 
     def _words_independent(self) -> bool:
         if self._splits_at_spaces is None:  # a vocabulary pass: once, on first use

@@ -13,6 +13,7 @@ from dataforge.lm.tokens import SentencePieceEncoder
 from dataforge.tokenization.distinct import (
     encode_distinct,
     few_spaces,
+    sentencepiece_words,
     splits_at_spaces,
     worth_it,
 )
@@ -39,7 +40,7 @@ texts_strategy = st.lists(
 def test_equals_sentencepiece_on_whole_texts(tiny, texts: list[str]) -> None:
     sp = tiny._sp
     assert splits_at_spaces(sp.serialized_model_proto())
-    values, lengths = encode_distinct(sp, texts)
+    values, lengths = encode_distinct(sentencepiece_words(sp), texts)
     expected_values, expected_lengths = plain(sp, texts)
     assert lengths.tolist() == expected_lengths.tolist()
     assert values.tolist() == expected_values.tolist()
@@ -52,17 +53,19 @@ def test_real_text_and_the_tokenizer_paths(tiny, tiny_dir) -> None:
     english = [t for t in texts if t.isascii()]
     assert english and worth_it(pa.array(english))
     got = tiny.encode_batch_flat(texts)
-    tiny._splits_at_spaces = False  # the plain path
+    tiny._splits_at_spaces, native = False, tiny._native  # sentencepiece alone
+    tiny._native = None
     try:
         expected = tiny.encode_batch_flat(texts)
         expected_english = tiny.encode_batch_flat(english)
     finally:
-        tiny._splits_at_spaces = None
+        tiny._splits_at_spaces, tiny._native = None, native
     assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
     got_english = tiny.encode_batch_flat(english)
     assert np.array_equal(got_english[0], expected_english[0])
     assert np.array_equal(got_english[1], expected_english[1])
     encoder = SentencePieceEncoder(tiny_dir)  # the LM's sentencepiece segmentation
+    encoder._native = None
     values, offsets = encoder.encode_batch_flat(english)
     flat, lengths = plain(tiny._sp, english)
     assert np.array_equal(values, flat) and np.array_equal(np.diff(offsets), lengths)
