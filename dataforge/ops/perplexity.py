@@ -329,8 +329,10 @@ def _merge_meta(batch: pa.Table, updates: list[dict[str, Any] | None]) -> pa.Tab
     for text, update in zip(old, updates, strict=True):
         if update is None:
             new.append(text)
+        elif not text or text == "{}":  # most records: nothing to merge with
+            new.append(json.dumps(update, ensure_ascii=False, sort_keys=True))
         else:
-            meta = json.loads(text) if text else {}
+            meta = json.loads(text)
             meta.update(update)
             new.append(json.dumps(meta, ensure_ascii=False, sort_keys=True))
     return batch.set_column(

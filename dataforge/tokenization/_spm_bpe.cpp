@@ -34,50 +34,36 @@ inline int CharLen(unsigned char lead) {
   return kLen[lead >> 4];
 }
 
-// Open addressing over (left, right) symbol pairs: the one lookup of the inner loop. With
-// fewer than 65536 symbols (vocabularies up to ~60k) a slot is 8 bytes (a 32-bit pair key
-// and the merged symbol), so the table of a 16k vocabulary is 512 KB and stays in cache.
+// The merges of each left symbol, as a sorted run of (right symbol, merged symbol): most
+// symbols merge with one to three right neighbours, so a lookup reads the run's bounds and
+// a few entries (a 16k vocabulary's table is ~300 KB, read where the text's symbols are)
+// instead of probing a hash table spread over all of it.
 class MergeTable {
  public:
-  void Build(const std::vector<std::pair<uint64_t, int32_t>> &entries, bool narrow) {
-    narrow_ = narrow;
-    size_t capacity = 16;
-    while (capacity < 2 * entries.size()) capacity *= 2;
-    mask_ = capacity - 1;
-    if (narrow_) {
-      narrow_slots_.assign(capacity, NarrowSlot{kEmpty32, -1});
-    } else {
-      wide_slots_.assign(capacity, WideSlot{kEmpty64, -1});
+  void Build(std::vector<std::pair<uint64_t, int32_t>> entries, size_t num_symbols) {
+    std::sort(entries.begin(), entries.end());
+    begin_.assign(num_symbols + 1, 0);
+    right_.resize(entries.size());
+    merged_.resize(entries.size());
+    for (size_t k = 0; k < entries.size(); ++k) {
+      ++begin_[(entries[k].first >> 32) + 1];
+      right_[k] = static_cast<int32_t>(entries[k].first & 0xFFFFFFFFu);
+      merged_[k] = entries[k].second;
     }
-    for (const auto &e : entries) {
-      size_t at = Hash(e.first);
-      if (narrow_) {
-        const uint32_t key = static_cast<uint32_t>(e.first >> 16 | (e.first & 0xFFFF));
-        while (narrow_slots_[at].key != kEmpty32) at = (at + 1) & mask_;
-        narrow_slots_[at] = NarrowSlot{key, e.second};
-      } else {
-        while (wide_slots_[at].key != kEmpty64) at = (at + 1) & mask_;
-        wide_slots_[at] = WideSlot{e.first, e.second};
-      }
-    }
+    for (size_t i = 0; i < num_symbols; ++i) begin_[i + 1] += begin_[i];
   }
   // The merged symbol of (left, right), -1 if they do not merge.
   int32_t Find(int32_t left, int32_t right) const {
-    const uint64_t wide = Key(left, right);
-    size_t at = Hash(wide);
-    if (narrow_) {
-      const uint32_t key = static_cast<uint32_t>(left) << 16 | static_cast<uint32_t>(right);
-      for (;; at = (at + 1) & mask_) {
-        const NarrowSlot &slot = narrow_slots_[at];
-        if (slot.key == key) return slot.symbol;
-        if (slot.key == kEmpty32) return -1;
-      }
+    const int32_t *first = right_.data() + begin_[left];
+    const int32_t *last = right_.data() + begin_[left + 1];
+    if (last - first > 16) {
+      const int32_t *at = std::lower_bound(first, last, right);
+      return at != last && *at == right ? merged_[at - right_.data()] : -1;
     }
-    for (;; at = (at + 1) & mask_) {
-      const WideSlot &slot = wide_slots_[at];
-      if (slot.key == wide) return slot.symbol;
-      if (slot.key == kEmpty64) return -1;
+    for (const int32_t *at = first; at != last; ++at) {
+      if (*at == right) return merged_[at - right_.data()];
     }
+    return -1;
   }
   static uint64_t Key(int32_t left, int32_t right) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
@@ -85,21 +71,9 @@ class MergeTable {
   }
 
  private:
-  struct NarrowSlot {
-    uint32_t key;
-    int32_t symbol;
-  };
-  struct WideSlot {
-    uint64_t key;
-    int64_t symbol;
-  };
-  static constexpr uint32_t kEmpty32 = ~0U;
-  static constexpr uint64_t kEmpty64 = ~0ULL;
-  size_t Hash(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ULL) >> 20 & mask_; }
-  bool narrow_ = false;
-  size_t mask_ = 0;
-  std::vector<NarrowSlot> narrow_slots_;
-  std::vector<WideSlot> wide_slots_;
+  std::vector<int32_t> begin_;   // symbol -> first entry of its run (num_symbols + 1)
+  std::vector<int32_t> right_;   // sorted within each run
+  std::vector<int32_t> merged_;
 };
 
 struct Model {
@@ -227,7 +201,7 @@ PyObject *Load(PyObject *, PyObject *args) {
     }
   }
   const size_t num_symbols = model->piece_of_symbol.size();
-  model->merges.Build({merges.begin(), merges.end()}, num_symbols < 0xFFFF);
+  model->merges.Build({merges.begin(), merges.end()}, num_symbols);
   model->score_of_symbol.assign(num_symbols, 0.0f);
   for (size_t k = 0; k < num_symbols; ++k) {
     if (model->piece_of_symbol[k] >= 0) model->score_of_symbol[k] = score[model->piece_of_symbol[k]];
