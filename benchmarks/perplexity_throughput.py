@@ -122,8 +122,8 @@ def main() -> int:
     )
     op.setup()
     native = op.scorers[card.lang].ids is not None
-    # The same op scoring rendered strings through kenlm.Model.score (what it does where
-    # the dataforge.lm._kenlm_ids extension is not built).
+    # The same op scoring rendered strings through kenlm.Model.score (its KenLM path where
+    # dataforge.lm._kenlm_ids is not built; lines are encoded the same way).
     op_strings = PerplexityFilter(
         PerplexityFilter.Config(models={card.lang: str(model)}), OpContext(base_dir=".")
     )
