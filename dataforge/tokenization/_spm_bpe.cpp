@@ -19,7 +19,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
 #include <queue>
 #include <string>
 #include <unordered_map>
@@ -131,7 +135,20 @@ void FreeModel(PyObject *capsule) {
 
 // load(pieces: list[str], scores: list[float], kinds: bytes, unk_id, byte_fallback)
 // kinds: 0 normal, 1 user-defined, 2 byte, 3 other (control, unknown: never text)
+PyObject *LoadModel(PyObject *args);
+
 PyObject *Load(PyObject *, PyObject *args) {
+  try {  // no C++ exception may cross into Python
+    return LoadModel(args);
+  } catch (const std::bad_alloc &) {
+    return PyErr_NoMemory();
+  } catch (const std::exception &e) {
+    PyErr_Format(PyExc_ValueError, "cannot build the BPE tables: %s", e.what());
+    return nullptr;
+  }
+}
+
+PyObject *LoadModel(PyObject *args) {
   PyObject *pieces, *scores;
   const char *kinds;
   Py_ssize_t num_kinds;
@@ -145,7 +162,8 @@ PyObject *Load(PyObject *, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "pieces, scores and kinds differ in length");
     return nullptr;
   }
-  auto *model = new Model();
+  std::unique_ptr<Model> owner(new Model());  // freed on any early return
+  Model *model = owner.get();
   model->unk_id = unk_id;
   model->byte_fallback = byte_fallback;
   for (int b = 0; b < 256; ++b) model->byte_ids[b] = unk_id;
@@ -155,21 +173,20 @@ PyObject *Load(PyObject *, PyObject *args) {
     Py_ssize_t len;
     const char *utf8 = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(pieces, i), &len);
     if (!utf8) {
-      delete model;
       return nullptr;
     }
     text[i].assign(utf8, len);
     score[i] = static_cast<float>(PyFloat_AsDouble(PyList_GET_ITEM(scores, i)));
     if (PyErr_Occurred()) {
-      delete model;
       return nullptr;
     }
   }
   // Symbols: every normal or user-defined piece, then the single characters of pieces that
   // are not pieces themselves (sentencepiece merges them by string all the same).
   for (Py_ssize_t i = 0; i < n; ++i) {
-    if (kinds[i] == 2 && text[i].size() == 6) {  // "<0xAB>"
-      model->byte_ids[std::stoi(text[i].substr(3, 2), nullptr, 16)] = static_cast<int32_t>(i);
+    if (kinds[i] == 2 && text[i].size() == 6 && text[i].compare(0, 3, "<0x") == 0) {
+      const unsigned long byte = std::strtoul(text[i].substr(3, 2).c_str(), nullptr, 16);
+      if (byte < 256) model->byte_ids[byte] = static_cast<int32_t>(i);  // "<0xAB>"
     }
     if (kinds[i] > 1) continue;
     model->symbol_of.emplace(text[i], static_cast<int32_t>(model->piece_of_symbol.size()));
@@ -217,7 +234,7 @@ PyObject *Load(PyObject *, PyObject *args) {
   std::sort(model->user_defined.begin(), model->user_defined.end(),
             [](const std::string &a, const std::string &b) { return a.size() > b.size(); });
   PyObject *capsule = PyCapsule_New(model, kCapsule, FreeModel);
-  if (!capsule) delete model;
+  if (capsule) owner.release();
   return capsule;
 }
 
@@ -343,8 +360,9 @@ size_t EncodeOne(const Model &m, const char *text, uint32_t begin, uint32_t end,
       s.size = std::min<uint32_t>(CharLen(lead), end - at);
       const uint32_t cp = CodePoint(text + at, s.size);
       s.symbol = cp < 0x110000 ? m.symbol_of_char[cp] : -1;
-    } else {
-      s.symbol = m.symbol_of.at(std::string(text + at, s.size));
+    } else {  // a user-defined piece: always a symbol
+      auto it = m.symbol_of.find(std::string(text + at, s.size));
+      s.symbol = it != m.symbol_of.end() ? it->second : -1;
     }
     at += s.size;
     symbols.push_back(s);

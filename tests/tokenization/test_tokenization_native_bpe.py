@@ -130,3 +130,7 @@ def test_the_extension_checks_its_buffers(native) -> None:
     with pytest.raises(TypeError, match="out: need a contiguous writable buffer"):
         _spm_bpe.encode(native._model, data, np.array([0, 3]), b"\0" * 12, out_offsets)
     assert _spm_bpe.encode(native._model, data, np.array([0, 3]), out, out_offsets) >= 1
+    with pytest.raises(ValueError, match="differ in length"):
+        _spm_bpe.load(["a", "b"], [0.0], b"\0\0", 0, False)
+    with pytest.raises(TypeError):
+        _spm_bpe.load(["a", 7], [0.0, 0.0], b"\0\0", 0, False)
