@@ -87,20 +87,22 @@ class IdScorer:
         words = [str(i) for i in range(vocab_size)]
         self._index = np.frombuffer(_kenlm_ids.index(self._model, words), np.uint32)
 
-    def score(self, ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    def score(self, ids: np.ndarray, offsets: np.ndarray, *, checked: bool = False) -> np.ndarray:
         """log10 probability (bos and eos included) of each line.
 
         Args:
             ids: token ids of all lines, concatenated (any integer dtype, in
                 ``[0, vocab_size)``).
             offsets: ``lines + 1`` offsets into ``ids`` (0 first, ``len(ids)`` last).
+            checked: the caller has checked the ids' range (``TokenRenderer.encode`` does):
+                skip that pass.
 
         Raises:
             ValueError: an id outside ``[0, vocab_size)``, or offsets that do not frame
                 ``ids``.
         """
         ids = np.asarray(ids)
-        if ids.size and (ids.min() < 0 or ids.max() >= len(self._index)):
+        if not checked and ids.size and (ids.min() < 0 or ids.max() >= len(self._index)):
             raise ValueError(
                 f"token ids outside [0, {len(self._index)}): min {ids.min()}, max {ids.max()}"
             )

@@ -157,8 +157,8 @@ class PerplexityScorer:
         """log10 probability and token count of normalized, non-empty lines: ids scored
         natively where the extension is built, else rendered strings through KenLM."""
         if self.ids is not None:
-            ids, offsets = self.renderer.encode(lines)
-            return self.ids.score(ids, offsets), np.diff(offsets)
+            ids, offsets = self.renderer.encode(lines)  # checks the ids' range
+            return self.ids.score(ids, offsets, checked=True), np.diff(offsets)
         sentences, num_tokens = self.renderer.render(lines)
         return self.score_sentences(sentences), num_tokens
 

@@ -31,14 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dataforge.tokenization.distinct import (
-    encode_distinct,
-    few_spaces,
-    sentencepiece_words,
-    splits_at_spaces,
-    worth_it,
-)
-from dataforge.tokenization.native_bpe import NativeBPE
+from dataforge.tokenization.spm_batch import BatchEncoder
 
 __all__ = [
     "DEFAULT_SEGMENTATION",
@@ -100,36 +93,18 @@ class SentencePieceEncoder:
         self._sp = spm.SentencePieceProcessor(model_proto=model_bytes)
         self.vocab_size: int = self._sp.get_piece_size()
         self.fingerprint: str = hashlib.sha256(model_bytes).hexdigest()
-        self._splits_at_spaces: bool | None = None
-        self._native = NativeBPE.for_model(model_bytes)
+        self.batch = BatchEncoder(self._sp, model_bytes)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return self._sp.encode(list(texts))
 
     def encode_batch_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Ids of all texts as one int32 array plus ``len(texts) + 1`` int64 offsets.
-        Space-separated text is encoded word by word, each distinct word once
-        (:mod:`dataforge.tokenization.distinct`: the same ids)."""
-        array = pa.array(texts, pa.string())
-        if not few_spaces(texts) and worth_it(array) and self._words_independent():
-            values, lengths = encode_distinct(self._encode_words, array)
-        else:
-            values, lengths = self._encode_words(array)
+        """Ids of all texts as one int32 array plus ``len(texts) + 1`` int64 offsets
+        (:class:`dataforge.tokenization.spm_batch.BatchEncoder`: sentencepiece's ids)."""
+        values, lengths = self.batch.encode(texts)
         offsets = np.zeros(len(lengths) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return values.astype(np.int32, copy=False), offsets
-
-    def _encode_words(self, words: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """Ids of each string: the native BPE encoder where it is built and exact for
-        this model (:mod:`dataforge.tokenization.native_bpe`), else sentencepiece."""
-        if self._native is not None:
-            return self._native.encode_words(words)
-        return sentencepiece_words(self._sp)(words)
-
-    def _words_independent(self) -> bool:
-        if self._splits_at_spaces is None:  # a vocabulary pass: once, on first use
-            self._splits_at_spaces = splits_at_spaces(self._sp.serialized_model_proto())
-        return self._splits_at_spaces
 
 
 class CharRenderer:

@@ -244,7 +244,9 @@ def train_lm(
     return card
 
 
-def _encoder(tokenizer, segmentation: str) -> tuple:
+def _encoder(
+    tokenizer: str | Path | PieceTokenizer | None, segmentation: str
+) -> tuple[PieceTokenizer | lm_tokens.CharRenderer, str]:
     """The segmentation's encoder and the tokenizer directory the card names ("" for
     ``chars``)."""
     if segmentation not in lm_tokens.SEGMENTATIONS:

@@ -17,7 +17,6 @@
 #include <Python.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -265,53 +264,7 @@ class Buffer {
   Py_buffer view_;
 };
 
-// Runs up to this many symbols find their best pair by scanning (cache-friendly, no
-// queue); longer ones use sentencepiece's queue. Both merge in the same order.
-constexpr int32_t kScanMax = 32;
-
-// Repeatedly merges the pair with the best score, the leftmost among equals (the queue's
-// order), in the run [start, stop) (no frozen symbol). Each pair's score sits at its left
-// symbol's index, -inf where there is none: one contiguous scan finds the best.
-void MergeByScan(const Model &m, std::vector<Symbol> &symbols, int32_t start, int32_t stop) {
-  thread_local std::vector<float> score;
-  thread_local std::vector<int32_t> merged;
-  score.resize(symbols.size());
-  merged.resize(symbols.size());
-  auto update = [&](int32_t left) {
-    score[left] = -INFINITY;
-    const int32_t right = symbols[left].next;
-    if (right < 0 || symbols[left].symbol < 0 || symbols[right].symbol < 0) return;
-    const int32_t symbol = m.merges.Find(symbols[left].symbol, symbols[right].symbol);
-    if (symbol >= 0) {
-      score[left] = m.score_of_symbol[symbol];
-      merged[left] = symbol;
-    }
-  };
-  for (int32_t i = start; i < stop; ++i) update(i);
-  while (true) {
-    int32_t best = -1;
-    float best_score = -INFINITY;
-    for (int32_t i = start; i < stop; ++i) {
-      if (score[i] > best_score) {
-        best_score = score[i];
-        best = i;
-      }
-    }
-    if (best < 0) return;
-    Symbol &l = symbols[best];
-    Symbol &r = symbols[l.next];
-    score[l.next] = -INFINITY;  // merged away
-    l.size += r.size;
-    l.symbol = merged[best];
-    l.next = r.next;
-    if (r.next >= 0) symbols[r.next].prev = best;
-    r.size = 0;
-    update(best);
-    if (l.prev >= 0) update(l.prev);
-  }
-}
-
-// sentencepiece's loop over its queue, on the run [start, stop).
+// sentencepiece's loop over its queue, on the symbols [start, stop) (linked by next).
 void MergeByQueue(const Model &m, std::vector<Symbol> &symbols, int32_t start, int32_t stop,
                   std::priority_queue<Pair, std::vector<Pair>, PairOrder> &agenda) {
   auto maybe_add = [&](int32_t left, int32_t right) {
@@ -368,25 +321,8 @@ size_t EncodeOne(const Model &m, const char *text, uint32_t begin, uint32_t end,
     symbols.push_back(s);
   }
   const int32_t count = static_cast<int32_t>(symbols.size());
-  // No merge crosses a frozen symbol: the runs between them are encoded one by one (short
-  // runs by scanning, long ones with the queue), with the same merges in the same order.
-  for (int32_t start = 0; start < count;) {
-    int32_t stop = start + 1;
-    if (!symbols[start].freeze) {
-      while (stop < count && !symbols[stop].freeze) ++stop;
-    }
-    symbols[start].prev = -1;
-    for (int32_t i = start; i + 1 < stop; ++i) symbols[i].next = i + 1;
-    symbols[stop - 1].next = -1;
-    if (stop - start > 1) {
-      if (stop - start <= kScanMax) {
-        MergeByScan(m, symbols, start, stop);
-      } else {
-        MergeByQueue(m, symbols, start, stop, agenda);
-      }
-    }
-    start = stop;
-  }
+  for (int32_t i = 0; i + 1 < count; ++i) symbols[i].next = i + 1;
+  MergeByQueue(m, symbols, 0, count, agenda);
   size_t written = 0;
   for (int32_t i = 0; i < count; ++i) {
     const Symbol &s = symbols[i];

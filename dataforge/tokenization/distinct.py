@@ -15,10 +15,13 @@ Chinese has few spaces and its words are long runs of characters that rarely rep
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from dataforge.tokenization.spm_proto import keeps_text
 
 __all__ = [
     "MIN_SPACE_SHARE",
@@ -35,34 +38,18 @@ MIN_SPACE_SHARE = 0.08
 Chinese news: ~0.01)."""
 _SP_SPACE = "\u2581"
 _CUT = "\x1f"  # joins nothing: a text holding it stays on the plain path
+_TEXT_PIECES = (1, 4)  # ModelProto.SentencePiece NORMAL, USER_DEFINED
 
 
-def splits_at_spaces(model_proto: bytes) -> bool:
-    """Whether texts of the sentencepiece model (its serialized ``ModelProto``) encode
-    word by word: the normalizer leaves every character as it is and adds or removes no
-    space (``identity``, no dummy prefix, no whitespace folding, spaces spelled U+2581 as
-    word prefixes), and no piece holds a space after another character (pieces of spaces
-    alone aside)."""
-    from sentencepiece import sentencepiece_model_pb2 as model_pb2
-
-    proto = model_pb2.ModelProto()
-    proto.ParseFromString(model_proto)
-    norm = proto.normalizer_spec
-    if (
-        norm.name != "identity"
-        or norm.precompiled_charsmap
-        or norm.add_dummy_prefix
-        or norm.remove_extra_whitespaces
-        or not norm.escape_whitespaces
-        or proto.trainer_spec.treat_whitespace_as_suffix
-    ):
+def splits_at_spaces(proto: Any) -> bool:
+    """Whether texts of the sentencepiece model (a parsed ``ModelProto``,
+    :func:`dataforge.tokenization.spm_proto.parse_model`) encode word by word: its
+    normalizer keeps the text (:func:`~dataforge.tokenization.spm_proto.keeps_text`) and
+    no piece holds a space after another character (pieces of spaces alone aside)."""
+    if not keeps_text(proto):
         return False
-    text_types = (
-        model_pb2.ModelProto.SentencePiece.NORMAL,
-        model_pb2.ModelProto.SentencePiece.USER_DEFINED,
-    )
     for piece in proto.pieces:
-        if piece.type not in text_types:
+        if piece.type not in _TEXT_PIECES:
             continue  # bytes, control and unknown pieces never match text
         rest = piece.piece.lstrip(_SP_SPACE)
         if rest and _SP_SPACE in rest:

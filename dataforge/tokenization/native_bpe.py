@@ -7,8 +7,8 @@ frozen, byte fallback) over the batch as one UTF-8 buffer, finding pairs in an i
 table built once from the model, with the GIL released: the same ids (tests compare it
 with sentencepiece on real text and on generated strings).
 
-Used where the model allows it exactly (:meth:`NativeBPE.for_model`: a BPE model with the
-identity normalizer, no dummy prefix, no whitespace folding, no unused pieces); built by
+Used where the model allows it exactly (:meth:`NativeBPE.for_proto`: a BPE model whose
+normalizer keeps the text, no unused pieces); built by
 ``make spm-bpe`` (part of ``make test`` and ``make demo``). Without it callers use
 sentencepiece itself.
 """
@@ -16,10 +16,13 @@ sentencepiece itself.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from dataforge.tokenization.spm_proto import keeps_text, parse_model
 
 __all__ = ["NativeBPE", "available"]
 
@@ -45,24 +48,22 @@ class NativeBPE:
 
     @classmethod
     def for_model(cls, model_proto: bytes) -> NativeBPE | None:
-        """The native encoder of a serialized sentencepiece ``ModelProto``, or None where
-        the extension is not built or the model needs what it does not do (another model
-        type or normalizer, a dummy prefix, whitespace folding, unused pieces)."""
+        """:meth:`for_proto` of a serialized ``ModelProto``."""
+        return cls.for_proto(parse_model(model_proto)) if _spm_bpe is not None else None
+
+    @classmethod
+    def for_proto(cls, proto: Any) -> NativeBPE | None:
+        """The native encoder of a parsed sentencepiece ``ModelProto``, or None where the
+        extension is not built or the model needs what it does not do (another model type,
+        a normalizer that changes text, unused pieces, not exactly one unknown piece)."""
         if _spm_bpe is None:
             return None
         from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-        proto = model_pb2.ModelProto()
-        proto.ParseFromString(model_proto)
-        norm, trainer = proto.normalizer_spec, proto.trainer_spec
         piece_type = model_pb2.ModelProto.SentencePiece
         if (
-            trainer.model_type != model_pb2.TrainerSpec.BPE
-            or norm.name != "identity"
-            or norm.precompiled_charsmap
-            or norm.add_dummy_prefix
-            or norm.remove_extra_whitespaces
-            or not norm.escape_whitespaces
+            proto.trainer_spec.model_type != model_pb2.TrainerSpec.BPE
+            or not keeps_text(proto)
             or any(p.type == piece_type.UNUSED for p in proto.pieces)
         ):
             return None
@@ -75,7 +76,7 @@ class NativeBPE:
             [p.score for p in proto.pieces],
             bytes(kind.get(p.type, 3) for p in proto.pieces),
             unknown[0],
-            trainer.byte_fallback,
+            proto.trainer_spec.byte_fallback,
         )
         return cls(model)
 

@@ -23,19 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from dataforge.io.node_cache import fetch_to_cache
 from dataforge.text.surrogates import replace_each_surrogate
-from dataforge.tokenization.distinct import (
-    encode_distinct,
-    few_spaces,
-    sentencepiece_words,
-    splits_at_spaces,
-    worth_it,
-)
-from dataforge.tokenization.native_bpe import NativeBPE
 from dataforge.tokenization.segment import MARKER, Segmenter
+from dataforge.tokenization.spm_batch import BatchEncoder
 
 __all__ = ["FORMAT_VERSION", "Tokenizer", "read_tokenizer_json"]
 
@@ -130,8 +122,7 @@ class Tokenizer:
         self.boundary_id: int = self._sp.piece_to_id(MARKER)
         self.fingerprint: str = hashlib.sha256(model_bytes).hexdigest()
         self._escape_ids = {ch: self._byte_ids(ch) for ch in (MARKER, _SP_SPACE)}
-        self._splits_at_spaces: bool | None = None
-        self._native = NativeBPE.for_model(model_bytes)
+        self.batch = BatchEncoder(self._sp, model_bytes, num_threads)
 
     @classmethod
     def load(cls, path: str | Path, num_threads: int = 1) -> Tokenizer:
@@ -225,32 +216,16 @@ class Tokenizer:
     def _encode_chunks(
         self, chunks: list[str], fixed: dict[int, np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Ids of all chunks (int32) and the number of each chunk's ids: space-separated
-        text word by word, each distinct word once (:mod:`dataforge.tokenization.distinct`),
-        other text (Chinese, escapes) in one sentencepiece call."""
-        if not fixed and not few_spaces(chunks) and self._words_independent():
-            array = pa.array(chunks, pa.string())
-            if worth_it(array):
-                return encode_distinct(self._encode_words, array)
+        """Ids of all chunks (int32) and the number of each chunk's ids
+        (:class:`~dataforge.tokenization.spm_batch.BatchEncoder`); a batch with escaped
+        characters goes to sentencepiece, their ids put in place of the empty stand-ins."""
         if not fixed:
-            return self._encode_words(pa.array(chunks, pa.string()))
+            return self.batch.encode(chunks)
         arrays = self._sp.encode(chunks, out_type="numpy", num_threads=self._num_threads)
         for i, ids in fixed.items():
             arrays[i] = ids
         chunk_lens = np.fromiter(map(len, arrays), np.int64, count=len(arrays))
         return np.concatenate(arrays).astype(np.int32, copy=False), chunk_lens
-
-    def _encode_words(self, words: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """Ids of each string: the native BPE encoder where it is built and exact for
-        this model (:mod:`dataforge.tokenization.native_bpe`), else sentencepiece."""
-        if self._native is not None:
-            return self._native.encode_words(words)
-        return sentencepiece_words(self._sp, self._num_threads)(words)
-
-    def _words_independent(self) -> bool:
-        if self._splits_at_spaces is None:  # a vocabulary pass: once, on first use
-            self._splits_at_spaces = splits_at_spaces(self._sp.serialized_model_proto())
-        return self._splits_at_spaces
 
     def _chunks(
         self, texts: Sequence[str]

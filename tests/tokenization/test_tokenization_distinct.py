@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from tokenization_testkit import fixture_texts
 
 from dataforge.lm.tokens import SentencePieceEncoder
+from dataforge.tokenization import native_bpe
 from dataforge.tokenization.distinct import (
     encode_distinct,
     few_spaces,
@@ -17,6 +18,8 @@ from dataforge.tokenization.distinct import (
     splits_at_spaces,
     worth_it,
 )
+from dataforge.tokenization.spm_batch import BatchEncoder
+from dataforge.tokenization.spm_proto import parse_model
 
 WORDS = ["the", "a", "of", "tokens", "é", "naïve", "中文", "数据", "1984", "x" * 40, "", "\t"]
 SPACES = [" ", "  ", "   ", "\n", " \n ", "\u3000", "\t "]
@@ -39,7 +42,7 @@ texts_strategy = st.lists(
 @given(texts=texts_strategy)
 def test_equals_sentencepiece_on_whole_texts(tiny, texts: list[str]) -> None:
     sp = tiny._sp
-    assert splits_at_spaces(sp.serialized_model_proto())
+    assert splits_at_spaces(parse_model(sp.serialized_model_proto()))
     values, lengths = encode_distinct(sentencepiece_words(sp), texts)
     expected_values, expected_lengths = plain(sp, texts)
     assert lengths.tolist() == expected_lengths.tolist()
@@ -52,20 +55,29 @@ def test_real_text_and_the_tokenizer_paths(tiny, tiny_dir) -> None:
     texts = fixture_texts()
     english = [t for t in texts if t.isascii()]
     assert english and worth_it(pa.array(english))
-    got = tiny.encode_batch_flat(texts)
-    tiny._splits_at_spaces, native = False, tiny._native  # sentencepiece alone
-    tiny._native = None
-    try:
-        expected = tiny.encode_batch_flat(texts)
-        expected_english = tiny.encode_batch_flat(english)
-    finally:
-        tiny._splits_at_spaces, tiny._native = None, native
-    assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
-    got_english = tiny.encode_batch_flat(english)
-    assert np.array_equal(got_english[0], expected_english[0])
-    assert np.array_equal(got_english[1], expected_english[1])
+    model = tiny._sp.serialized_model_proto()
+    default = tiny.batch
+    assert default.native == native_bpe.available()
+
+    def encode_with(batch: BatchEncoder, batch_texts: list[str]):
+        tiny.batch = batch
+        try:
+            return tiny.encode_batch_flat(batch_texts)
+        finally:
+            tiny.batch = default
+
+    plain_encoder = BatchEncoder(tiny._sp, model, native=False, by_words=False)
+    for batch_texts in (texts, english):
+        expected = encode_with(plain_encoder, batch_texts)  # sentencepiece alone
+        for batch in (
+            default,
+            BatchEncoder(tiny._sp, model, native=False),  # words once, sentencepiece
+            BatchEncoder(tiny._sp, model, by_words=False),  # native, whole texts
+        ):
+            got = encode_with(batch, batch_texts)
+            assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
     encoder = SentencePieceEncoder(tiny_dir)  # the LM's sentencepiece segmentation
-    encoder._native = None
+    encoder.batch = BatchEncoder(encoder._sp, model, native=False)
     values, offsets = encoder.encode_batch_flat(english)
     flat, lengths = plain(tiny._sp, english)
     assert np.array_equal(values, flat) and np.array_equal(np.diff(offsets), lengths)
@@ -86,22 +98,21 @@ def test_worth_it_only_for_spaced_text() -> None:
     assert not few_spaces([])
 
 
-def with_changes(model_proto: bytes, pieces: list[str] = (), **normalizer) -> bytes:
-    """The model with extra normal pieces and normalizer settings changed."""
+def with_changes(model_proto: bytes, pieces: list[str] = (), **normalizer):
+    """The parsed model with extra normal pieces and normalizer settings changed."""
     from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-    proto = model_pb2.ModelProto()
-    proto.ParseFromString(model_proto)
+    proto = parse_model(model_proto)
     for piece in pieces:
         proto.pieces.add(piece=piece, score=0.0, type=model_pb2.ModelProto.SentencePiece.NORMAL)
     for key, value in normalizer.items():
         setattr(proto.normalizer_spec, key, value)
-    return proto.SerializeToString()
+    return proto
 
 
 def test_models_whose_words_interact_keep_the_plain_path(tiny) -> None:
     model = tiny._sp.serialized_model_proto()
-    assert splits_at_spaces(model)
+    assert splits_at_spaces(parse_model(model))
     assert splits_at_spaces(with_changes(model, ["▁▁▁▁▁▁▁▁", "▁qzx"]))
     assert not splits_at_spaces(with_changes(model, ["a▁b"]))  # spans "a b"
     assert not splits_at_spaces(with_changes(model, ["▁of▁"]))

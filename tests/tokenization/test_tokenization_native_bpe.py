@@ -134,3 +134,11 @@ def test_the_extension_checks_its_buffers(native) -> None:
         _spm_bpe.load(["a", "b"], [0.0], b"\0\0", 0, False)
     with pytest.raises(TypeError):
         _spm_bpe.load(["a", 7], [0.0, 0.0], b"\0\0", 0, False)
+
+
+def test_long_lines_and_control_characters(native: NativeBPE, tiny) -> None:
+    """A 200K-character line without a space (the queue of one long run), NULs and other
+    control characters (kept by the identity normalizer) give sentencepiece's ids."""
+    text = "".join(fixture_texts()).replace(" ", "").replace("\n", "")
+    long_line = (text * (200_000 // len(text) + 1))[:200_000]
+    check(native, tiny._sp, [long_line, "a\x00b", "\x00", "中\x00文 x\x01\x7f", "\r\n\t"])
