@@ -158,17 +158,22 @@ def connect(config: PipelineConfig, address: str | None, verbose: bool = False) 
 
 @contextlib.contextmanager
 def _lean_node():
-    """``ray.init`` starts an embedded node without the two head processes a one-machine
-    run never uses: the autoscaler monitor (nothing to scale) and the log monitor (which
+    """``ray.init`` starts an embedded node without the three head processes a one-machine
+    run never uses: the autoscaler monitor (nothing to scale), the log monitor (which
     relays workers' stdout to the driver; a task's errors reach the driver through its
-    result, and workers' output stays in Ray's session logs). Measured on 2 cores
-    (``benchmarks/ray_start_cost.py``): the node and its first actor cost 0.82x the CPU
-    seconds (2.74 vs 3.36), CPU the driver's own tasks get instead; up no sooner.
-    ``ray.init`` has no switch for them; its ``RayParams`` (private, guarded: left alone
-    if it changes) is given both."""
+    result, and workers' output stays in Ray's session logs) and the dashboard's API
+    server, which ``include_dashboard=False`` still starts for job submission and the
+    state API (neither used by a run in its own node; the per-node agent that serves Ray's
+    metrics is the raylet's, and stays). Measured on 2 cores (``benchmarks/ray_start_cost.py``):
+    without the monitors the node and its first actor cost 0.82x the CPU seconds (2.74 vs
+    3.36); without the API server too, a further ~1.4 CPU-seconds less and the node up
+    ~1 s sooner (4.6-4.7 vs 5.7-6.4 s, this session's slower machine). ``ray.init`` has no
+    switch for them; its ``RayParams`` and ``Node.start_api_server`` (private, guarded:
+    left alone if they change) are given the difference."""
     import ray  # deferred, as in connect
 
-    params = getattr(getattr(ray, "_private", None), "parameter", None)
+    private = getattr(ray, "_private", None)
+    params = getattr(private, "parameter", None)
     original = getattr(params, "RayParams", None)
     fields = getattr(getattr(original, "__init__", None), "__code__", None)
     if fields is None or not {"no_monitor", "include_log_monitor"} <= set(fields.co_varnames):
@@ -180,11 +185,24 @@ def _lean_node():
             kwargs.update(no_monitor=True, include_log_monitor=False)
             super().__init__(**kwargs)
 
+    node_class = getattr(getattr(private, "node", None), "Node", None)
+    api_server = getattr(node_class, "start_api_server", None)
+    api_fields = getattr(api_server, "__code__", None)
+
+    def no_api_server(node: Any, *, include_dashboard: bool | None, raise_on_failure: bool):
+        node._webui_url = None  # what Ray leaves when the API server could not start
+
     params.RayParams = LeanParams
+    if api_fields is not None and {"include_dashboard", "raise_on_failure"} <= set(
+        api_fields.co_varnames
+    ):
+        node_class.start_api_server = no_api_server
     try:
         yield
     finally:
         params.RayParams = original
+        if api_server is not None:
+            node_class.start_api_server = api_server
 
 
 def embedded_cpus(config: PipelineConfig) -> int:
