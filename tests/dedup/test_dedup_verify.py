@@ -176,3 +176,132 @@ def test_traditional_and_simplified_copies_with_t2s(reviews_zh, dedup_runner):
     }
     _, plain, _ = dedup_runner(table)
     assert len(kept_ids(plain)) > 20  # without t2s most traditional copies are missed
+
+
+# -- the compiled kernels (make dedup-verify) against the numpy ones -----------------------
+
+native = pytest.importorskip("dataforge.ops.dedup._verify", reason="make dedup-verify")
+
+
+def _both(monkeypatch, left: Texts, right: Texts, threshold, block, max_own):
+    """verify_pairs with the compiled kernels, then with the numpy ones."""
+    from dataforge.ops.dedup import verify
+
+    with_native = verify_pairs(left, right, threshold, block, max_own)
+    monkeypatch.setattr(verify, "_verify", None)
+    with_numpy = verify_pairs(left, right, threshold, block, max_own)
+    monkeypatch.setattr(verify, "_verify", native)
+    return with_native, with_numpy
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 12), max_size=60),  # few values: long shared runs
+            st.lists(st.integers(0, 12), max_size=60),
+        ),
+        min_size=1,
+        max_size=16,
+    ),
+    st.integers(1, 6),
+    st.sampled_from([0.0, 0.3, 0.5, 1.0]),
+    st.booleans(),
+)
+def test_native_kernels_equal_numpy_on_generated_sets(pairs, block, max_own, high_bits):
+    # high_bits: values that differ only above bit 40 are one shingle to both kernels
+    shift = np.uint64(1 << 41) if high_bits else np.uint64(0)
+    left = _sets([a for a, _ in pairs])
+    right = _sets([b for _, b in pairs])
+    right = ShingleSet(right.hashes + shift, right.offsets)
+    with pytest.MonkeyPatch.context() as mp:
+        (j1, d1), (j2, d2) = _both(mp, Texts(left, left), Texts(right, right), 0.0, block, max_own)
+    assert j1.tolist() == j2.tolist()  # bit for bit, not approximately
+    assert d1.tolist() == d2.tolist()
+    for (a, b), got in zip(pairs, j1, strict=True):
+        union = set(a) | set(b)
+        assert got == (len(set(a) & set(b)) / len(union) if union else 0.0)
+
+
+def _pool(sets: ShingleSet) -> tuple[np.ndarray, np.ndarray]:
+    return sets.hashes, sets.offsets
+
+
+def test_native_own_content_counts_long_unshared_runs():
+    # mine: 0 1 2 [7 8 9 10] 3 [11] 4 ; other has 0..6: runs of 4 and 1 unshared positions
+    mine = _sets([[0, 1, 2, 7, 8, 9, 10, 3, 11, 4], []])
+    other = _sets([[0, 1, 2, 3, 4, 5, 6]])
+    one, zero = np.array([0]), np.array([0])
+    got = np.frombuffer(native.own(*_pool(mine), one, *_pool(other), zero, 4))
+    assert got.tolist() == [0.4]  # the run of 4 counts, the single 11 does not
+    got = np.frombuffer(native.own(*_pool(mine), one, *_pool(other), zero, 5))
+    assert got.tolist() == [0.0]
+    got = np.frombuffer(native.own(*_pool(mine), np.array([1]), *_pool(other), zero, 1))
+    assert got.tolist() == [0.0]  # an empty document has no own content
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 9), max_size=30), min_size=1, max_size=8),
+    st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7)), min_size=1, max_size=20),
+)
+def test_verify_rows_reads_pairs_in_place(docs, picks):
+    """Pairs given as document numbers into two pools (repeated, in any order) decide as
+    the same pairs copied out first, with either kernel."""
+    from dataforge.ops.dedup import verify as module
+    from dataforge.ops.dedup.verify import verify_rows
+
+    pool = _sets(docs)
+    texts = Texts(pool, pool)
+    left = np.array([a % len(docs) for a, _ in picks])
+    right = np.array([b % len(docs) for _, b in picks])
+    want = verify_pairs(texts.take(left), texts.take(right), 0.3, 2, 0.4)
+    got = verify_rows(texts, left, texts, right, 0.3, 2, 0.4)
+    assert [g.tolist() for g in got] == [w.tolist() for w in want]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(module, "_verify", None)
+        got = verify_rows(texts, left, texts, right, 0.3, 2, 0.4)
+    assert [g.tolist() for g in got] == [w.tolist() for w in want]
+
+
+def test_native_kernels_equal_numpy_on_real_text(monkeypatch, reviews_zh):
+    """Real reviews, their edited, truncated and template copies: same Jaccard and the
+    same decisions from both kernels."""
+    op = Dedup(Dedup.Config(), OpContext())
+    base = [HEAD + r + FOOT for r in reviews_zh[:40]] + reviews_zh[40:80]
+    others = [_edit(t, 0.08, i) if i % 3 == 0 else t[: len(t) * 3 // 4] if i % 3 == 1
+              else reviews_zh[(i + 7) % len(reviews_zh)] for i, t in enumerate(base)]  # fmt: skip
+    texts = _texts(op, base + others)
+    n = len(base)
+    cfg = op.config
+    (j1, d1), (j2, d2) = _both(
+        monkeypatch, texts.take(np.arange(n)), texts.take(np.arange(n, 2 * n)),
+        cfg.threshold, cfg.block, cfg.max_own,
+    )  # fmt: skip
+    assert j1.tolist() == j2.tolist() and d1.tolist() == d2.tolist()
+    assert 0 < d1.sum() < n  # both kinds of decision occur
+
+
+@pytest.mark.parametrize(
+    "side, message",
+    [
+        ((np.zeros(3, np.uint64), np.array([0, 4], np.int64), [0]), "past the 3 values"),
+        ((np.zeros(3, np.uint64), np.array([2, 1], np.int64), [0]), "out of order"),
+        ((np.zeros(3, np.uint64), np.array([0, 3], np.int64), [1]), "row 0 is 1"),
+        ((np.zeros(3, np.uint64), np.array([0, 3], np.int64), [-1]), "row 0 is -1"),
+        ((np.zeros(3, np.uint64), np.array([0, 3], np.int64), [0, 0]), "need as many"),
+        ((np.zeros(3, np.float64), np.array([0, 3], np.int64), [0]), "8-byte integers"),
+        ((np.zeros(3, np.uint32), np.array([0, 3], np.int64), [0]), "8-byte integers"),
+        ((np.zeros(3, np.uint64), np.zeros(0, np.int64), [0]), "empty"),
+    ],
+)
+def test_native_kernels_refuse_bad_arrays(side, message):
+    values, offsets, rows = side
+    side = (values, offsets, np.array(rows, np.int64))
+    good = (np.zeros(3, np.uint64), np.array([0, 3], np.int64), np.array([0], np.int64))
+    with pytest.raises((ValueError, TypeError), match=message):
+        native.jaccard(*good, *side)
+    with pytest.raises((ValueError, TypeError), match=message):
+        native.own(*good, *side, 2)
+    with pytest.raises(ValueError, match="block"):
+        native.own(*good, *good, 0)

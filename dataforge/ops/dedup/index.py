@@ -41,11 +41,11 @@ from dataforge.ops.dedup.buckets import (
 )
 from dataforge.ops.dedup.method import DedupMethod
 from dataforge.ops.dedup.simhash import hamming_pairs
-from dataforge.ops.dedup.verify import Texts, verify_pairs
+from dataforge.ops.dedup.verify import Texts, verify_rows
 
 __all__ = ["IndexShard"]
 
-_VERIFY_CHUNK = 8192  # pairs per verification step (their shingles are copied once)
+_VERIFY_CHUNK = 8192  # pairs per verification step (numpy kernels: their shingles copied once)
 
 
 def _flatten(parts) -> list:
@@ -224,8 +224,8 @@ class IndexShard:
             chunk = edges[lo : lo + _VERIFY_CHUNK]
             left = pool_order[np.searchsorted(pool_nodes, chunk[:, 0], sorter=pool_order)]
             right = order[np.searchsorted(nodes, chunk[:, 1], sorter=order)]
-            sim, keep = verify_pairs(
-                pool_texts.take(left), texts.take(right), cfg.threshold, cfg.block, cfg.max_own
+            sim, keep = verify_rows(
+                pool_texts, left, texts, right, cfg.threshold, cfg.block, cfg.max_own
             )
             fixed = chunk[:, 0] < self.fixed
             if fixed.any():
