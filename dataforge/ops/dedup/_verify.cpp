@@ -186,35 +186,20 @@ PyObject *NewDoubles(Py_ssize_t n, double **data) {
   return out;
 }
 
-PyObject *Jaccard(PyObject *, PyObject *args) {
-  PyObject *objs[6];
-  if (!PyArg_ParseTuple(args, "OOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
-                        &objs[5])) {
-    return nullptr;
-  }
-  Side left, right;
-  if (!ParseSides(left, right, objs, "left", "right")) return nullptr;
-  Py_ssize_t pairs = left.rows.size();
+// Parses both sides from objs[0..5], then fills one double per pair with
+// `fill(side_a, side_b, pairs, out)`, the GIL released; the result as a bytearray.
+template <typename Fill>
+PyObject *ForAllPairs(PyObject *const *objs, const char *a_name, const char *b_name, Fill fill) {
+  Side a, b;
+  if (!ParseSides(a, b, objs, a_name, b_name)) return nullptr;
+  Py_ssize_t pairs = a.rows.size();
   double *out = nullptr;
   PyObject *result = NewDoubles(pairs, &out);
   if (result == nullptr) return nullptr;
   bool failed = false;
   Py_BEGIN_ALLOW_THREADS
   try {
-    ValueSet a, b;
-    for (Py_ssize_t i = 0; i < pairs; ++i) {
-      a.Fill(left.data(), left.begin(i), left.end(i));
-      const uint64_t *values = right.data();
-      int64_t first = right.begin(i), last = right.end(i), common = 0;
-      b.Reset(static_cast<size_t>(last - first));
-      for (int64_t k = first; k < last; ++k) {
-        uint64_t v = values[k] & kHashBits;
-        if (b.Insert(v) && a.Contains(v)) ++common;
-      }
-      int64_t sizes = static_cast<int64_t>(a.count() + b.count());
-      double union_ = static_cast<double>(sizes - common);
-      out[i] = union_ > 0 ? static_cast<double>(common) / union_ : 0.0;
-    }
+    fill(a, b, pairs, out);
   } catch (...) {  // std::bad_alloc: no C++ exception crosses into Python
     failed = true;
   }
@@ -224,6 +209,56 @@ PyObject *Jaccard(PyObject *, PyObject *args) {
     return PyErr_NoMemory();
   }
   return result;
+}
+
+void FillJaccard(const Side &left, const Side &right, Py_ssize_t pairs, double *out) {
+  ValueSet a, b;
+  for (Py_ssize_t i = 0; i < pairs; ++i) {
+    a.Fill(left.data(), left.begin(i), left.end(i));
+    const uint64_t *values = right.data();
+    int64_t first = right.begin(i), last = right.end(i), common = 0;
+    b.Reset(static_cast<size_t>(last - first));
+    for (int64_t k = first; k < last; ++k) {
+      uint64_t v = values[k] & kHashBits;
+      if (b.Insert(v) && a.Contains(v)) ++common;
+    }
+    int64_t sizes = static_cast<int64_t>(a.count() + b.count());
+    double union_ = static_cast<double>(sizes - common);
+    out[i] = union_ > 0 ? static_cast<double>(common) / union_ : 0.0;
+  }
+}
+
+void FillOwn(const Side &mine, const Side &other, Py_ssize_t pairs, int64_t block, double *out) {
+  ValueSet theirs;
+  for (Py_ssize_t i = 0; i < pairs; ++i) {
+    int64_t first = mine.begin(i), last = mine.end(i);
+    if (last == first) {
+      out[i] = 0.0;
+      continue;
+    }
+    theirs.Fill(other.data(), other.begin(i), other.end(i));
+    const uint64_t *values = mine.data();
+    int64_t own = 0, run = 0;  // unshared positions in long runs; the current run
+    for (int64_t k = first; k < last; ++k) {
+      if (theirs.Contains(values[k] & kHashBits)) {
+        if (run >= block) own += run;
+        run = 0;
+      } else {
+        ++run;
+      }
+    }
+    if (run >= block) own += run;
+    out[i] = static_cast<double>(own) / static_cast<double>(last - first);
+  }
+}
+
+PyObject *Jaccard(PyObject *, PyObject *args) {
+  PyObject *objs[6];
+  if (!PyArg_ParseTuple(args, "OOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                        &objs[5])) {
+    return nullptr;
+  }
+  return ForAllPairs(objs, "left", "right", FillJaccard);
 }
 
 PyObject *Own(PyObject *, PyObject *args) {
@@ -237,45 +272,10 @@ PyObject *Own(PyObject *, PyObject *args) {
     PyErr_Format(PyExc_ValueError, "block: %zd; valid: >= 1", block);
     return nullptr;
   }
-  Side mine, other;
-  if (!ParseSides(mine, other, objs, "mine", "other")) return nullptr;
-  Py_ssize_t pairs = mine.rows.size();
-  double *out = nullptr;
-  PyObject *result = NewDoubles(pairs, &out);
-  if (result == nullptr) return nullptr;
-  bool failed = false;
-  Py_BEGIN_ALLOW_THREADS
-  try {
-    ValueSet theirs;
-    for (Py_ssize_t i = 0; i < pairs; ++i) {
-      int64_t first = mine.begin(i), last = mine.end(i);
-      if (last == first) {
-        out[i] = 0.0;
-        continue;
-      }
-      theirs.Fill(other.data(), other.begin(i), other.end(i));
-      const uint64_t *values = mine.data();
-      int64_t own = 0, run = 0;  // unshared positions in long runs; the current run
-      for (int64_t k = first; k < last; ++k) {
-        if (theirs.Contains(values[k] & kHashBits)) {
-          if (run >= block) own += run;
-          run = 0;
-        } else {
-          ++run;
-        }
-      }
-      if (run >= block) own += run;
-      out[i] = static_cast<double>(own) / static_cast<double>(last - first);
-    }
-  } catch (...) {
-    failed = true;
-  }
-  Py_END_ALLOW_THREADS
-  if (failed) {
-    Py_DECREF(result);
-    return PyErr_NoMemory();
-  }
-  return result;
+  return ForAllPairs(objs, "mine", "other",
+                     [block](const Side &mine, const Side &other, Py_ssize_t pairs, double *out) {
+                       FillOwn(mine, other, pairs, block, out);
+                     });
 }
 
 PyMethodDef kMethods[] = {
