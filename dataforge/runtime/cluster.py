@@ -164,12 +164,14 @@ def _lean_node():
     result, and workers' output stays in Ray's session logs) and the dashboard's API
     server, which ``include_dashboard=False`` still starts for job submission and the
     state API (neither used by a run in its own node; the per-node agent that serves Ray's
-    metrics is the raylet's, and stays). Measured on 2 cores (``benchmarks/ray_start_cost.py``):
-    without the monitors the node and its first actor cost 0.82x the CPU seconds (2.74 vs
-    3.36); without the API server too, a further ~1.4 CPU-seconds less and the node up
-    ~1 s sooner (4.6-4.7 vs 5.7-6.4 s, this session's slower machine). ``ray.init`` has no
-    switch for them; its ``RayParams`` and ``Node.start_api_server`` (private, guarded:
-    left alone if they change) are given the difference."""
+    metrics is the raylet's, and stays). Measured on 2 cores (``benchmarks/ray_start_cost.py
+    --rounds 3``, against a plain ``ray.init`` without the dashboard): without the monitors,
+    0.82x the CPU seconds of the node and its first actor (2.74 vs 3.36) on one machine and
+    0.77x on a slower one, up no sooner; without the API server too (its process alone used
+    1.3-1.8 CPU-seconds), 0.67x the CPU (6.30 vs 9.45) and the node up 0.67x as soon (4.07 vs
+    6.05 s) on the slower one. ``ray.init`` has no switch for them; its ``RayParams`` and
+    ``Node.start_api_server`` (private, guarded: left alone if they change) are replaced
+    while it runs."""
     import ray  # deferred, as in connect
 
     private = getattr(ray, "_private", None)

@@ -282,6 +282,17 @@ def test_native_kernels_equal_numpy_on_real_text(monkeypatch, reviews_zh):
     assert 0 < d1.sum() < n  # both kinds of decision occur
 
 
+def test_native_kernels_with_no_pairs_or_empty_pools():
+    pool = _sets([[1, 2], []])
+    none = np.zeros(0, np.int64)
+    assert np.frombuffer(native.jaccard(*_pool(pool), none, *_pool(pool), none)).size == 0
+    assert np.frombuffer(native.own(*_pool(pool), none, *_pool(pool), none, 3)).size == 0
+    empty = ShingleSet.empty(1)
+    one = np.zeros(1, np.int64)
+    assert np.frombuffer(native.jaccard(*_pool(empty), one, *_pool(empty), one)).tolist() == [0.0]
+    assert np.frombuffer(native.jaccard(*_pool(pool), one, *_pool(empty), one)).tolist() == [0.0]
+
+
 @pytest.mark.parametrize(
     "side, message",
     [

@@ -120,11 +120,13 @@ def test_background_start_keeps_its_node_and_matches_the_in_process_run(
         start.wait()
         # The start thread is parked, not ended: the node it spawned stays up.
         assert ray.get(ray.remote(lambda: 41 + 1).remote(), timeout=60) == 42
-        # A lean node: no autoscaler monitor, no log monitor; ray.init's RayParams restored.
+        # A lean node: no autoscaler monitor, no log monitor, no dashboard API server;
+        # ray.init's RayParams and Node.start_api_server restored.
         processes = ray._private.worker._global_node.all_processes
         assert {"gcs_server", "raylet"} <= set(processes)
-        assert not {"monitor", "log_monitor"} & set(processes)
+        assert not {"monitor", "log_monitor", "dashboard"} & set(processes)
         assert ray._private.parameter.RayParams.__name__ == "RayParams"
+        assert ray._private.node.Node.start_api_server.__qualname__ == "Node.start_api_server"
         manifest = run_pipeline(config, tmp_path / "out", executor, log=lambda m: None)
         assert executor.driver_tasks < 2 * len(manifest["inputs"])  # the actors ran some
         # the driver is one of the run's workers: one actor fewer than CPUs
