@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dataforge.config import load_pipeline  # noqa: E402
-from dataforge.io.readers import TaskReader, _open_task, plan_input_tasks  # noqa: E402
+from dataforge.io.readers import TaskReader, plan_input_tasks  # noqa: E402
+from dataforge.io.tasks import open_task  # noqa: E402
 
 
 def main() -> int:
@@ -53,7 +54,7 @@ def main() -> int:
     def bare() -> int:
         n = 0
         for task in tasks:
-            with _open_task(task) as raw:
+            with open_task(task) as raw:
                 records = [json.loads(line) for line in io.TextIOWrapper(raw, encoding="utf-8")]
             for i in range(0, len(records), rows):
                 part = [{"id": r.get("id"), "text": r.get("text")} for r in records[i : i + rows]]

@@ -52,6 +52,7 @@ __all__ = [
     "SUSPECT_FILE_SHARE",
     "SAMPLE_BYTES",
     "Decision",
+    "PrefixedStream",
     "check_encoding",
     "decide_encoding",
     "file_report",
@@ -221,7 +222,7 @@ def decide_encoding(sample: bytes, declared: str, at_eof: bool) -> Decision:
     return Decision("latin-1", "undecodable")
 
 
-class _Prefixed(io.RawIOBase):
+class PrefixedStream(io.RawIOBase):
     """``prefix`` followed by the rest of ``raw`` (the sample was already read from it)."""
 
     def __init__(self, prefix: bytes, raw: BinaryIO) -> None:
@@ -276,7 +277,7 @@ def open_decoded(raw: BinaryIO, declared: str) -> tuple[TextIO, Decision]:
     decision = decide_encoding(sample, declared, at_eof)
     if decision.bom:
         head = head[len(_BOM_OF[decision.encoding]) :]
-    stream = io.BufferedReader(_Prefixed(head, raw), buffer_size=1 << 20)
+    stream = io.BufferedReader(PrefixedStream(head, raw), buffer_size=1 << 20)
     # newline=None: \r\n, \r and \n all end a line (CR-only files are common in old corpora)
     text = io.TextIOWrapper(stream, encoding=decision.encoding, errors=ESCAPE_ERRORS, newline=None)
     return text, decision

@@ -25,24 +25,21 @@ import io
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO, TextIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from dataforge.io import jsonl_fast
 from dataforge.io.decoding import Decision, file_report, mostly_replacement, open_decoded
-from dataforge.io.files import match_files
 from dataforge.io.fs import open_input_file
 from dataforge.io.input_config import InputConfig, ReadConfig
-from dataforge.io.streams import open_binary, open_byte_range
+from dataforge.io.streams import open_binary
+from dataforge.io.tasks import InputTask, open_task, plan_input_tasks
 from dataforge.records import BASE_SCHEMA
-from dataforge.typed_config import ConfigError
-
-if TYPE_CHECKING:  # the pipeline config sits above io; only its type is used here
-    from dataforge.config import PipelineConfig
 from dataforge.text.surrogates import has_surrogates, replace_lone_surrogates
 
 __all__ = ["InputTask", "ReadError", "TaskReader", "plan_input_tasks"]
@@ -60,75 +57,6 @@ _JSON_LINE_OVERHEAD = 1 << 16
 
 class ReadError(RuntimeError):
     """An input file that cannot be read to the end (truncated or corrupt stream)."""
-
-
-@dataclass(frozen=True)
-class InputTask:
-    """One input file of one source, or one split of it; the unit of work, commit and
-    resume. A split (:mod:`dataforge.io.splits`) numbers its records from ``first_record``
-    so that ids are those of the whole file."""
-
-    task_id: str
-    source: str
-    path: str
-    relpath: str
-    bytes: int
-    """Size of the whole file."""
-    mtime_ns: int = 0
-    """Modification time at planning; with the real path and size, what a resume checks."""
-    offset: int = 0
-    """Line files: byte offset of the split's first line."""
-    length: int | None = None
-    """Line files: bytes in the split (None: to the end of the file)."""
-    first_record: int = 0
-    """Lines (or parquet rows) of the file before the split."""
-    row_groups: tuple[int, ...] | None = None
-    """Parquet: the split's row groups (None: all)."""
-    known_ids: tuple[str, ...] = ()
-    """Ids that an earlier split of the file holds: records with them are ``duplicate_id``."""
-
-
-def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
-    """Expand every source's path/glob (local or a URI) into sorted tasks
-    (:func:`~dataforge.io.files.match_files`).
-
-    Raises:
-        ConfigError: a source's path matches no file, or two sources match the same file.
-        StorageError: a URI's storage cannot be reached.
-    """
-    tasks = []
-    owner: dict[str, str] = {}
-    for s_idx, source in enumerate(config.inputs):
-        try:
-            files = match_files(config.locate(source.path))
-        except FileNotFoundError:
-            raise ConfigError(
-                f"inputs[{s_idx}] ({source.name}): path {source.path!r} matches no file"
-            ) from None
-        for f_idx, file in enumerate(files):
-            if file.path in owner:
-                raise ConfigError(
-                    f"inputs[{s_idx}] ({source.name}): file {file.path} is also read by source "
-                    f"{owner[file.path]!r}; a file may belong to one source only"
-                )
-            owner[file.path] = source.name
-            tasks.append(
-                InputTask(
-                    task_id=f"{s_idx:03d}-{f_idx:06d}",
-                    source=source.name,
-                    path=file.path,
-                    relpath=file.relpath,
-                    bytes=file.bytes,
-                    mtime_ns=file.mtime_ns,
-                )
-            )
-    return tasks
-
-
-def _open_task(task: InputTask) -> BinaryIO:
-    if task.length is None:
-        return open_binary(task.path)
-    return open_byte_range(task.path, task.offset, task.length)
 
 
 class TaskReader:
@@ -161,19 +89,77 @@ class TaskReader:
         return file_report(self.decision, self._ord_counter + 1, self._repaired_records)
 
     def batches(self) -> Iterator[pa.Table]:
-        rows: list[dict[str, Any]] = []
         try:
-            for row in self._rows():
-                rows.append(row)
-                if len(rows) >= self.read.batch_rows:
-                    yield pa.Table.from_pylist(rows, schema=BASE_SCHEMA)
-                    rows = []
+            if self.source.format == "jsonl":
+                yield from self._jsonl_batches()
+            else:
+                yield from self._row_batches(self._rows())
         except (zstandard.ZstdError, EOFError, gzip.BadGzipFile, OSError) as exc:
             raise ReadError(
                 f"{self.task.path}: corrupt or truncated input ({type(exc).__name__}: {exc})"
             ) from exc
-        if rows:
-            yield pa.Table.from_pylist(rows, schema=BASE_SCHEMA)
+
+    def _row_batches(self, rows: Iterable[dict[str, Any]]) -> Iterator[pa.Table]:
+        batch: list[dict[str, Any]] = []
+        for row in rows:
+            batch.append(row)
+            if len(batch) >= self.read.batch_rows:
+                yield pa.Table.from_pylist(batch, schema=BASE_SCHEMA)
+                batch = []
+        if batch:
+            yield pa.Table.from_pylist(batch, schema=BASE_SCHEMA)
+
+    def _jsonl_batches(self) -> Iterator[pa.Table]:
+        """UTF-8 files through :mod:`dataforge.io.jsonl_fast` where it is built, the others
+        (and sources whose ``meta_keys`` name the text or id key) line by line."""
+        with open_task(self.task) as raw:
+            text = self._open_text(raw)
+            source = self.source
+            meta_keys = tuple(sorted(set(source.meta_keys)))
+            fast = (
+                jsonl_fast.available()
+                and self.decision.encoding == "utf-8"
+                and not self.decision.undecodable
+                and not {source.text_key, source.id_key}.intersection(meta_keys)
+            )
+            if not fast:
+                lines = self.lines_of(text, self.task.first_record)
+                yield from self._row_batches(self._row_from_line(*line) for line in lines)
+                return
+            keys = jsonl_fast.ScanKeys(
+                text_key=source.text_key.encode(),
+                id_key=source.id_key.encode() if source.id_key is not None else None,
+                meta_keys=tuple(key.encode() for key in meta_keys),
+                key_prefix=f"{source.name}/".encode(),
+                line_prefix=f"{source.name}/{self.task.relpath}:".encode(),
+                limit=self._line_limit(),
+                max_doc_chars=self.read.max_doc_chars,
+            )
+            yield from jsonl_fast.jsonl_batches(
+                text.buffer,
+                self.task.first_record,
+                keys,
+                (source.name, source.lang),
+                self.read.batch_rows,
+                self,
+            )
+
+    # -- what the fast path shares (jsonl_fast.LineRows) ---------------------------------
+    def rows_from_lines(self, lines: list[tuple[int, str, bool]]) -> list[dict[str, Any]]:
+        return [self._row_from_line(*line) for line in lines]
+
+    def duplicate_ids(self, ids: list[str]) -> list[bool]:
+        seen = self._seen_ids
+        repeated = []
+        for record_id in ids:
+            repeated.append(record_id in seen)
+            seen.add(record_id)
+        return repeated
+
+    def next_ords(self, n: int) -> np.ndarray:
+        first = self._ord_counter + 1
+        self._ord_counter += n
+        return np.arange(first, first + n, dtype=np.int64)
 
     # -- one row per physical record ---------------------------------------------------
     def _rows(self) -> Iterator[dict[str, Any]]:
@@ -196,27 +182,32 @@ class TaskReader:
             self.events["bom_stripped"] += 1
         return text
 
-    def _lines(self) -> Iterator[tuple[int, str, bool]]:
+    def _line_limit(self) -> int:
         if self.source.format == "jsonl":
-            limit = self.read.max_doc_chars * _JSON_ESCAPE_WORST + _JSON_LINE_OVERHEAD
-        else:
-            limit = self.read.max_doc_chars + 2
-        with _open_task(self.task) as raw:
-            text = self._open_text(raw)
-            lineno = self.task.first_record
-            while True:
-                line = text.readline(limit)
-                if not line:
-                    return
-                lineno += 1
-                too_long = not line.endswith("\n") and len(line) >= limit
-                if too_long:
-                    while True:  # discard the rest of the line chunk by chunk
-                        rest = text.readline(limit)
-                        if not rest or rest.endswith("\n"):
-                            break
-                    line = ""
-                yield lineno, line.rstrip("\n"), too_long
+            return self.read.max_doc_chars * _JSON_ESCAPE_WORST + _JSON_LINE_OVERHEAD
+        return self.read.max_doc_chars + 2
+
+    def _lines(self) -> Iterator[tuple[int, str, bool]]:
+        with open_task(self.task) as raw:
+            yield from self.lines_of(self._open_text(raw), self.task.first_record)
+
+    def lines_of(self, text: TextIO, lineno: int) -> Iterator[tuple[int, str, bool]]:
+        """(line number, line without its end, too long) of ``text``, numbered after
+        ``lineno``; a line of the limit's characters or more is read in pieces, dropped."""
+        limit = self._line_limit()
+        while True:
+            line = text.readline(limit)
+            if not line:
+                return
+            lineno += 1
+            too_long = not line.endswith("\n") and len(line) >= limit
+            if too_long:
+                while True:  # discard the rest of the line chunk by chunk
+                    rest = text.readline(limit)
+                    if not rest or rest.endswith("\n"):
+                        break
+                line = ""
+            yield lineno, line.rstrip("\n"), too_long
 
     def _base_row(self, line_id: str, text: str = "", drop: str | None = None) -> dict[str, Any]:
         return {
@@ -276,7 +267,9 @@ class TaskReader:
             return self._finish(row)
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
+            # JSONDecodeError, an integer past Python's 4,300 digits, nesting past the
+            # recursion limit: none of them may stop the file.
             row["drop"] = "error:json"
             return self._finish(row)
         if not isinstance(obj, dict):

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dataforge.io.jsonl_fast import json_lines
 from dataforge.io.mds import MDSShardWriter, supports
 
 __all__ = [
@@ -40,6 +41,12 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _json_line(row: dict[str, Any]) -> str:
+    if isinstance(row.get("meta"), str):
+        row["meta"] = json.loads(row["meta"])
+    return json.dumps(row, ensure_ascii=False) + "\n"
 
 
 def output_table(table: pa.Table) -> pa.Table:
@@ -114,7 +121,7 @@ class PartWriter:
                 self.out_dir / "data.parquet", table.schema, compression=self.compression or "none"
             )
         elif self.fmt == "jsonl":
-            self._writer = open(self.out_dir / "data.jsonl", "w", encoding="utf-8")  # noqa: SIM115
+            self._writer = open(self.out_dir / "data.jsonl", "wb")  # noqa: SIM115
         else:
             self._columns = mds_columns(table, self.declared)
             hashes = sorted(self.hashes)
@@ -138,10 +145,10 @@ class PartWriter:
         if self.fmt == "parquet":
             self._writer.write_table(table.cast(self._writer.schema))
         elif self.fmt == "jsonl":
-            for row in table.to_pylist():
-                if isinstance(row.get("meta"), str):
-                    row["meta"] = json.loads(row["meta"])
-                self._writer.write(json.dumps(row, ensure_ascii=False) + "\n")
+            lines = json_lines(table)
+            if lines is None:
+                lines = "".join(_json_line(row) for row in table.to_pylist()).encode("utf-8")
+            self._writer.write(lines)
         else:
             values = {
                 name: _column_values(table.column(name), enc) for name, enc in self._columns.items()

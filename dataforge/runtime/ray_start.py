@@ -31,17 +31,20 @@ by 0.4-1.2 s at 47 MB (~5.6 s), a tie within 0.2 s at 63 MB (~7.7 s): break-even
 left, of which Ray, running it 1.65x as fast, saves 7 x (1 - 1 / 1.65) = 2.76 s."""
 _CORE_GAIN = 0.65
 """What each core adds to one on this work: two give 1.65x (``benchmarks/core_sharing.py``)."""
-_THREADS_GAIN = 1.36
-"""The driver lane's two threads against one (:mod:`dataforge.runtime.driver_lanes`)."""
+_THREADS_GAIN = 1.6
+"""The driver lane's two threads against one (:mod:`dataforge.runtime.driver_lanes`) on
+segment 0 of the ``benchmarks/peers.py`` recipe at 112 MB: 30.8 s in process against
+18.9 s (1.63x) once JSON lines were read and written outside the GIL (1.36x before)."""
 
 
 def ray_pays_s(num_cpus: int, threads: int) -> float:
     """Work left in a segment (seconds at the driver's measured pace) above which starting
     embedded Ray pays back: :data:`_RAY_START_COST_S` over the share of that time Ray
     saves, running the work on the driver and ``num_cpus - 1`` actors instead of the
-    driver's ``threads``. 7 s with a one-thread driver on 2 CPUs, 15.7 s with two threads
-    (measured: at 94 MB, ~9 s of work left, the two-thread driver alone finished in 13.6 s,
-    with Ray 14.7 s); 5.1 s on 4 CPUs, 3.2 s on 16 (extrapolated, not measured here)."""
+    driver's ``threads``. 7 s with a one-thread driver on 2 CPUs, 91 s with two threads
+    (measured at 112 MB, ~19 s of work left at the driver's pace: the two-thread driver
+    alone 23.5-24.5 s, runs that started Ray 28-29 s); 6.0 s on 4 CPUs, 3.2 s on 16
+    (extrapolated, not measured here)."""
     with_ray = 1 + _CORE_GAIN * (num_cpus - 1)
     saved = 1 - (_THREADS_GAIN if threads > 1 else 1.0) / with_ray
     return _RAY_START_COST_S / saved if saved > 0 else float("inf")
