@@ -18,7 +18,8 @@
 //      has more than `max_doc_chars` (the key's id); text empty;
 //   2  empty: the text is empty or only whitespace as Python's str.isspace says; text empty;
 //   3  anything else, left to the Python reader, which decides it exactly as before: a line
-//      that is not strict UTF-8, holds a "\r" (universal newlines split there), is not one
+//      that is not strict UTF-8, holds a "\r" before its end (universal newlines split
+//      there; a "\r\n" ending is read here), is not one
 //      JSON object as json.loads reads it, lacks the text or id, has a non-string text, a
 //      key with escapes, a repeated text or id key, a lone surrogate escape, NaN/Infinity,
 //      an integer json.loads would refuse (over 4,300 digits), nesting deeper than 400, or a
@@ -436,6 +437,9 @@ Py_ssize_t ScanLines(const Args &a, Output *out) {
     const char *nl = static_cast<const char *>(std::memchr(start, '\n', static_cast<size_t>(a.size - pos)));
     const char *end = nl ? nl : a.block + a.size;
     pos = nl ? pos + (nl - start) + 1 : a.size;
+    // Universal newlines: "\r\n" (or a last "\r") ends the line like "\n"; any other "\r"
+    // splits it, which only the per-line reader does.
+    if (end > start && end[-1] == '\r') --end;
     ++lineno;
     uint8_t status = kPython;
     size_t id_before = out->ids.size(), text_before = out->texts.size();

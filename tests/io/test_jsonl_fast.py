@@ -313,3 +313,13 @@ def test_dump_rejects_buffers_that_do_not_fit() -> None:
         _jsonl.dump(3, [b"text"], [(None, offsets, b"abcdefghi", 0, False)])
     with pytest.raises(ValueError, match="one column per key"):
         _jsonl.dump(1, [b"a", b"b"], [(None, offsets, b"abcdefghi", 0, False)])
+
+
+def test_crlf_line_ends_are_read_in_cpp_and_other_carriage_returns_are_not() -> None:
+    block = b'{"text": "a"}\r\n{"text": "b\\r"}\r\n{"text": "c"}\r{"text": "d"}\n{"text": "e"}\r'
+    scanned = _jsonl.scan(block, 0, 10, b"text", None, (), b"s/", b"s/f:", 0, 100, 100)
+    assert scanned[1] == 4
+    assert list(scanned[2]) == [0, 0, 3, 0]  # "c"\r"d" is two lines for universal newlines
+    bounds = np.frombuffer(scanned[5], np.int32)
+    texts = [scanned[6][a:b].decode() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    assert texts == ["a", "b\r", "", "e"]
