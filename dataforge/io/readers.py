@@ -4,6 +4,9 @@ Every physical record becomes exactly one row: a record that cannot be used (mal
 JSON, missing or non-string text, over ``max_doc_chars``, invalid UTF-8 under
 ``invalid_utf8: drop``) is emitted with its drop reason so that the runtime counts it.
 Lines are read with a bounded ``readline`` so a 100 MB line never sits in memory whole.
+UTF-8 JSON lines go through :mod:`dataforge.io.jsonl_fast` (blocks parsed in C++ outside
+the GIL) where it is built; it hands every line this module's per-line code would treat
+specially back to that code, so both give the same rows.
 
 Text formats (jsonl, txt) are decoded by :mod:`dataforge.io.decoding` before lines are
 split: the source's ``encoding`` (``utf-8`` by default, ``auto``, or a codec name) decides
