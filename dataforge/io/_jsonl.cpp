@@ -371,12 +371,7 @@ class Line {
       out->append(start, static_cast<size_t>(p_ - start));
       return true;
     }
-    bool digits_only;
-    size_t int_digits;
-    if (!Number(&digits_only, &int_digits) || !digits_only || int_digits > 64) return false;
-    if (start[0] == '-' && start[1] == '0') return false;
-    out->append(start, static_cast<size_t>(p_ - start));
-    return true;
+    return IntLiteral(out);
   }
   // The id key's value: a non-empty string, or an integer literal (str(int) of it is the
   // same digits; -0 and anything else are left to Python).
@@ -387,12 +382,17 @@ class Line {
       size_t before = id->size();
       return String(id) && id->size() > before;
     }
+    return IntLiteral(id);
+  }
+  // An integer literal, appended as it is: str(int) of it is the same digits (-0, floats,
+  // and over 64 digits are left to Python).
+  bool IntLiteral(std::string *out) {
     const char *start = p_;
     bool digits_only;
     size_t int_digits;
     if (!Number(&digits_only, &int_digits) || !digits_only || int_digits > 64) return false;
     if (start[0] == '-' && start[1] == '0') return false;
-    id->append(start, static_cast<size_t>(p_ - start));
+    out->append(start, static_cast<size_t>(p_ - start));
     return true;
   }
 
