@@ -3,10 +3,11 @@
 Much of a task's work runs outside the GIL: Arrow's compute kernels (clean's regex passes,
 filters, takes), Parquet reading and writing, numpy's sorts. A second
 thread in the driver puts the second core to that part without starting anything: on 2
-cores, two threads run the ``benchmarks/peers.py`` recipe's first segment 1.36x as fast as
-one (31 MB: 4.35 -> 3.2 s; 94 MB: 12.6 -> 9.2 s), more than embedded Ray's node and actor
-net on such a machine below ~100 MB. A third thread added nothing measurable: the rest
-holds the GIL (rjieba's segmentation among it: two threads running it alone, 0.91x one).
+cores, two threads run the ``benchmarks/peers.py`` recipe's first segment 1.63x as fast as
+one at 112 MB (30.8 -> 18.9 s) since JSON lines are read in C++ outside the GIL (1.36x
+before: 31 MB 4.35 -> 3.2 s, 94 MB 12.6 -> 9.2 s), more than embedded Ray's node and actor
+net on such a machine. A third thread added nothing measurable then: the rest holds the
+GIL (rjieba's segmentation among it: its per-token Python strings).
 
 Each thread builds its own :class:`SegmentRunner` (its own ops; models are read-only and
 process caches are safe to share) on its first task. Results go back to the calling
