@@ -19,6 +19,16 @@ $(VENV_STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
+# Python extensions in C++ (mk/*.mk name them): the venv is made by $(PYTHON), so its
+# extension suffix and headers are the venv's. One source file each builds by this rule.
+PY_EXT := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+PY_INCLUDE := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_path('include'))")
+
+dataforge/%$(PY_EXT): dataforge/%.cpp
+	c++ -O3 -DNDEBUG -std=c++17 -shared -fPIC -fvisibility=hidden -Wall -I$(PY_INCLUDE) \
+	  $< -o $@.tmp
+	mv $@.tmp $@
+
 # Other targets (demo-data, kenlm, demo-tokenizer, demo-lm, ...) live in mk/*.mk.
 -include mk/*.mk
 

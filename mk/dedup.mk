@@ -25,17 +25,10 @@ $(DEDUP_BENCH_DIR)/dedup_speed.txt: benchmarks/dedup_speed.py $(DEDUP_SOURCES) d
 # dataforge.ops.dedup._verify: the barrier's exact pair verification (Jaccard, own content)
 # pair by pair in C++ with the GIL released (dataforge/ops/dedup/verify.py); the same values
 # as its numpy kernels, which run where it is not built.
-DEDUP_VERIFY_SO := dataforge/ops/dedup/_verify$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
-DEDUP_VERIFY_SRC := dataforge/ops/dedup/_verify.cpp
+DEDUP_VERIFY_SO := dataforge/ops/dedup/_verify$(PY_EXT)
 
 .PHONY: dedup-verify
 dedup-verify: $(DEDUP_VERIFY_SO)
-
-$(DEDUP_VERIFY_SO): $(DEDUP_VERIFY_SRC)
-	c++ -O3 -DNDEBUG -std=c++17 -shared -fPIC -fvisibility=hidden -Wall \
-	  -I$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_path('include'))") \
-	  $(DEDUP_VERIFY_SRC) -o $@.tmp
-	mv $@.tmp $@
 
 TEST_DEPS += dedup-verify
 DEMO_DEPS += dedup-verify

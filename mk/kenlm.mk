@@ -89,16 +89,14 @@ $(DEMO_LM_EN): $(DEMO_LM_DEPS)
 # dataforge.lm._kenlm_ids: scores token ids with KenLM's library (dataforge/lm/native.py);
 # without it the perplexity op scores rendered strings through kenlm.Model.score (same
 # values, ~2x the time). Linked against the static libraries built above.
-# The venv is made by $(PYTHON), so its extension suffix and headers are the venv's.
-KENLM_IDS_SO := dataforge/lm/_kenlm_ids$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
-KENLM_IDS_INCLUDE := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_path('include'))")
+KENLM_IDS_SO := dataforge/lm/_kenlm_ids$(PY_EXT)
 KENLM_IDS_SRC := dataforge/lm/_kenlm_ids.cpp
 
 kenlm-ids: $(KENLM_IDS_SO)
 
 $(KENLM_IDS_SO): $(KENLM_IDS_SRC) $(KENLM_STAMP)
 	c++ -O3 -DNDEBUG -DKENLM_MAX_ORDER=6 -std=c++17 -shared -fPIC -fvisibility=hidden \
-	  -Wno-deprecated-declarations -I$(KENLM_IDS_INCLUDE) -I$(KENLM_DIR)/src $(KENLM_IDS_SRC) \
+	  -Wno-deprecated-declarations -I$(PY_INCLUDE) -I$(KENLM_DIR)/src $(KENLM_IDS_SRC) \
 	  $(KENLM_DIR)/cmake-build/lib/libkenlm.a $(KENLM_DIR)/cmake-build/lib/libkenlm_util.a \
 	  -lz -lbz2 -llzma -lpthread -o $@.tmp
 	mv $@.tmp $@

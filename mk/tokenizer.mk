@@ -20,17 +20,10 @@ DEMO_DEPS += demo-tokenizer
 
 # dataforge.tokenization._spm_bpe: sentencepiece's BPE algorithm over a whole batch in C++
 # (dataforge/tokenization/native_bpe.py), the same ids; without it sentencepiece encodes.
-SPM_BPE_SO := dataforge/tokenization/_spm_bpe$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
-SPM_BPE_SRC := dataforge/tokenization/_spm_bpe.cpp
+SPM_BPE_SO := dataforge/tokenization/_spm_bpe$(PY_EXT)
 
 .PHONY: spm-bpe
 spm-bpe: $(SPM_BPE_SO)
-
-$(SPM_BPE_SO): $(SPM_BPE_SRC)
-	c++ -O3 -DNDEBUG -std=c++17 -shared -fPIC -fvisibility=hidden \
-	  -I$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_path('include'))") \
-	  $(SPM_BPE_SRC) -o $@.tmp
-	mv $@.tmp $@
 
 TEST_DEPS += spm-bpe
 DEMO_DEPS += spm-bpe

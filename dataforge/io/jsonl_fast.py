@@ -19,6 +19,7 @@ file to the per-line reader, whose bounded ``readline`` keeps it out of memory.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any, BinaryIO, NamedTuple, Protocol, TextIO
@@ -128,7 +129,17 @@ def jsonl_batches(
         pos = 0
         while pos < cut:
             scanned = _jsonl.scan(
-                block, pos, batch_rows - batches.rows, *keys[:5], lineno, *keys[5:]
+                block,
+                pos,
+                batch_rows - batches.rows,
+                keys.text_key,
+                keys.id_key,
+                keys.meta_keys,
+                keys.key_prefix,
+                keys.line_prefix,
+                lineno,
+                keys.limit,
+                keys.max_doc_chars,
             )
             consumed, n, status = scanned[0], scanned[1], np.frombuffer(scanned[2], np.uint8)
             if (status == _PYTHON).any():
@@ -148,13 +159,9 @@ def jsonl_batches(
 def _line_by_line(
     rows: LineRows, text: TextIO, lineno: int, batches: _Batches
 ) -> Iterator[pa.Table]:
-    made: list[dict[str, Any]] = []
-    for line in rows.lines_of(text, lineno):
-        made += rows.rows_from_lines([line])
-        if len(made) >= batches.size - batches.rows:
-            yield from batches.add(_rows_table(made))
-            made = []
-    yield from batches.add(_rows_table(made))
+    lines = rows.lines_of(text, lineno)
+    while chunk := list(itertools.islice(lines, batches.size - batches.rows)):
+        yield from batches.add(_rows_table(rows.rows_from_lines(chunk)))
 
 
 def _decoded_lines(data: bytes, lineno: int, limit: int) -> list[tuple[int, str, bool]]:

@@ -153,6 +153,10 @@ class TaskReader:
 
     def duplicate_ids(self, ids: list[str]) -> list[bool]:
         seen = self._seen_ids
+        batch = set(ids)
+        if len(batch) == len(ids) and seen.isdisjoint(batch):  # almost always: set ops only
+            seen |= batch
+            return [False] * len(ids)
         repeated = []
         for record_id in ids:
             repeated.append(record_id in seen)

@@ -249,7 +249,8 @@ def test_duplicate_ids_across_blocks_and_known_ids(tmp_path: Path, monkeypatch) 
                      known_ids=("s/1",))  # fmt: skip
     reader = TaskReader(task, source, ReadConfig())
     rows = [r for t in reader.batches() for r in t.to_pylist()]
-    assert [r["drop"] for r in rows][:3] == [None, "duplicate_id", None]
+    # one batch: repeats inside it and of the earlier split's id
+    assert [r["drop"] for r in rows] == [None, "duplicate_id", None] + ["duplicate_id"] * 4
     assert reader.accepted_ids() == {"s/0", "s/2"}
 
 
@@ -323,3 +324,27 @@ def test_crlf_line_ends_are_read_in_cpp_and_other_carriage_returns_are_not() -> 
     bounds = np.frombuffer(scanned[5], np.int32)
     texts = [scanned[6][a:b].decode() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     assert texts == ["a", "b\r", "", "e"]
+
+
+def test_clean_lines_never_reach_the_per_line_code(tmp_path: Path, monkeypatch) -> None:
+    """The fast path really reads: only the block with a bad line goes line by line."""
+    lines = [json.dumps({"id": i, "text": f"文档 {i}", "title": f"t{i}"}) for i in range(40)]
+    path = tmp_path / "x.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    source = InputConfig(name="s", path=str(path), id_key="id", meta_keys=("title",))
+    handed: list[int] = []
+    original = TaskReader.rows_from_lines
+
+    def counting(self, lines):
+        handed.extend(line[0] for line in lines)
+        return original(self, lines)
+
+    monkeypatch.setattr(TaskReader, "rows_from_lines", counting)
+    rows = assert_same(path, source, ReadConfig(batch_rows=10), monkeypatch)
+    assert handed == [] and len(rows) == 40
+    assert rows[3]["meta"] == '{"title": "t3"}' and rows[3]["id"] == "s/3"
+    lines[25] = "{bad"
+    path.write_text("\n".join(lines) + "\n")
+    rows = assert_same(path, source, ReadConfig(batch_rows=10), monkeypatch)
+    assert handed == list(range(21, 31))  # the scanned batch holding line 26, whole
+    assert rows[25]["drop"] == "error:json" and rows[26]["drop"] is None
