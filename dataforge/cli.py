@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from dataforge.lazy import skip_pandas_probe
+
 __all__ = ["main"]
 
 # Subcommands contributed by other packages; a module that is absent is skipped.
@@ -42,6 +44,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     config = _checked_config(args)
     if config is None:
+        return 2
+    from dataforge.runtime.lane_processes import lanes_are_processes
+
+    try:
+        lanes_are_processes()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     out = _output_location(args, config)
     embedded = not (args.address or config.ray.address or os.environ.get("RAY_ADDRESS"))
@@ -264,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "run":
+        skip_pandas_probe()  # before the run's first pyarrow call
     return int(args.func(args))
 
 

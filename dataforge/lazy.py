@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["lazy_exports"]
+__all__ = ["lazy_exports", "skip_pandas_probe"]
 
 
 def lazy_exports(package: str, homes: Mapping[str, str]) -> Callable[[str], Any]:
@@ -30,3 +30,34 @@ def lazy_exports(package: str, homes: Mapping[str, str]) -> Callable[[str], Any]
         return value
 
     return __getattr__
+
+
+class _NoPandas:
+    """A finder that refuses ``pandas`` (for :func:`skip_pandas_probe` only)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "pandas":
+            raise ImportError("pandas: not imported by pyarrow's implicit probe")
+
+
+def skip_pandas_probe() -> None:
+    """Keep pyarrow from importing pandas on its first ``pa.array`` call.
+
+    pyarrow asks "is this a pandas object?" on every ``pa.array``/``pa.table`` and, the
+    first time, imports pandas to answer (0.3-0.45 s per process, measured in the driver's
+    dedup barrier and in each forked lane; dataforge never hands pyarrow a pandas object).
+    Called before any such call, this makes that first probe find no pandas: pyarrow
+    remembers the answer for its implicit checks only. An explicit conversion
+    (``Table.to_pandas``, ``Table.from_pandas``) still imports pandas and works, and from
+    then on pyarrow sees pandas as usual. A process that has pandas already is left alone.
+    """
+    if "pandas" in sys.modules:
+        return
+    import pyarrow as pa  # noqa: PLC0415 - only here
+
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(finder)

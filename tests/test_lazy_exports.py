@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,3 +38,33 @@ def test_building_the_cli_parser_loads_no_tokenizer_or_scorer_module() -> None:
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_pyarrow_answers_its_pandas_probe_without_pandas_and_converts_when_asked(
+    tmp_path: Path,
+) -> None:
+    """After ``skip_pandas_probe`` pyarrow's implicit checks import no pandas (arrays,
+    tables, Parquet, compute), an explicit conversion still imports it and works, and
+    from then on pandas objects are recognised as such (a categorical stays one)."""
+    program = (
+        "import sys\n"
+        "from dataforge.lazy import skip_pandas_probe\n"
+        "skip_pandas_probe()\n"
+        "import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq\n"
+        "t = pa.table({'a': pa.array([2, 1]), 'b': pa.array(np.arange(2))})\n"
+        "pq.write_table(t, sys.argv[1]); t = pq.read_table(sys.argv[1])\n"
+        "pc.sort_indices(t, sort_keys=[('a', 'ascending')])\n"
+        "print('pandas' in sys.modules)\n"
+        "df = t.to_pandas()\n"
+        "print(type(df).__name__, df['a'].tolist())\n"
+        "import pandas as pd\n"
+        "print(pa.array(pd.Categorical(['x', 'y', 'x'])).type)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program, str(tmp_path / "t.parquet")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert out[:2] == ["False", "DataFrame [2, 1]"]
+    assert out[2].startswith("dictionary<values=") and "indices=int8" in out[2]  # categorical

@@ -47,6 +47,7 @@ __all__ = [
     "join",
     "open_input_file",
     "open_input_stream",
+    "remote_in_use",
     "s3_endpoint",
     "s3_region",
     "scratch_dir",
@@ -161,6 +162,16 @@ def _s3(endpoint: str | None, region: str, credentials: tuple) -> pafs.S3FileSys
     )
 
 
+_REMOTE_USED: set[str] = set()
+
+
+def remote_in_use() -> bool:
+    """Whether this process has made a client of remote storage (S3 and the like): its
+    connection pool and SDK threads must not be shared with a forked child
+    (:mod:`dataforge.runtime.lane_processes`)."""
+    return bool(_REMOTE_USED)
+
+
 def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     """The filesystem of ``location`` and the path within it.
 
@@ -171,6 +182,8 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     if not is_uri(location):
         return _LOCAL, os.path.abspath(os.path.expanduser(location))
     scheme, _, rest = location.partition("://")
+    if scheme != "file":
+        _REMOTE_USED.add(scheme)
     if scheme == "s3":
         credentials = tuple(os.environ.get(k) for k in _CREDENTIAL_VARS)
         return _s3(s3_endpoint(), s3_region(), credentials), rest

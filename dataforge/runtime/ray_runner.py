@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dataforge.config import PipelineConfig
+from dataforge.io import fs
 from dataforge.io.readers import InputTask
 from dataforge.runtime.cluster import (
     check_nodes_see_paths,
@@ -41,6 +42,7 @@ from dataforge.runtime.cluster import (
     stop_embedded_ray,
 )
 from dataforge.runtime.driver_lanes import DriverLanes
+from dataforge.runtime.lane_processes import ProcessLanes, lanes_are_processes
 from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.progress import RunProgress
 from dataforge.runtime.ray_start import (
@@ -133,7 +135,8 @@ class RayExecutor:
         # The lane's threads (driver_lanes: the work outside the GIL on a second core);
         # one while the driver only helps until a sized pool is warm.
         self.driver_threads = min(_DRIVER_THREADS, self.num_cpus) if self.driver_lane else 1
-        self.ray_pays_s = ray_pays_s(self.num_cpus, self.driver_threads)
+        self.fork_lanes = self.driver_threads > 1 and lanes_are_processes()
+        self.ray_pays_s = ray_pays_s(self.num_cpus, self.driver_threads, self.fork_lanes)
         self.actors: list[Any] = []
         self.warm: set[int] = set()  # id() of actors that have returned a task
         self.driver_tasks = 0
@@ -178,7 +181,16 @@ class RayExecutor:
         running: dict[ray.ObjectRef, Any] = {}
         idle: list[Any] = []
         pool: list[Any] | None = None
-        lanes = DriverLanes(
+        # Forked lanes while Ray is not begun (lane_processes); threads once it may be up.
+        forked = (
+            self.fork_lanes
+            and self.starting is not None
+            and not self.starting.begun
+            and not fs.remote_in_use()
+        )
+        if self.starting is not None and not self.starting.begun:  # the bar of this lane
+            self.ray_pays_s = ray_pays_s(self.num_cpus, self.driver_threads, forked)
+        lanes = (ProcessLanes if forked else DriverLanes)(
             lambda: SegmentRunner(config, segment, str(work_dir)), self.driver_threads
         )
         timers: dict[str, threading.Timer] = {}  # of the driver's tasks in flight
@@ -268,6 +280,8 @@ class RayExecutor:
         Ray only after the first one). The caller cancels it when the task ends."""
         if self.starting is None or self.starting.begun or left == 0:
             return None
+        if self.ray_pays_s == float("inf"):  # Ray never pays here
+            return None
         due = self._ray_bar(first) * self.driver_threads / left
         timer = threading.Timer(due, self.starting.begin)
         timer.daemon = True
@@ -331,6 +345,20 @@ class RayExecutor:
         self.actors = []
 
 
+def _why_ray_was_not_started(executor: RayExecutor) -> str:
+    always = "(ray.start: always starts it with the run)"
+    if executor.ray_pays_s == float("inf"):
+        return (
+            f"Ray was not started: on {executor.num_cpus} CPU(s) the driver's lanes run the "
+            f"work as fast as Ray's actors would {always}"
+        )
+    return (
+        f"Ray was not started: the work left, at most {executor.most_work_left:.1f} s at the "
+        f"driver's pace, never passed the {executor.ray_pays_s:.1f} s that starting it pays "
+        f"back {always}"
+    )
+
+
 def run_on_ray(
     config: PipelineConfig,
     out: str | Path,
@@ -388,12 +416,7 @@ def run_on_ray(
             if log and executor.driver_tasks:
                 log(f"the driver ran {executor.driver_tasks} of the run's tasks itself")
             if log and completed and executor.starting and not executor.starting.begun:
-                log(
-                    f"Ray was not started: the work left, at most "
-                    f"{executor.most_work_left:.1f} s at the driver's pace, never passed the "
-                    f"{executor.ray_pays_s:.1f} s that starting it pays back (ray.start: always starts "
-                    "it with the run)"
-                )
+                log(_why_ray_was_not_started(executor))
         # Leaving or stopping Ray stops the worker-log relay too, so that Ray's copies of a
         # failed task's trace do not trail after the one-line error the CLI prints next.
         if connected and ray_initialized():

@@ -37,16 +37,26 @@ segment 0 of the ``benchmarks/peers.py`` recipe at 112 MB: 30.8 s in process aga
 18.9 s (1.63x) once JSON lines were read and written outside the GIL (1.36x before)."""
 
 
-def ray_pays_s(num_cpus: int, threads: int) -> float:
+_PROCESSES_GAIN = 1.95
+"""The driver lane's two forked processes against one thread
+(:mod:`dataforge.runtime.lane_processes`), segment 0 of the ``benchmarks/peers.py`` recipe
+at 112 MB, 3 interleaved rounds: 25.9 / 10.6, 25.4 / 13.0, 22.9 / 12.7 s (2.43x, 1.95x,
+1.81x; the machine's pace moved between runs)."""
+
+
+def ray_pays_s(num_cpus: int, threads: int, processes: bool = False) -> float:
     """Work left in a segment (seconds at the driver's measured pace) above which starting
     embedded Ray pays back: :data:`_RAY_START_COST_S` over the share of that time Ray
     saves, running the work on the driver and ``num_cpus - 1`` actors instead of the
-    driver's ``threads``. 7 s with a one-thread driver on 2 CPUs, 91 s with two threads
-    (measured at 112 MB, ~19 s of work left at the driver's pace: the two-thread driver
-    alone 23.5-24.5 s, runs that started Ray 28-29 s); 6.0 s on 4 CPUs, 3.2 s on 16
-    (extrapolated, not measured here)."""
+    driver's ``threads`` lanes (forked ``processes`` or threads). With threads: 7 s for
+    one on 2 CPUs, 91 s for two (measured at 112 MB, ~19 s of work left at the driver's
+    pace: the two-thread driver alone 23.5-24.5 s, runs that started Ray 28-29 s), 6.0 s
+    on 4 CPUs, 3.2 s on 16. With two forked lanes: never on 2 CPUs (they run the work
+    faster than the driver and one actor would), 8.1 s on 4, 3.4 s on 16 (extrapolated,
+    not measured here)."""
     with_ray = 1 + _CORE_GAIN * (num_cpus - 1)
-    saved = 1 - (_THREADS_GAIN if threads > 1 else 1.0) / with_ray
+    gain = (_PROCESSES_GAIN if processes else _THREADS_GAIN) if threads > 1 else 1.0
+    saved = 1 - gain / with_ray
     return _RAY_START_COST_S / saved if saved > 0 else float("inf")
 
 

@@ -4,6 +4,9 @@ a failure or an interrupt cancels the task still in flight, which commits nothin
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -11,8 +14,11 @@ from pathlib import Path
 import pytest
 
 from dataforge.config import load_pipeline
+from dataforge.io import fs
 from dataforge.io.mds import iter_samples
 from dataforge.runtime.driver_lanes import DriverLanes
+from dataforge.runtime.failures import RunFailed
+from dataforge.runtime.lane_processes import ProcessLanes, lanes_are_processes
 from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
 from dataforge.runtime.ray_runner import RayExecutor, RayStart, ray_pays_s
 from dataforge.runtime.segments import SegmentRunner, TaskCancelled
@@ -34,6 +40,7 @@ def _config(pipeline_file: Path, cpus: int = 2):
 def test_two_driver_threads_run_the_tasks_with_the_output_of_one(
     pipeline_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("DATAFORGE_DRIVER_LANES", "threads")
     config = _config(pipeline_file)
     run_pipeline(config, tmp_path / "local", LocalExecutor(), log=lambda m: None)
     threads: list[str] = []
@@ -56,6 +63,73 @@ def test_two_driver_threads_run_the_tasks_with_the_output_of_one(
     assert executor.driver_tasks == len(threads) == 2 * len(manifest["inputs"])
     assert set(threads) == {"dataforge-lane-0", "dataforge-lane-1"}
     assert list(iter_samples(tmp_path / "lanes")) == list(iter_samples(tmp_path / "local"))
+
+
+def test_two_forked_lanes_run_the_tasks_with_the_output_of_one(
+    pipeline_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default lane: two forked children of the driver run every task (the patched
+    ``run_task`` is forked with them and leaves one file per task naming its process)."""
+    monkeypatch.delenv("DATAFORGE_DRIVER_LANES", raising=False)
+    config = _config(pipeline_file)
+    run_pipeline(config, tmp_path / "local", LocalExecutor(), log=lambda m: None)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    run_task = SegmentRunner.run_task
+
+    def recorded(self, task):
+        time.sleep(0.05)  # long enough that the second child takes the next task
+        (marks / f"{self.segment.index}-{task['task_id']}").write_text(str(os.getpid()))
+        return run_task(self, task)
+
+    monkeypatch.setattr(SegmentRunner, "run_task", recorded)
+    start = RayStart(lambda: "never used", begin=False)
+    try:
+        executor = RayExecutor(config, starting=start)
+        manifest = run_pipeline(config, tmp_path / "lanes", executor, log=lambda m: None)
+    finally:
+        start.release()
+    assert not start.begun and executor.actors == [] and executor.fork_lanes
+    # on 2 CPUs Ray never pays next to two forked lanes: no bar, no timer to begin it
+    assert executor.ray_pays_s == float("inf")
+    assert executor._ray_begins_if_slow(left=5, first=False) is None
+    pids = {int(p.read_text()) for p in marks.iterdir()}
+    assert executor.driver_tasks == len(list(marks.iterdir())) == 2 * len(manifest["inputs"])
+    assert os.getpid() not in pids and len(pids) == 4  # two children in each segment
+    assert not [t for t in threading.enumerate() if t.name.startswith("dataforge-lane")]
+    assert list(iter_samples(tmp_path / "lanes")) == list(iter_samples(tmp_path / "local"))
+    local = json.loads((tmp_path / "local" / "manifest.json").read_text())
+    assert manifest["counts"] == local["counts"]
+
+
+def test_a_process_with_a_remote_storage_client_runs_its_lane_on_threads(
+    pipeline_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An S3 client's connection pool must not be forked: once one exists in the driver,
+    the lane is threads (and the output the same)."""
+    monkeypatch.delenv("DATAFORGE_DRIVER_LANES", raising=False)
+    fs.filesystem("/tmp/x")
+    assert not fs.remote_in_use()
+    monkeypatch.setattr(fs, "_REMOTE_USED", set())
+    fs.filesystem("s3://bucket/key")  # a client, made without any request
+    assert fs.remote_in_use()
+    config = _config(pipeline_file)
+    threads: list[str] = []
+    run_task = SegmentRunner.run_task
+
+    def recorded(self, task):
+        threads.append(threading.current_thread().name)
+        return run_task(self, task)
+
+    monkeypatch.setattr(SegmentRunner, "run_task", recorded)
+    start = RayStart(lambda: "never used", begin=False)
+    try:
+        executor = RayExecutor(config, starting=start)
+        manifest = run_pipeline(config, tmp_path / "lanes", executor, log=lambda m: None)
+    finally:
+        start.release()
+    assert executor.fork_lanes and len(threads) == 2 * len(manifest["inputs"])
+    assert set(threads) <= {"dataforge-lane-0", "dataforge-lane-1"}
 
 
 class _CancelsFirstTask(LocalExecutor):
@@ -136,6 +210,10 @@ def test_ray_pays_back_later_when_the_driver_has_two_threads() -> None:
     assert ray_pays_s(2, 2) == pytest.approx(91.1, abs=0.1)
     assert ray_pays_s(16, 2) < ray_pays_s(4, 2) < ray_pays_s(2, 2)
     assert ray_pays_s(1, 1) == float("inf")  # one CPU: nothing to gain
+    # two forked lanes run the work faster than the driver and one actor on 2 CPUs would
+    assert ray_pays_s(2, 2, processes=True) == float("inf")
+    assert ray_pays_s(4, 2, processes=True) == pytest.approx(8.14, abs=0.01)
+    assert ray_pays_s(16, 2, processes=True) < ray_pays_s(4, 2, processes=True)
 
 
 def test_a_runner_that_cannot_be_built_fails_in_the_caller() -> None:
@@ -153,3 +231,126 @@ def test_a_runner_that_cannot_be_built_fails_in_the_caller() -> None:
     lanes.close()
     with pytest.raises(ValueError, match="threads: 0 is not valid; valid: >= 1"):
         DriverLanes(broken, threads=0)
+
+
+# -- forked lanes --------------------------------------------------------------------
+
+
+class _ForkRunner:
+    """Stands for a SegmentRunner in a forked lane: "fail" raises, "odd" raises an
+    exception that cannot be pickled, "lock" returns stats that cannot, "wait" marks a
+    file and runs until cancelled, "die" kills its own process; others return their id
+    and the lane's pid."""
+
+    def __init__(self, marks: Path) -> None:
+        self.cancel = None
+        self.marks = marks
+
+    def run_task(self, task):
+        name = task["task_id"]
+        if name == "fail":
+            raise RunFailed("task fail: bad record in fail.jsonl line 3")
+        if name == "odd":
+            raise _Unpicklable("a lock inside", threading.Lock())
+        if name == "die":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if name == "lock":
+            return {"task_id": name, "lock": threading.Lock()}
+        if name == "wait":
+            (self.marks / "waiting").write_text(str(os.getpid()))
+            deadline = time.monotonic() + 30
+            while not self.cancel.is_set() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            (self.marks / "cancelled").write_text(str(self.cancel.is_set()))
+            raise TaskCancelled(name)
+        return {"task_id": name, "pid": os.getpid(), "big": "x" * 200_000}
+
+
+class _Unpicklable(Exception):
+    pass
+
+
+def _collect(lanes, count: int) -> list[dict]:
+    done: list[dict] = []
+    deadline = time.monotonic() + 30
+    while len(done) < count and time.monotonic() < deadline:
+        done += [stats for stats, seconds in lanes.results(timeout=1)]
+    return done
+
+
+def test_forked_lanes_run_tasks_in_two_other_processes(tmp_path: Path) -> None:
+    lanes = ProcessLanes(lambda: _ForkRunner(tmp_path), processes=2)
+    try:
+        assert lanes.idle == 2
+        lanes.submit({"task_id": "a"})
+        lanes.submit({"task_id": "b"})
+        with pytest.raises(RuntimeError, match="every lane is busy"):
+            lanes.submit({"task_id": "c"})
+        first = _collect(lanes, 2)
+        lanes.submit({"task_id": "c"})
+        lanes.submit({"task_id": "d"})
+        done = first + _collect(lanes, 2)
+        assert sorted(d["task_id"] for d in done) == ["a", "b", "c", "d"]
+        pids = {d["pid"] for d in done}  # two children, neither the driver; large replies
+        assert len(pids) == 2 and os.getpid() not in pids and lanes.busy == 0
+        assert all(len(d["big"]) == 200_000 for d in done)
+    finally:
+        lanes.close()
+    assert not [p for p in pids if _alive(p)]
+
+
+def test_forked_lanes_hand_back_errors_and_cancel_on_close(tmp_path: Path) -> None:
+    lanes = ProcessLanes(lambda: _ForkRunner(tmp_path), processes=2)
+    lanes.submit({"task_id": "wait"})
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "waiting").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lanes.submit({"task_id": "fail"})
+    with pytest.raises(RunFailed, match="bad record in fail.jsonl line 3"):
+        lanes.results(timeout=30)
+    lanes.submit({"task_id": "odd"})  # the freed lane takes the next task
+    with pytest.raises(RuntimeError, match="_Unpicklable: .*a lock inside"):
+        lanes.results(timeout=30)
+    lanes.submit({"task_id": "lock"})
+    with pytest.raises(RuntimeError, match="task lock: its stats cannot be sent to the driver"):
+        lanes.results(timeout=30)
+    lanes.submit({"task_id": "a"})  # the lane goes on after each of those
+    assert [stats["task_id"] for stats in _collect(lanes, 1)] == ["a"]
+    waiting = int((tmp_path / "waiting").read_text())
+    lanes.close()  # "wait" sees the cancel flag, stops; both children leave
+    assert (tmp_path / "cancelled").read_text() == "True"
+    assert not _alive(waiting)
+
+
+def test_a_lane_process_that_dies_fails_the_run_naming_its_task(tmp_path: Path) -> None:
+    lanes = ProcessLanes(lambda: _ForkRunner(tmp_path), processes=2)
+    try:
+        lanes.submit({"task_id": "die"})
+        with pytest.raises(
+            RunFailed,
+            match=r"task die: the driver's lane process \d+ died "
+            r"\(killed by signal 9\); nothing of the task was committed",
+        ):
+            _collect(lanes, 1)
+    finally:
+        lanes.close()
+
+
+def test_the_lane_kind_is_chosen_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DATAFORGE_DRIVER_LANES", raising=False)
+    assert lanes_are_processes()  # Linux
+    monkeypatch.setenv("DATAFORGE_DRIVER_LANES", "threads")
+    assert not lanes_are_processes()
+    monkeypatch.setenv("DATAFORGE_DRIVER_LANES", "fork")
+    with pytest.raises(
+        ValueError, match="DATAFORGE_DRIVER_LANES: 'fork' is not valid; valid: processes, threads"
+    ):
+        lanes_are_processes()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -52,25 +52,34 @@ def test_cli_run_on_local_ray_matches_in_process_run(pipeline_file: Path, tmp_pa
     )
 
 
-@pytest.mark.parametrize("start", ["auto", "always"])
+@pytest.mark.parametrize(
+    ("start", "lanes"), [("auto", "processes"), ("auto", "threads"), ("always", "processes")]
+)
 def test_a_small_embedded_run_starts_ray_only_when_asked(
-    pipeline_file: Path, tmp_path: Path, start: str
+    pipeline_file: Path, tmp_path: Path, start: str, lanes: str
 ) -> None:
     """Milliseconds of work never pay for starting Ray: with ``auto`` the driver runs every
-    task and says Ray was not started; ``always`` starts it anyway. Either way the output
+    task and says why Ray was not started (its forked lanes: never on 2 CPUs; its threads:
+    the work left stayed under the bar); ``always`` starts it anyway. Either way the output
     is the in-process run's."""
     proc = cli(
         "run", str(pipeline_file), "-o", str(tmp_path / "small"),
         "--set", "ray.num_cpus=2", "--set", f"ray.start={start}",
+        env={"DATAFORGE_DRIVER_LANES": lanes},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     left = re.search(r"Ray was not started: the work left, at most (\d+\.\d) s", proc.stderr)
+    never = "Ray was not started: on 2 CPU(s) the driver's lanes run the work as fast as Ray's"
     if start == "auto":
         assert "running on" not in proc.stderr
-        assert left is not None and float(left.group(1)) < 1.0, proc.stderr[-2000:]
+        if lanes == "threads":
+            assert left is not None and float(left.group(1)) < 1.0, proc.stderr[-2000:]
+        else:
+            assert never in proc.stderr and left is None, proc.stderr[-2000:]
         assert "(ray.start: always starts it with the run)" in proc.stderr
     else:
         assert "running on embedded local Ray" in proc.stderr and left is None
+        assert "Ray was not started" not in proc.stderr
     reference = tmp_path / "local"
     run_pipeline(load_pipeline(pipeline_file), reference, LocalExecutor(), log=lambda m: None)
     assert list(iter_samples(tmp_path / "small")) == list(iter_samples(reference))
@@ -198,6 +207,7 @@ def _session_members(sid: int) -> list[str]:
         (signal.SIGINT, 130, "{num_cpus: 2, actors: 1}"),  # Ray at once
         (signal.SIGTERM, 143, "{num_cpus: 2, actors: 1}"),
         (signal.SIGINT, 130, "{num_cpus: 2}"),  # Ray only if the work pays for it
+        (signal.SIGTERM, 143, "{num_cpus: 2}"),  # the driver's forked lanes
     ],
 )
 def test_interrupt_stops_ray_and_the_rerun_resumes(
@@ -250,6 +260,51 @@ def test_interrupt_stops_ray_and_the_rerun_resumes(
     rerun = cli("run", str(path))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "resuming run 'interrupted'" in rerun.stderr
+    reference = tmp_path / "ref"
+    run_pipeline(load_pipeline(path), reference, LocalExecutor(), log=lambda m: None)
+    assert list(iter_samples(out)) == list(iter_samples(reference))
+
+
+def test_a_killed_driver_takes_its_forked_lanes_with_it(tmp_path: Path, write_pipeline) -> None:
+    """SIGKILL to the driver alone (no handler runs): its lane processes die with it
+    (``PR_SET_PDEATHSIG``), no task commits after the kill, and the rerun resumes."""
+    corpus = tmp_path / "many"
+    corpus.mkdir()
+    for f in range(24):
+        lines = [json.dumps({"text": f"文件{f} 第{i}行：今天天气很好。"}, ensure_ascii=False)
+                 for i in range(4000)]  # fmt: skip
+        (corpus / f"f{f:02d}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = write_pipeline(
+        tmp_path,
+        """
+        name: killed
+        inputs: [{name: s, path: "many/*.jsonl", lang: zh}]
+        ray: {num_cpus: 2}
+        output: {path: out/killed}
+    """,
+    )
+    out = tmp_path / "out" / "killed"
+    proc = subprocess.Popen(
+        [*CLI, "run", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    seg = out / "_work" / "seg0"
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(seg.glob("*.done")):
+        time.sleep(0.02)
+    assert len(_session_members(proc.pid)) == 3  # the driver and its two lanes
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 10
+    while _session_members(proc.pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert _session_members(proc.pid) == [], "a lane outlived its driver"
+    committed = sorted(p.name for p in seg.glob("*.done"))
+    time.sleep(1.0)
+    assert sorted(p.name for p in seg.glob("*.done")) == committed
+    assert not (out / "manifest.json").exists()
+    rerun = cli("run", str(path))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
     reference = tmp_path / "ref"
     run_pipeline(load_pipeline(path), reference, LocalExecutor(), log=lambda m: None)
     assert list(iter_samples(out)) == list(iter_samples(reference))

@@ -219,12 +219,13 @@ def test_the_lane_starts_actors_only_for_work_that_pays_for_them(pipeline_file: 
 
 
 def test_embedded_ray_starts_only_when_the_work_left_pays_for_it(pipeline_file: Path) -> None:
-    """Each driver thread's first task of a segment carries its warm-up: their pace alone
-    starts Ray only at twice the bar; after them, the later tasks' pace decides."""
+    """Each driver lane's first task of a segment carries its warm-up: their pace alone
+    starts Ray only at twice the bar; after them, the later tasks' pace decides. (On 4
+    CPUs: on 2, two forked lanes never make Ray pay.)"""
     from collections import deque
 
     config = _config(pipeline_file)
-    two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
+    two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=4))
 
     def begun(queue: int, driver_seconds: list[float]) -> bool:
         with _unused_start() as start:
@@ -257,7 +258,7 @@ def test_a_slow_driver_task_begins_ray_before_it_ends(
 
     import dataforge.runtime.ray_runner as ray_runner
 
-    monkeypatch.setattr(ray_runner, "ray_pays_s", lambda cpus, threads: 0.5)
+    monkeypatch.setattr(ray_runner, "ray_pays_s", lambda cpus, threads, processes: 0.5)
     config = _config(pipeline_file)
     two = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
 
