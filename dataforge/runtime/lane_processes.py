@@ -24,8 +24,9 @@ Safety:
 - Ctrl-C reaches the whole process group: the children ignore SIGINT and leave stopping to
   the driver's cancel; SIGTERM kills a child at once (its staging directory is what a
   killed run leaves; ``_work`` goes when the run completes).
-- A child leaves with ``os._exit`` (no atexit handler, no flush of buffers it shares
-  with the driver), so a lock a driver thread held at the fork is never waited for.
+- A child writes through new ``sys.stdout``/``sys.stderr`` objects and leaves with
+  ``os._exit`` (no atexit handler, no flush of buffers it shares with the driver), so a
+  lock a driver thread held at the fork is never waited for.
 
 The executor forks only on Linux (fork, ``prctl``), before embedded Ray is begun (a forked
 copy of Ray's connection threads is not safe) and while the process has made no client
@@ -210,11 +211,28 @@ def _lane_main(conn: Any, runner: SegmentRunner, cancel: _SharedFlag, parent: in
         except (OSError, AttributeError):  # no prctl: the pipe's end stops an idle child
             pass
         if os.getppid() == parent:  # else the driver died before prctl
+            _fresh_std_streams()
             runner.cancel = cancel
             _serve(conn, runner)
     except BaseException:  # noqa: BLE001 - a torn message from the driver, anything else
         code = 1
     os._exit(code)
+
+
+def _fresh_std_streams() -> None:
+    """New ``sys.stdout``/``sys.stderr`` objects on the same descriptors: a driver thread
+    (the progress display) writing at the moment of the fork leaves the old objects' buffer
+    lock held forever in the child, and a warning printed by a task would wait on it."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        encoding = getattr(old, "encoding", None) or "utf-8"
+        try:
+            stream = open(  # noqa: SIM115 - lives as long as the child
+                fd, "w", buffering=1, encoding=encoding, errors="backslashreplace", closefd=False
+            )
+        except OSError:  # the descriptor is closed: keep what there is
+            continue
+        setattr(sys, name, stream)
 
 
 def _serve(conn: Any, runner: SegmentRunner) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dataforge.ops.formatting import FormatDPO, FormatSFT
@@ -121,3 +122,49 @@ def test_a_tokenizer_without_chat_template_is_refused(hf_dir, tmp_path):
     (bare / "tokenizer_config.json").write_text("{}")
     errors = FormatSFT(FormatSFT.Config(tokenizer=str(bare))).validate()
     assert errors == [f"format_sft: {bare / 'tokenizer_config.json'} has no chat_template"]
+
+
+def test_a_run_on_the_forked_lanes_tokenizes_as_the_in_process_run(
+    hf_dir, tmp_path, write_pipeline
+):
+    """``dataforge run`` on 2 CPUs: the driver loads the Hugging Face tokenizer once and its
+    two forked lanes encode with their copies (a Rust tokenizer with a thread pool of its
+    own): the same MDS samples as one process, and no fork warning from tokenizers."""
+    import os
+    import subprocess
+    import sys
+
+    from dataforge.config import load_pipeline
+    from dataforge.io.mds import iter_samples
+    from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for f in sorted(FIXTURES.glob("*.jsonl")):
+        (corpus / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
+    path = write_pipeline(
+        tmp_path,
+        f"""
+        name: hf
+        inputs: [{{name: s, path: "corpus/*.jsonl", lang: zh}}]
+        ray: {{num_cpus: 2}}
+        stages:
+          - {{op: tokenize, tokenizer: "{hf_dir}"}}
+        output: {{path: out/hf}}
+    """,
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DATAFORGE_DRIVER_LANES"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "dataforge.cli", "run", str(path)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "the driver ran 3 of the run's tasks itself" in proc.stderr
+    assert "huggingface/tokenizers" not in proc.stderr and "Traceback" not in proc.stderr
+    reference = tmp_path / "ref"
+    run_pipeline(load_pipeline(path), reference, LocalExecutor(), log=lambda m: None)
+    samples, expected = list(iter_samples(tmp_path / "out" / "hf")), list(iter_samples(reference))
+    assert len(samples) == len(expected) > 0
+    for got, want in zip(samples, expected, strict=True):
+        assert got.keys() == want.keys()
+        assert all(np.array_equal(got[k], want[k]) for k in got)

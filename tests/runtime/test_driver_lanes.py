@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -256,6 +257,8 @@ class _ForkRunner:
             os.kill(os.getpid(), signal.SIGKILL)
         if name == "lock":
             return {"task_id": name, "lock": threading.Lock()}
+        if name == "say":
+            print("lane says: 你好", file=sys.stderr)
         if name == "wait":
             (self.marks / "waiting").write_text(str(os.getpid()))
             deadline = time.monotonic() + 30
@@ -278,7 +281,9 @@ def _collect(lanes, count: int) -> list[dict]:
     return done
 
 
-def test_forked_lanes_run_tasks_in_two_other_processes(tmp_path: Path) -> None:
+def test_forked_lanes_run_tasks_in_two_other_processes(
+    tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
     lanes = ProcessLanes(lambda: _ForkRunner(tmp_path), processes=2)
     try:
         assert lanes.idle == 2
@@ -294,6 +299,9 @@ def test_forked_lanes_run_tasks_in_two_other_processes(tmp_path: Path) -> None:
         pids = {d["pid"] for d in done}  # two children, neither the driver; large replies
         assert len(pids) == 2 and os.getpid() not in pids and lanes.busy == 0
         assert all(len(d["big"]) == 200_000 for d in done)
+        lanes.submit({"task_id": "say"})  # what a task prints reaches the driver's stderr
+        assert [d["task_id"] for d in _collect(lanes, 1)] == ["say"]
+        assert "lane says: 你好\n" in capfd.readouterr().err
     finally:
         lanes.close()
     assert not [p for p in pids if _alive(p)]
