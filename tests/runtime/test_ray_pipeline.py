@@ -310,6 +310,63 @@ def test_a_killed_driver_takes_its_forked_lanes_with_it(tmp_path: Path, write_pi
     assert list(iter_samples(out)) == list(iter_samples(reference))
 
 
+def test_a_lane_process_killed_alone_fails_the_run_and_the_rerun_resumes(
+    tmp_path: Path, write_pipeline
+) -> None:
+    """One of the driver's forked lanes killed (as the OOM killer would): the run fails in
+    one line naming the task and the lane, commits nothing of that task, leaves no process
+    behind, and the same command resumes to the in-process run's output."""
+    corpus = tmp_path / "many"
+    corpus.mkdir()
+    for f in range(24):
+        lines = [json.dumps({"text": f"文件{f} 第{i}行：今天天气很好。"}, ensure_ascii=False)
+                 for i in range(4000)]  # fmt: skip
+        (corpus / f"f{f:02d}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = write_pipeline(
+        tmp_path,
+        """
+        name: oom
+        inputs: [{name: s, path: "many/*.jsonl", lang: zh}]
+        ray: {num_cpus: 2}
+        output: {path: out/oom}
+    """,
+    )
+    out = tmp_path / "out" / "oom"
+    proc = subprocess.Popen(
+        [*CLI, "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True, text=True,
+    )  # fmt: skip
+    seg = out / "_work" / "seg0"
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(seg.glob("*.done")):
+        time.sleep(0.02)
+    lanes = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(proc.pid)], capture_output=True, text=True
+    ).stdout.split()
+    assert len(lanes) == 2, lanes
+    os.kill(int(lanes[0]), signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in stderr
+    assert re.search(
+        rf"error: run failed: task \S+: the driver's lane process {lanes[0]} died \(killed by "
+        r"signal 9\); nothing of the task was committed",
+        errors[0],
+    ), errors
+    assert not (out / "manifest.json").exists()
+    deadline = time.time() + 10
+    while _session_members(proc.pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert _session_members(proc.pid) == []
+    rerun = cli("run", str(path))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "resuming run 'oom'" in rerun.stderr
+    reference = tmp_path / "ref"
+    run_pipeline(load_pipeline(path), reference, LocalExecutor(), log=lambda m: None)
+    assert list(iter_samples(out)) == list(iter_samples(reference))
+
+
 @pytest.mark.parametrize("cpus", [1, 2])  # 1: Ray begun at once; 2: never begun (auto)
 def test_truncated_input_fails_the_run_naming_the_file(
     tmp_path: Path, write_pipeline, cpus: int
