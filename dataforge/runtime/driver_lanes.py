@@ -1,4 +1,5 @@
-"""Threads of the driver that run a segment's tasks (the driver's lane of the Ray executor).
+"""Threads of the driver that run a segment's tasks (the driver's lane of the Ray executor
+where it may not fork: :mod:`dataforge.runtime.lane_processes` is the lane otherwise).
 
 Much of a task's work runs outside the GIL: Arrow's compute kernels (clean's regex passes,
 filters, takes), Parquet reading and writing, numpy's sorts. A second

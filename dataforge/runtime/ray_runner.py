@@ -15,8 +15,9 @@ on doing so as one of the run's workers (one actor fewer to start and import). E
 Ray is started in a background thread (:class:`RayStart`, 2.5-5 s on 2 cores) once the
 driver's first task of a segment shows more work left than starting Ray pays back
 (:func:`ray_pays_s`; at once with ``ray.start: always`` or when ``ray.actors`` sizes
-the pool): a small run never starts it. The driver's lane is two threads
-(:mod:`dataforge.runtime.driver_lanes`) until actors run. A task's output does not depend
+the pool): a small run never starts it. The driver's lane is two forked processes
+(:mod:`dataforge.runtime.lane_processes`), or two threads where forking is not safe
+(:mod:`dataforge.runtime.driver_lanes`), until actors run. A task's output does not depend
 on where it ran, so neither does the run's. On a joined cluster the driver only coordinates: its machine may be far from the data and is not counted in
 the cluster's CPUs.
 """
@@ -63,8 +64,10 @@ __all__ = ["RayExecutor", "RayStart", "ray_pays_s", "run_on_ray"]
 
 _TAIL_CHECK_S = 5.0
 _DRIVER_THREADS = 2
-"""Threads of the driver's lane (:mod:`dataforge.runtime.driver_lanes`): two run the peers
-recipe's first segment 1.6x as fast as one on 2 cores (a third added nothing at 1.36x)."""
+"""Lanes of the driver (forked processes, else threads): two processes run the peers
+recipe's first segment ~1.95x as fast as one thread on 2 cores, two threads 1.6x (a third
+thread added nothing at 1.36x). More lanes on machines with more cores are not measured
+here: there, Ray's actors take the other cores once the work pays for them."""
 _LANE_POLL_S = 0.05
 """How long the driver waits for one of its own tasks before it looks at the actors'."""
 _ACTOR_START_S = 2.0
