@@ -23,6 +23,7 @@ the machine's load average. Not part of ``make test``.
 
     .venv/bin/python benchmarks/peers.py [--rounds 3] [--cpus 2]
     .venv/bin/python benchmarks/peers.py --copies 6 --no-peer   # ~100 MB, Ray vs in-process
+    .venv/bin/python benchmarks/peers.py --copies 6 --no-peer --thread-lanes  # and threads
 """
 
 from __future__ import annotations
@@ -221,6 +222,12 @@ def main() -> int:
         "--copies", type=int, default=1, help="repeat the corpus (1: 15.7 MB; 2: 31 MB; 6: 94 MB)"
     )
     parser.add_argument("--no-peer", action="store_true", help="only Ray vs in-process")
+    parser.add_argument(
+        "--thread-lanes",
+        action="store_true",
+        help="also `dataforge run` with DATAFORGE_DRIVER_LANES=threads (the driver's lane as "
+        "two threads instead of two forked processes)",
+    )
     args = parser.parse_args()
 
     python = ensure_venv()
@@ -245,6 +252,10 @@ def main() -> int:
     }  # fmt: skip
     if args.no_peer:
         del runs["datatrove"]
+    envs = {name: env for name in runs}
+    if args.thread_lanes:
+        runs["dataforge, thread lanes"] = runs["dataforge on Ray"]
+        envs["dataforge, thread lanes"] = {**env, "DATAFORGE_DRIVER_LANES": "threads"}
     print(f"{docs} docs, {mbytes:.1f} MB of text in 16 files; {args.cpus} CPUs")
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     loads = []
@@ -253,7 +264,7 @@ def main() -> int:
             if name == "datatrove":
                 shutil.rmtree(out / "datatrove", ignore_errors=True)
             loads.append(os.getloadavg()[0])
-            seconds[name].append(timed(cmd, env))
+            seconds[name].append(timed(cmd, envs[name]))
             print(f"  round {round_ + 1}: {name:<22} {seconds[name][-1]:6.1f} s", flush=True)
     median = {name: statistics.median(values) for name, values in seconds.items()}
     print(f"load average (1 min) during the runs: {min(loads):.1f} .. {max(loads):.1f}")
@@ -272,6 +283,9 @@ def main() -> int:
         print(f"datatrove / dataforge in-process:    {peer / local:.2f}x")
     print(f"dataforge Ray run / in-process wall: {ray / local:.2f}x  (goal <= 1.0x at 25 MB, ")
     print("  <= 0.6x at 100 MB)")
+    if "dataforge, thread lanes" in median:
+        threads = median["dataforge, thread lanes"]
+        print(f"the same with thread lanes / in-process: {threads / local:.2f}x")
     return 0
 
 

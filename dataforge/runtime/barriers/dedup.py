@@ -71,9 +71,10 @@ LOCAL_INDEX_MAX_DOCS = 200_000
 SIGNATURE_META_KEY = b"dataforge.dedup"
 _INFLIGHT_PARTS = 8
 _PREPARE_THREADS = 2
-"""Threads that read parts and make their index calls (bucket keys, shingles) ahead of
-the sending thread: the verification shingles of the 112 MB peers corpus's 28.5k
-candidate records took 2.1 s on one."""
+"""Threads (at most ``num_cpus``) that read parts and make their index calls (bucket keys,
+shingles) ahead of the sending thread: the verification shingles of the 112 MB peers
+corpus's 28.5k candidate records took 2.3 s on one thread, 1.7 s on two (the GIL; two
+forked processes, their results pickled back, took 2.3 s)."""
 
 # Tests set this to inject faults: called as hook(phase, attempt, shards) at phase ends.
 _fault_hook: Callable[[str, int, list[Any]], None] | None = None
@@ -200,16 +201,19 @@ def _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text: bool =
         send(calls_of(backend.count, op, previous.column(column).combine_chunks(), prev_keys))
         count += previous.num_rows
 
-    def prepare(task: str) -> tuple[int, Calls]:
-        table = pq.read_table(
-            ctx.parts[task], columns=[column, "text", "lang"] if with_text else [column]
-        )
+    def read(task: str) -> tuple[str, pa.Table]:
+        columns = [column, "text", "lang"] if with_text else [column]
+        return task, pq.read_table(ctx.parts[task], columns=columns)
+
+    def prepare(part: tuple[str, pa.Table]) -> tuple[int, Calls]:
+        task, table = part
         sigs = table.column(column).combine_chunks()
         extra = {"texts": table.select(["text", "lang"])} if with_text else {}
         calls = calls_of(backend.count, op, sigs, keys.per_task[task], **extra)
         return len(sigs) - sigs.null_count, calls
 
-    for i, (valid, calls) in enumerate(_in_order(prepare, tasks, _PREPARE_THREADS)):
+    threads = max(1, min(_PREPARE_THREADS, ctx.num_cpus))
+    for i, (valid, calls) in enumerate(_in_order(read, prepare, tasks, threads)):
         count += valid
         send(calls)
         if i % _INFLIGHT_PARTS == _INFLIGHT_PARTS - 1:
@@ -219,17 +223,26 @@ def _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text: bool =
     return count
 
 
-def _in_order(work: Callable[[str], Any], tasks: list[str], threads: int) -> Iterator[Any]:
-    """``work(task)`` of each task in order, computed by ``threads`` threads at most
-    ``threads`` tasks ahead of the caller (Parquet decoding and the numpy of bucket keys
-    and shingles run outside the GIL)."""
+def _in_order(
+    read: Callable[[str], Any], prepare: Callable[[Any], Any], tasks: list[str], threads: int
+) -> Iterator[Any]:
+    """``prepare(read(task))`` of each task in order. With ``threads`` > 1 both run on that
+    many threads, at most ``threads`` tasks ahead of the caller (Parquet decoding and the
+    numpy of bucket keys and shingles run outside the GIL); with one, a thread reads the
+    next part while the caller prepares the current one."""
+    one = threads <= 1
+    threads = max(1, threads)
+
+    def work(task: str) -> Any:
+        return read(task) if one else prepare(read(task))
+
     with ThreadPoolExecutor(threads, thread_name_prefix="dataforge-prepare") as pool:
         ahead = collections.deque(pool.submit(work, t) for t in tasks[:threads])
         for i in range(len(tasks)):
             result = ahead.popleft().result()
             if i + threads < len(tasks):
                 ahead.append(pool.submit(work, tasks[i + threads]))
-            yield result
+            yield prepare(result) if one else result
 
 
 def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
