@@ -28,43 +28,54 @@ from typing import Any
 
 from dataforge.runtime.segments import SegmentRunner
 
-__all__ = ["DriverLanes"]
+__all__ = ["DriverLanes", "LaneSlots"]
 
 
-class DriverLanes:
+class LaneSlots:
+    """What every kind of lane counts: ``threads`` lanes (threads or processes), the tasks
+    submitted and not yet returned by ``results()`` (:attr:`busy`), and how many may run
+    now (:attr:`limit`, which the caller lowers when other workers, e.g. Ray actors, take
+    the cores). Submit only while :attr:`idle`."""
+
+    def __init__(self, lanes: int, name: str) -> None:
+        if lanes < 1:
+            raise ValueError(f"{name}: {lanes} is not valid; valid: >= 1")
+        self.threads = lanes
+        self.busy = 0
+        self.limit = lanes
+
+    @property
+    def idle(self) -> int:
+        return max(0, self.limit - self.busy)
+
+    def _take_slot(self) -> None:
+        if self.idle <= 0:
+            raise RuntimeError("submit: every lane is busy")
+        self.busy += 1
+
+
+class DriverLanes(LaneSlots):
     """``threads`` threads, each running one submitted task at a time with a runner made
     by ``make_runner``. Submit only while :attr:`idle`; collect with :meth:`results`."""
 
     def __init__(self, make_runner: Callable[[], SegmentRunner], threads: int) -> None:
-        if threads < 1:
-            raise ValueError(f"threads: {threads} is not valid; valid: >= 1")
-        self.threads = threads
+        super().__init__(threads, "threads")
         self._make_runner = make_runner
         self._inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._outbox: queue.Queue[tuple[dict[str, Any] | None, float, BaseException | None]]
         self._outbox = queue.Queue()
         self._cancel = threading.Event()
         self._workers: list[threading.Thread] = []
-        self.busy = 0  # tasks submitted and not yet returned by results()
-        self.limit = threads
-        """How many threads may run tasks now (the caller lowers it when other workers,
-        e.g. Ray actors, take the cores)."""
-
-    @property
-    def idle(self) -> int:
-        return max(0, self.limit - self.busy)
 
     def submit(self, task: dict[str, Any]) -> None:
-        if self.idle <= 0:
-            raise RuntimeError("submit: every lane is busy")
-        if len(self._workers) <= self.busy:  # every thread has a task: one more (lazily,
+        self._take_slot()
+        if len(self._workers) < self.busy:  # every thread has a task: one more (lazily,
             # so a segment of one task builds one runner)
             worker = threading.Thread(
                 target=self._work, name=f"dataforge-lane-{len(self._workers)}", daemon=True
             )
             worker.start()
             self._workers.append(worker)
-        self.busy += 1
         self._inbox.put(task)
 
     def results(self, timeout: float) -> list[tuple[dict[str, Any], float]]:

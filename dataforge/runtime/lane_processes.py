@@ -50,6 +50,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from dataforge.runtime.driver_lanes import LaneSlots
+
 if TYPE_CHECKING:
     from dataforge.runtime.segments import SegmentRunner
 
@@ -92,36 +94,28 @@ class _Lane:
         self.task: dict[str, Any] | None = None
 
 
-class ProcessLanes:
+class ProcessLanes(LaneSlots):
     """``processes`` forked children, each running one submitted task at a time with a
     runner made by ``make_runner``; :class:`DriverLanes`' interface."""
 
     def __init__(self, make_runner: Callable[[], SegmentRunner], processes: int) -> None:
-        if processes < 1:
-            raise ValueError(f"processes: {processes} is not valid; valid: >= 1")
-        self.threads = processes
+        super().__init__(processes, "processes")
         self._make_runner = make_runner
         self._context = multiprocessing.get_context("fork")
         self._cancel = _SharedFlag()
         self._lanes: list[_Lane] = []
-        self.busy = 0  # tasks submitted and not yet returned by results()
-        self.limit = processes
-        """How many children may run tasks now (the caller lowers it when other workers,
-        e.g. Ray actors, take the cores)."""
-
-    @property
-    def idle(self) -> int:
-        return max(0, self.limit - self.busy)
 
     def submit(self, task: dict[str, Any]) -> None:
-        if self.idle <= 0:
-            raise RuntimeError("submit: every lane is busy")
+        self._take_slot()
         if not self._lanes:  # all at the first task: no fork once Ray may be starting
-            runner = self._make_runner()  # here: its error is the caller's; models shared
+            try:
+                runner = self._make_runner()  # here: its error is the caller's; models shared
+            except BaseException:
+                self.busy -= 1
+                raise
             self._lanes = [self._start(i, runner) for i in range(self.threads)]
         lane = next(lane for lane in self._lanes if lane.task is None)
         lane.task = task
-        self.busy += 1
         lane.conn.send(task)
 
     def results(self, timeout: float) -> list[tuple[dict[str, Any], float]]:

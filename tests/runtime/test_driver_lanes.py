@@ -38,6 +38,17 @@ def _config(pipeline_file: Path, cpus: int = 2):
     return dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=cpus))
 
 
+def _run_on_the_lanes(config, out: Path) -> tuple[RayExecutor, dict]:
+    """The run on the Ray executor with a Ray start that is never begun: the driver's
+    lanes run every task."""
+    start = RayStart(lambda: "never used", begin=False)
+    try:
+        executor = RayExecutor(config, starting=start)
+        return executor, run_pipeline(config, out, executor, log=lambda m: None)
+    finally:
+        start.release()
+
+
 def test_two_driver_threads_run_the_tasks_with_the_output_of_one(
     pipeline_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -53,13 +64,8 @@ def test_two_driver_threads_run_the_tasks_with_the_output_of_one(
         return run_task(self, task)
 
     monkeypatch.setattr(SegmentRunner, "run_task", recorded)
-    start = RayStart(lambda: "never used", begin=False)
-    try:
-        executor = RayExecutor(config, starting=start)
-        manifest = run_pipeline(config, tmp_path / "lanes", executor, log=lambda m: None)
-    finally:
-        start.release()
-    assert not start.begun and executor.actors == []
+    executor, manifest = _run_on_the_lanes(config, tmp_path / "lanes")
+    assert not executor.starting.begun and executor.actors == []
     assert executor.driver_threads == 2
     assert executor.driver_tasks == len(threads) == 2 * len(manifest["inputs"])
     assert set(threads) == {"dataforge-lane-0", "dataforge-lane-1"}
@@ -84,13 +90,8 @@ def test_two_forked_lanes_run_the_tasks_with_the_output_of_one(
         return run_task(self, task)
 
     monkeypatch.setattr(SegmentRunner, "run_task", recorded)
-    start = RayStart(lambda: "never used", begin=False)
-    try:
-        executor = RayExecutor(config, starting=start)
-        manifest = run_pipeline(config, tmp_path / "lanes", executor, log=lambda m: None)
-    finally:
-        start.release()
-    assert not start.begun and executor.actors == [] and executor.fork_lanes
+    executor, manifest = _run_on_the_lanes(config, tmp_path / "lanes")
+    assert not executor.starting.begun and executor.actors == [] and executor.fork_lanes
     # on 2 CPUs Ray never pays next to two forked lanes: no bar, no timer to begin it
     assert executor.ray_pays_s == float("inf")
     assert executor._ray_begins_if_slow(left=5, first=False) is None
@@ -123,12 +124,7 @@ def test_a_process_with_a_remote_storage_client_runs_its_lane_on_threads(
         return run_task(self, task)
 
     monkeypatch.setattr(SegmentRunner, "run_task", recorded)
-    start = RayStart(lambda: "never used", begin=False)
-    try:
-        executor = RayExecutor(config, starting=start)
-        manifest = run_pipeline(config, tmp_path / "lanes", executor, log=lambda m: None)
-    finally:
-        start.release()
+    executor, manifest = _run_on_the_lanes(config, tmp_path / "lanes")
     assert executor.fork_lanes and len(threads) == 2 * len(manifest["inputs"])
     assert set(threads) <= {"dataforge-lane-0", "dataforge-lane-1"}
 
@@ -232,6 +228,14 @@ def test_a_runner_that_cannot_be_built_fails_in_the_caller() -> None:
     lanes.close()
     with pytest.raises(ValueError, match="threads: 0 is not valid; valid: >= 1"):
         DriverLanes(broken, threads=0)
+    # forked lanes build the runner in the driver, before forking: the error is submit's
+    forked = ProcessLanes(broken, processes=2)
+    with pytest.raises(FileNotFoundError, match="models/zh.bin"):
+        forked.submit({"task_id": "a"})
+    assert forked.busy == 0 and forked.idle == 2
+    forked.close()
+    with pytest.raises(ValueError, match="processes: 0 is not valid; valid: >= 1"):
+        ProcessLanes(broken, processes=0)
 
 
 # -- forked lanes --------------------------------------------------------------------

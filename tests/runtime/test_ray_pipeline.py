@@ -190,6 +190,52 @@ def test_sigkill_mid_run_then_resume(tmp_path: Path, write_pipeline) -> None:
     assert manifest["counts"] == json.loads((reference / "manifest.json").read_text())["counts"]
 
 
+def _run_until_a_task_commits(
+    tmp_path: Path, write_pipeline, name: str, ray: str = "{num_cpus: 2}"
+) -> tuple[Path, Path, subprocess.Popen]:
+    """``dataforge run`` (its own session) of 24 JSON-lines files of 4,000 short Chinese
+    records, a run of a few seconds, returned once segment 0 has committed a task: the
+    pipeline file, OUT and the process."""
+    corpus = tmp_path / "many"
+    corpus.mkdir()
+    for f in range(24):
+        lines = [
+            json.dumps(
+                {"text": f"文件{f} 第{i}行：今天天气很好，我们去公园散步。"}, ensure_ascii=False
+            )
+            for i in range(4000)
+        ]
+        (corpus / f"f{f:02d}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = write_pipeline(
+        tmp_path,
+        f"""
+        name: {name}
+        inputs: [{{name: s, path: "many/*.jsonl", lang: zh}}]
+        ray: {ray}
+        output: {{path: out/{name}}}
+    """,
+    )
+    out = tmp_path / "out" / name
+    proc = subprocess.Popen(
+        [*CLI, "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True, text=True,
+    )  # fmt: skip
+    seg = out / "_work" / "seg0"
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(seg.glob("*.done")):
+        time.sleep(0.02)
+    return path, out, proc
+
+
+def _rerun_resumes_to_the_in_process_output(path: Path, out: Path) -> None:
+    rerun = cli("run", str(path))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resuming run '{out.name}'" in rerun.stderr
+    reference = out.parent.parent / "ref"
+    run_pipeline(load_pipeline(path), reference, LocalExecutor(), log=lambda m: None)
+    assert list(iter_samples(out)) == list(iter_samples(reference))
+
+
 def _session_members(sid: int) -> list[str]:
     """``pid command`` of the live (not zombie) processes of session ``sid``."""
     ps = subprocess.run(["ps", "-eo", "pid=,sid=,stat=,comm="], capture_output=True, text=True)
@@ -216,34 +262,7 @@ def test_interrupt_stops_ray_and_the_rerun_resumes(
     """Ctrl-C or SIGTERM to the driver alone (embedded Ray not begun, still starting or
     running): one line and 130 / 143, every process it started gone, no complete-looking
     output, and the same command resumes to the in-process run's output."""
-    corpus = tmp_path / "many"
-    corpus.mkdir()
-    for f in range(24):
-        lines = [
-            json.dumps(
-                {"text": f"文件{f} 第{i}行：今天天气很好，我们去公园散步。"}, ensure_ascii=False
-            )
-            for i in range(4000)
-        ]
-        (corpus / f"f{f:02d}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    path = write_pipeline(
-        tmp_path,
-        """
-        name: interrupted
-        inputs: [{name: s, path: "many/*.jsonl", lang: zh}]
-        ray: RAY
-        output: {path: out/interrupted}
-    """.replace("RAY", ray),
-    )
-    out = tmp_path / "out" / "interrupted"
-    proc = subprocess.Popen(
-        [*CLI, "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, text=True,
-    )  # fmt: skip
-    seg = out / "_work" / "seg0"
-    deadline = time.time() + 300
-    while time.time() < deadline and not list(seg.glob("*.done")):
-        time.sleep(0.02)
+    path, out, proc = _run_until_a_task_commits(tmp_path, write_pipeline, "interrupted", ray)
     proc.send_signal(sig)  # the driver only, as a terminal's Ctrl-C or `kill` would
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == status, stderr[-3000:]
@@ -257,44 +276,17 @@ def test_interrupt_stops_ray_and_the_rerun_resumes(
     while _session_members(proc.pid) and time.time() < deadline:  # process groups) are gone
         time.sleep(0.2)
     assert _session_members(proc.pid) == [], "processes of the interrupted run still alive"
-    rerun = cli("run", str(path))
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "resuming run 'interrupted'" in rerun.stderr
-    reference = tmp_path / "ref"
-    run_pipeline(load_pipeline(path), reference, LocalExecutor(), log=lambda m: None)
-    assert list(iter_samples(out)) == list(iter_samples(reference))
+    _rerun_resumes_to_the_in_process_output(path, out)
 
 
 def test_a_killed_driver_takes_its_forked_lanes_with_it(tmp_path: Path, write_pipeline) -> None:
     """SIGKILL to the driver alone (no handler runs): its lane processes die with it
     (``PR_SET_PDEATHSIG``), no task commits after the kill, and the rerun resumes."""
-    corpus = tmp_path / "many"
-    corpus.mkdir()
-    for f in range(24):
-        lines = [json.dumps({"text": f"文件{f} 第{i}行：今天天气很好。"}, ensure_ascii=False)
-                 for i in range(4000)]  # fmt: skip
-        (corpus / f"f{f:02d}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    path = write_pipeline(
-        tmp_path,
-        """
-        name: killed
-        inputs: [{name: s, path: "many/*.jsonl", lang: zh}]
-        ray: {num_cpus: 2}
-        output: {path: out/killed}
-    """,
-    )
-    out = tmp_path / "out" / "killed"
-    proc = subprocess.Popen(
-        [*CLI, "run", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
+    path, out, proc = _run_until_a_task_commits(tmp_path, write_pipeline, "killed")
     seg = out / "_work" / "seg0"
-    deadline = time.time() + 300
-    while time.time() < deadline and not list(seg.glob("*.done")):
-        time.sleep(0.02)
     assert len(_session_members(proc.pid)) == 3  # the driver and its two lanes
     proc.kill()
-    proc.wait()
+    proc.communicate()
     deadline = time.time() + 10
     while _session_members(proc.pid) and time.time() < deadline:
         time.sleep(0.05)
@@ -303,11 +295,7 @@ def test_a_killed_driver_takes_its_forked_lanes_with_it(tmp_path: Path, write_pi
     time.sleep(1.0)
     assert sorted(p.name for p in seg.glob("*.done")) == committed
     assert not (out / "manifest.json").exists()
-    rerun = cli("run", str(path))
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    reference = tmp_path / "ref"
-    run_pipeline(load_pipeline(path), reference, LocalExecutor(), log=lambda m: None)
-    assert list(iter_samples(out)) == list(iter_samples(reference))
+    _rerun_resumes_to_the_in_process_output(path, out)
 
 
 def test_a_lane_process_killed_alone_fails_the_run_and_the_rerun_resumes(
@@ -316,30 +304,7 @@ def test_a_lane_process_killed_alone_fails_the_run_and_the_rerun_resumes(
     """One of the driver's forked lanes killed (as the OOM killer would): the run fails in
     one line naming the task and the lane, commits nothing of that task, leaves no process
     behind, and the same command resumes to the in-process run's output."""
-    corpus = tmp_path / "many"
-    corpus.mkdir()
-    for f in range(24):
-        lines = [json.dumps({"text": f"文件{f} 第{i}行：今天天气很好。"}, ensure_ascii=False)
-                 for i in range(4000)]  # fmt: skip
-        (corpus / f"f{f:02d}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    path = write_pipeline(
-        tmp_path,
-        """
-        name: oom
-        inputs: [{name: s, path: "many/*.jsonl", lang: zh}]
-        ray: {num_cpus: 2}
-        output: {path: out/oom}
-    """,
-    )
-    out = tmp_path / "out" / "oom"
-    proc = subprocess.Popen(
-        [*CLI, "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, text=True,
-    )  # fmt: skip
-    seg = out / "_work" / "seg0"
-    deadline = time.time() + 300
-    while time.time() < deadline and not list(seg.glob("*.done")):
-        time.sleep(0.02)
+    path, out, proc = _run_until_a_task_commits(tmp_path, write_pipeline, "oom")
     lanes = subprocess.run(
         ["ps", "-o", "pid=", "--ppid", str(proc.pid)], capture_output=True, text=True
     ).stdout.split()
@@ -359,12 +324,7 @@ def test_a_lane_process_killed_alone_fails_the_run_and_the_rerun_resumes(
     while _session_members(proc.pid) and time.time() < deadline:
         time.sleep(0.05)
     assert _session_members(proc.pid) == []
-    rerun = cli("run", str(path))
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "resuming run 'oom'" in rerun.stderr
-    reference = tmp_path / "ref"
-    run_pipeline(load_pipeline(path), reference, LocalExecutor(), log=lambda m: None)
-    assert list(iter_samples(out)) == list(iter_samples(reference))
+    _rerun_resumes_to_the_in_process_output(path, out)
 
 
 @pytest.mark.parametrize("cpus", [1, 2])  # 1: Ray begun at once; 2: never begun (auto)
