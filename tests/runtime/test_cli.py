@@ -52,6 +52,16 @@ def test_run_with_bad_config_fails_before_ray(pipeline_file: Path, capsys) -> No
     assert "unknown op 'nope'" in capsys.readouterr().err
 
 
+def test_run_with_a_bad_lane_kind_fails_before_any_work(
+    pipeline_file: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATAFORGE_DRIVER_LANES", "fork")
+    assert main(["run", str(pipeline_file), "-o", str(tmp_path / "never")]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: DATAFORGE_DRIVER_LANES: 'fork' is not valid; valid: processes, threads\n"
+    assert not (tmp_path / "never").exists()
+
+
 def test_inspect_of_a_non_dataset_is_usage_error(tmp_path: Path, capsys) -> None:
     assert main(["inspect", str(tmp_path)]) == 2
     assert "no index.json" in capsys.readouterr().err
