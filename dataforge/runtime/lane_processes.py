@@ -38,6 +38,7 @@ in ``dataforge run``): each would otherwise import pandas, 0.3-0.45 s.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import multiprocessing
@@ -51,6 +52,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dataforge.runtime.driver_lanes import LaneSlots
+from dataforge.runtime.failures import RunFailed
 
 if TYPE_CHECKING:
     from dataforge.runtime.segments import SegmentRunner
@@ -65,7 +67,7 @@ _PR_SET_PDEATHSIG = 1
 def lanes_are_processes() -> bool:
     """Whether the driver's lane forks (Linux; ``DATAFORGE_DRIVER_LANES=threads`` keeps
     threads). The caller forks only while Ray is not begun in the process."""
-    choice = os.environ.get("DATAFORGE_DRIVER_LANES", "processes")
+    choice = os.environ.get("DATAFORGE_DRIVER_LANES") or "processes"  # empty: unset
     if choice not in ("processes", "threads"):
         raise ValueError(
             f"DATAFORGE_DRIVER_LANES: {choice!r} is not valid; valid: processes, threads"
@@ -144,10 +146,8 @@ class ProcessLanes(LaneSlots):
         :data:`_STOP_S` is killed."""
         self._cancel.set()
         for lane in self._lanes:
-            try:
+            with contextlib.suppress(OSError):  # it has died already
                 lane.conn.send(None)
-            except OSError:  # it has died already
-                pass
         alive = {lane.process.sentinel: lane for lane in self._lanes}
         replies = {lane.conn: lane for lane in self._lanes}
         deadline = time.monotonic() + _STOP_S
@@ -185,8 +185,7 @@ class ProcessLanes(LaneSlots):
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit {code}"
         task_id = lane.task["task_id"] if lane.task else "?"
         self._lanes.remove(lane)
-        from dataforge.runtime.failures import RunFailed  # noqa: PLC0415 - error path only
-
+        lane.conn.close()
         return RunFailed(
             f"task {task_id}: the driver's lane process {lane.process.pid} died ({how}); "
             "nothing of the task was committed"
@@ -200,10 +199,8 @@ def _lane_main(conn: Any, runner: SegmentRunner, cancel: _SharedFlag, parent: in
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver cancels (its Ctrl-C)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        try:
+        with contextlib.suppress(OSError, AttributeError):  # no prctl: the pipe's end
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):  # no prctl: the pipe's end stops an idle child
-            pass
         if os.getppid() == parent:  # else the driver died before prctl
             _fresh_std_streams()
             runner.cancel = cancel

@@ -43,7 +43,8 @@ def test_two_concurrent_runs_one_writer(pipeline_file: Path, tmp_path: Path) -> 
     assert not os.path.exists(out / "_work")
 
 
-def test_full_disk_under_ray_exits_1_in_one_line(tmp_path: Path, write_pipeline) -> None:
+@pytest.mark.parametrize("cpus", [1, 2])  # 1: Ray at once; 2: the driver's forked lanes
+def test_full_disk_under_ray_exits_1_in_one_line(tmp_path: Path, write_pipeline, cpus: int) -> None:
 
     disk = tmp_path / "disk"
     if os.geteuid() != 0 or not mount_tmpfs(disk, "300k"):
@@ -58,9 +59,9 @@ def test_full_disk_under_ray_exits_1_in_one_line(tmp_path: Path, write_pipeline)
             """
             name: disk
             inputs: [{name: s, path: "in/*.jsonl", lang: zh}]
-            ray: {num_cpus: 1, max_task_retries: 0}
+            ray: {num_cpus: CPUS, max_task_retries: 0}
             output: {path: out, compression: null}
-            """,
+            """.replace("CPUS", str(cpus)),
         )
         proc = subprocess.run(
             [sys.executable, "-m", "dataforge.cli", "run", str(path), "-o", str(disk / "out")],

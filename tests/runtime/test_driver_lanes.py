@@ -78,6 +78,7 @@ def test_two_forked_lanes_run_the_tasks_with_the_output_of_one(
     """The default lane: two forked children of the driver run every task (the patched
     ``run_task`` is forked with them and leaves one file per task naming its process)."""
     monkeypatch.delenv("DATAFORGE_DRIVER_LANES", raising=False)
+    monkeypatch.setattr(fs, "_REMOTE_USED", set())  # whatever earlier tests made
     config = _config(pipeline_file)
     run_pipeline(config, tmp_path / "local", LocalExecutor(), log=lambda m: None)
     marks = tmp_path / "marks"
@@ -110,9 +111,10 @@ def test_a_process_with_a_remote_storage_client_runs_its_lane_on_threads(
     """An S3 client's connection pool must not be forked: once one exists in the driver,
     the lane is threads (and the output the same)."""
     monkeypatch.delenv("DATAFORGE_DRIVER_LANES", raising=False)
+    monkeypatch.setattr(fs, "_REMOTE_USED", set())  # whatever earlier tests made
     fs.filesystem("/tmp/x")
+    fs.filesystem("file:///tmp/x")
     assert not fs.remote_in_use()
-    monkeypatch.setattr(fs, "_REMOTE_USED", set())
     fs.filesystem("s3://bucket/key")  # a client, made without any request
     assert fs.remote_in_use()
     config = _config(pipeline_file)
@@ -274,7 +276,7 @@ class _ForkRunner:
 
 
 class _Unpicklable(Exception):
-    pass
+    """Raised with a lock among its arguments: it cannot cross the pipe as it is."""
 
 
 def _collect(lanes, count: int) -> list[dict]:
@@ -351,6 +353,8 @@ def test_a_lane_process_that_dies_fails_the_run_naming_its_task(tmp_path: Path) 
 def test_the_lane_kind_is_chosen_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DATAFORGE_DRIVER_LANES", raising=False)
     assert lanes_are_processes()  # Linux
+    monkeypatch.setenv("DATAFORGE_DRIVER_LANES", "")  # set empty: as if unset
+    assert lanes_are_processes()
     monkeypatch.setenv("DATAFORGE_DRIVER_LANES", "threads")
     assert not lanes_are_processes()
     monkeypatch.setenv("DATAFORGE_DRIVER_LANES", "fork")
