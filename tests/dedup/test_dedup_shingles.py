@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import dataforge.ops.dedup.shingles as shingles
 from dataforge.ops.dedup.shingles import (
     normalize_texts,
     normalized_code_points,
@@ -65,20 +69,20 @@ def test_shingle_hashes_independent_of_neighbours(left, right, n):
     st.integers(1, 20),
 )
 def test_grouped_hashing_equals_one_pass(texts, n, kind, group):
-    """Batches longer than the group size are hashed a group of documents at a time (to
-    bound the power tables); every hash and offset is the one of a single pass."""
-    import dataforge.ops.dedup.shingles as shingles
-
+    """Batches longer than the group size are hashed a group of documents at a time by the
+    numpy code (to bound the power tables); every hash and offset is the one of a single
+    pass."""
     arr = pa.array(texts, pa.string())
-    whole = shingle_hashes(arr, kind, n)
-    whole_text = text_hashes(arr)
-    saved = shingles._GROUP_CODE_POINTS
-    shingles._GROUP_CODE_POINTS = group
-    try:
-        grouped = shingle_hashes(arr, kind, n)
-        grouped_text = text_hashes(arr)
-    finally:
-        shingles._GROUP_CODE_POINTS = saved
+    with numpy_kernels():
+        whole = shingle_hashes(arr, kind, n)
+        whole_text = text_hashes(arr)
+        saved = shingles._GROUP_CODE_POINTS
+        shingles._GROUP_CODE_POINTS = group
+        try:
+            grouped = shingle_hashes(arr, kind, n)
+            grouped_text = text_hashes(arr)
+        finally:
+            shingles._GROUP_CODE_POINTS = saved
     assert grouped.offsets.tolist() == whole.offsets.tolist()
     assert grouped.hashes.tolist() == whole.hashes.tolist()
     assert grouped_text.tolist() == whole_text.tolist()
@@ -125,3 +129,72 @@ def test_numpy_normalization_matches_arrow_reference(texts, keep_spaces):
     arr = pa.array(texts, pa.string())
     want = normalize_texts(arr, keep_spaces=keep_spaces).to_pylist()
     assert _decode(*normalized_code_points(arr, keep_spaces=keep_spaces)) == want
+
+
+@contextlib.contextmanager
+def numpy_kernels():
+    """The numpy code, as where ``_shingles`` is not built."""
+    saved = shingles._shingles
+    shingles._shingles = None
+    try:
+        yield
+    finally:
+        shingles._shingles = saved
+
+
+native = pytest.mark.skipif(shingles._shingles is None, reason="make dedup-verify builds it")
+
+
+@native
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.text(alphabet="ab中文 é\n", max_size=40), max_size=10),
+    st.integers(1, 8),
+    st.sampled_from(["char", "word"]),
+)
+def test_compiled_hashes_equal_numpy(texts, n, kind):
+    arr = pa.array(texts, pa.string())
+    points = normalized_code_points(arr, keep_spaces=kind == "word")
+    got, got_text = shingle_hashes(points, kind, n), text_hashes(points)
+    with numpy_kernels():
+        want, want_text = shingle_hashes(points, kind, n), text_hashes(points)
+    assert got.offsets.tolist() == want.offsets.tolist()
+    assert got.hashes.tolist() == want.hashes.tolist()
+    assert got_text.tolist() == want_text.tolist()
+
+
+@native
+def test_compiled_hashes_equal_numpy_on_long_real_text(reviews_zh, docs_en):
+    """Windows longer than any hypothesis example, documents past the numpy code's group
+    size (its power tables and group joins), capped documents."""
+    texts = [*reviews_zh, *docs_en]
+    long_doc = "".join(texts) * 3
+    arr = pa.array([*texts, long_doc, ""])
+    for kind, n in (("char", 5), ("char", 13), ("word", 3), ("word", 9)):
+        points = normalized_code_points(arr, keep_spaces=kind == "word")
+        got = shingle_hashes(points, kind, n, max_shingles=3000)
+        with numpy_kernels():
+            saved = shingles._GROUP_CODE_POINTS
+            shingles._GROUP_CODE_POINTS = 50_000
+            try:
+                want = shingle_hashes(points, kind, n, max_shingles=3000)
+            finally:
+                shingles._GROUP_CODE_POINTS = saved
+        assert np.array_equal(got.offsets, want.offsets), (kind, n)
+        assert np.array_equal(got.hashes, want.hashes), (kind, n)
+
+
+@native
+def test_compiled_kernels_refuse_bad_arguments():
+    values = np.arange(1, 11, dtype=np.uint64)
+    with pytest.raises(ValueError, match="n: 0; valid: >= 1"):
+        shingles._shingles.windows(values, np.array([0, 10]), 0)
+    with pytest.raises(ValueError, match="offsets: offset 1 out of order or past the 10"):
+        shingles._shingles.windows(values, np.array([0, 11]), 3)
+    with pytest.raises(ValueError, match=r"range 1: \[4, 12\) is not within the 10 values"):
+        shingles._shingles.spans(values, np.array([0, 4]), np.array([3, 12]))
+    with pytest.raises(ValueError, match="starts: 2 ranges, ends: 1"):
+        shingles._shingles.spans(values, np.array([0, 4]), np.array([3]))
+    with pytest.raises(TypeError, match="values: need a 1-d contiguous array"):
+        shingles._shingles.windows(values.astype(np.uint32), np.array([0, 10]), 3)
+    assert shingles._shingles.windows(values, np.array([0]), 3) == bytearray()

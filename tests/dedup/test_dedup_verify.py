@@ -282,6 +282,27 @@ def test_native_kernels_equal_numpy_on_real_text(monkeypatch, reviews_zh):
     assert 0 < d1.sum() < n  # both kinds of decision occur
 
 
+def test_native_kernels_read_4_byte_values_as_the_low_32_bits_of_8_byte_ones():
+    """The planner ships verification hashes as 4-byte values; the kernels read them where
+    they are. Any mix of widths gives what both sides' low 32 bits give."""
+    rng = np.random.default_rng(7)
+    docs = [rng.integers(0, 40, rng.integers(0, 50)).tolist() for _ in range(30)]
+    wide = _sets(docs)
+    high = np.uint64(0xABC) << np.uint64(32)  # bits a 4-byte copy does not have
+    wide = ShingleSet(wide.hashes | high, wide.offsets)
+    narrow = ShingleSet(wide.hashes.astype(np.uint32), wide.offsets)
+    rows = rng.integers(0, 30, 200)
+    other = rng.integers(0, 30, 200)
+    for kernel, extra in ((native.jaccard, ()), (native.own, (3,))):
+        want = np.frombuffer(kernel(*_pool(narrow), rows, *_pool(narrow), other, *extra))
+        for a, b in ((wide, narrow), (narrow, wide)):
+            got = np.frombuffer(kernel(*_pool(a), rows, *_pool(b), other, *extra))
+            assert got.tolist() == want.tolist()
+        both_wide = np.frombuffer(kernel(*_pool(wide), rows, *_pool(wide), other, *extra))
+        assert both_wide.tolist() == want.tolist()  # the same low bits here
+    assert len(set(want.tolist())) > 5  # pairs of every kind, not one value
+
+
 def test_native_kernels_with_no_pairs_or_empty_pools():
     pool = _sets([[1, 2], []])
     none = np.zeros(0, np.int64)
@@ -301,8 +322,9 @@ def test_native_kernels_with_no_pairs_or_empty_pools():
         ((np.zeros(3, np.uint64), np.array([0, 3], np.int64), [1]), "row 0 is 1"),
         ((np.zeros(3, np.uint64), np.array([0, 3], np.int64), [-1]), "row 0 is -1"),
         ((np.zeros(3, np.uint64), np.array([0, 3], np.int64), [0, 0]), "need as many"),
-        ((np.zeros(3, np.float64), np.array([0, 3], np.int64), [0]), "8-byte integers"),
-        ((np.zeros(3, np.uint32), np.array([0, 3], np.int64), [0]), "8-byte integers"),
+        ((np.zeros(3, np.float64), np.array([0, 3], np.int64), [0]), "4- or 8-byte integers"),
+        ((np.zeros(3, np.uint16), np.array([0, 3], np.int64), [0]), "4- or 8-byte integers"),
+        ((np.zeros(3, np.uint64), np.array([0, 3], np.int32), [0]), "offsets: need .* 8-byte"),
         ((np.zeros(3, np.uint64), np.zeros(0, np.int64), [0]), "empty"),
     ],
 )

@@ -350,7 +350,8 @@ class Dedup(BarrierOp):
 
 
 def _in_row_order(groups: list[ShingleSet], rows: list[np.ndarray], n: int) -> ShingleSet:
-    """One ShingleSet in row order from per-group sets of the rows ``rows[i]``."""
+    """One ShingleSet in row order from per-group sets of the rows ``rows[i]``: each
+    group's hashes are scattered to their documents' places (no sort)."""
     counts = np.zeros(n, dtype=np.int64)
     for sets, idx in zip(groups, rows, strict=True):
         counts[idx] = sets.counts
@@ -358,12 +359,12 @@ def _in_row_order(groups: list[ShingleSet], rows: list[np.ndarray], n: int) -> S
     np.cumsum(counts, out=offsets[1:])
     if not groups:
         return ShingleSet.empty(n)
-    # Stable, so each document's hashes keep their text order.
-    owner = np.concatenate(
-        [np.repeat(idx, sets.counts) for sets, idx in zip(groups, rows, strict=True)]
-    )
-    order = np.argsort(owner, kind="stable")
     # 32 bits per shingle are enough to compare two documents (a false match between two
     # of their shingles: ~n^2 / 2^33), and halve what travels to the index shards.
-    hashes = np.concatenate([g.hashes for g in groups])[order].astype(np.uint32)
+    hashes = np.empty(offsets[-1], dtype=np.uint32)
+    for sets, idx in zip(groups, rows, strict=True):
+        # Hash k of the group goes to its document's start plus its place in the document.
+        shift = np.repeat(offsets[idx] - (sets.offsets[:-1] - sets.offsets[0]), sets.counts)
+        shift += np.arange(len(shift), dtype=np.int64)
+        hashes[shift] = sets.hashes[sets.offsets[0] : sets.offsets[-1]]
     return ShingleSet(hashes, offsets)

@@ -6,11 +6,12 @@
 // once (O(n log n) over millions of 64-bit values, after copying them out of the pools):
 //
 // A side is a pool of documents (values, offsets: document d is
-// values[offsets[d]:offsets[d + 1]]) and one document number per pair (rows), so that no
-// pair's shingles are copied out of the pool first.
+// values[offsets[d]:offsets[d + 1]]; values of 8 bytes, or of 4 as the planner ships
+// them, read where they are) and one document number per pair (rows), so that no pair's
+// shingles are copied out of the pool first.
 //
 // * jaccard(left, left_offsets, left_rows, right, right_offsets, right_rows): per pair i,
-//   the distinct values (low 40 bits of each hash) of left document left_rows[i] and of
+//   the distinct values (low 40 bits of each hash; 32 where a side has 4-byte values) of left document left_rows[i] and of
 //   right document right_rows[i]; |common| / (|left| + |right| - |common|), 0 when both
 //   are empty.
 // * own(mine, mine_offsets, mine_rows, other, other_offsets, other_rows, block): per pair,
@@ -29,63 +30,11 @@
 #include <string>
 #include <vector>
 
+#include "_buffer.h"
+
 namespace {
 
 constexpr uint64_t kHashBits = (uint64_t{1} << 40) - 1;
-
-// A 1-d contiguous buffer of 8-byte integers, released by the destructor.
-class Buffer {
- public:
-  Buffer() { view_.obj = nullptr; }
-  ~Buffer() {
-    if (view_.obj) PyBuffer_Release(&view_);
-  }
-  Buffer(const Buffer &) = delete;
-  Buffer &operator=(const Buffer &) = delete;
-  bool Get(PyObject *obj, const char *name, const char *formats) {
-    if (PyObject_GetBuffer(obj, &view_, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
-      view_.obj = nullptr;
-      if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_BufferError)) {
-        PyErr_Format(PyExc_TypeError, "%s: need a 1-d contiguous array of 8-byte integers "
-                     "(%s), got %s", name, formats, Py_TYPE(obj)->tp_name);
-      }
-      return false;
-    }
-    const char *format = view_.format ? view_.format : "B";
-    if (*format == '<' || *format == '=' || *format == '@') ++format;
-    bool format_ok = format[0] && !format[1] && std::strchr(formats, format[0]) != nullptr;
-    if (view_.ndim != 1 || view_.itemsize != 8 || !format_ok) {
-      PyErr_Format(PyExc_TypeError, "%s: need a 1-d contiguous array of 8-byte integers (%s)",
-                   name, formats);
-      return false;
-    }
-    return true;
-  }
-  Py_ssize_t size() const { return view_.shape ? view_.shape[0] : view_.len / 8; }
-  template <typename T>
-  const T *data() const { return static_cast<const T *>(view_.buf); }
-
- private:
-  Py_buffer view_;
-};
-
-// Offsets of documents into `values` items: non-decreasing from 0..values, at least one.
-bool CheckOffsets(const Buffer &offsets, const char *name, Py_ssize_t values) {
-  const int64_t *at = offsets.data<int64_t>();
-  Py_ssize_t n = offsets.size();
-  if (n < 1) {
-    PyErr_Format(PyExc_ValueError, "%s: empty (need documents + 1 offsets)", name);
-    return false;
-  }
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    if (at[i] < 0 || at[i] > values || (i > 0 && at[i] < at[i - 1])) {
-      PyErr_Format(PyExc_ValueError, "%s: offset %zd out of order or past the %zd values",
-                   name, i, values);
-      return false;
-    }
-  }
-  return true;
-}
 
 // Document numbers: each within [0, documents).
 bool CheckRows(const Buffer &rows, const char *name, Py_ssize_t documents) {
@@ -133,10 +82,11 @@ class ValueSet {
     }
   }
   size_t count() const { return count_; }
-  // All of values[first:last] (low 40 bits).
-  void Fill(const uint64_t *values, int64_t first, int64_t last) {
+  // All of values[first:last] (their bits in `mask`).
+  template <typename T>
+  void Fill(const T *values, int64_t first, int64_t last, uint64_t mask) {
     Reset(static_cast<size_t>(last - first));
-    for (int64_t k = first; k < last; ++k) Insert(values[k] & kHashBits);
+    for (int64_t k = first; k < last; ++k) Insert(values[k] & mask);
   }
 
  private:
@@ -153,7 +103,7 @@ struct Side {
 
   bool Parse(PyObject *v, PyObject *o, PyObject *r, const char *name) {
     std::string prefix(name);
-    if (!values.Get(v, (prefix + " values").c_str(), "QqLl") ||
+    if (!values.Get(v, (prefix + " values").c_str(), "QqLlIi", true) ||
         !offsets.Get(o, (prefix + " offsets").c_str(), "qlQL") ||
         !rows.Get(r, (prefix + " rows").c_str(), "qlQL")) {
       return false;
@@ -164,8 +114,30 @@ struct Side {
   // The values of pair i's document: [begin(i), end(i)).
   int64_t begin(Py_ssize_t i) const { return offsets.data<int64_t>()[rows.data<int64_t>()[i]]; }
   int64_t end(Py_ssize_t i) const { return offsets.data<int64_t>()[rows.data<int64_t>()[i] + 1]; }
-  const uint64_t *data() const { return values.data<uint64_t>(); }
+  template <typename T>
+  const T *data() const { return values.data<T>(); }
+  bool wide() const { return values.itemsize() == 8; }
 };
+
+// The bits of a value compared: the low 40, or 32 where a side has 4-byte values (the low
+// 32 bits of the same hashes).
+uint64_t CompareMask(const Side &a, const Side &b) {
+  return a.wide() && b.wide() ? kHashBits : 0xFFFFFFFFull;
+}
+
+// fn(L{}, R{}) with L and R the value types of the two sides (uint32_t or uint64_t).
+template <typename Fn>
+void WithValueTypes(const Side &a, const Side &b, Fn fn) {
+  if (a.wide() && b.wide()) {
+    fn(uint64_t{}, uint64_t{});
+  } else if (a.wide()) {
+    fn(uint64_t{}, uint32_t{});
+  } else if (b.wide()) {
+    fn(uint32_t{}, uint64_t{});
+  } else {
+    fn(uint32_t{}, uint32_t{});
+  }
+}
 
 // Both sides, with as many rows on each (one per pair).
 bool ParseSides(Side &a, Side &b, PyObject *const *objs, const char *a_name, const char *b_name) {
@@ -211,15 +183,17 @@ PyObject *ForAllPairs(PyObject *const *objs, const char *a_name, const char *b_n
   return result;
 }
 
+template <typename L, typename R>
 void FillJaccard(const Side &left, const Side &right, Py_ssize_t pairs, double *out) {
   ValueSet a, b;
+  const R *values = right.data<R>();
+  const uint64_t mask = CompareMask(left, right);
   for (Py_ssize_t i = 0; i < pairs; ++i) {
-    a.Fill(left.data(), left.begin(i), left.end(i));
-    const uint64_t *values = right.data();
+    a.Fill(left.data<L>(), left.begin(i), left.end(i), mask);
     int64_t first = right.begin(i), last = right.end(i), common = 0;
     b.Reset(static_cast<size_t>(last - first));
     for (int64_t k = first; k < last; ++k) {
-      uint64_t v = values[k] & kHashBits;
+      uint64_t v = values[k] & mask;
       if (b.Insert(v) && a.Contains(v)) ++common;
     }
     int64_t sizes = static_cast<int64_t>(a.count() + b.count());
@@ -228,19 +202,21 @@ void FillJaccard(const Side &left, const Side &right, Py_ssize_t pairs, double *
   }
 }
 
+template <typename M, typename O>
 void FillOwn(const Side &mine, const Side &other, Py_ssize_t pairs, int64_t block, double *out) {
   ValueSet theirs;
+  const M *values = mine.data<M>();
+  const uint64_t mask = CompareMask(mine, other);
   for (Py_ssize_t i = 0; i < pairs; ++i) {
     int64_t first = mine.begin(i), last = mine.end(i);
     if (last == first) {
       out[i] = 0.0;
       continue;
     }
-    theirs.Fill(other.data(), other.begin(i), other.end(i));
-    const uint64_t *values = mine.data();
+    theirs.Fill(other.data<O>(), other.begin(i), other.end(i), mask);
     int64_t own = 0, run = 0;  // unshared positions in long runs; the current run
     for (int64_t k = first; k < last; ++k) {
-      if (theirs.Contains(values[k] & kHashBits)) {
+      if (theirs.Contains(values[k] & mask)) {
         if (run >= block) own += run;
         run = 0;
       } else {
@@ -258,7 +234,12 @@ PyObject *Jaccard(PyObject *, PyObject *args) {
                         &objs[5])) {
     return nullptr;
   }
-  return ForAllPairs(objs, "left", "right", FillJaccard);
+  return ForAllPairs(objs, "left", "right",
+                     [](const Side &left, const Side &right, Py_ssize_t pairs, double *out) {
+                       WithValueTypes(left, right, [&](auto l, auto r) {
+                         FillJaccard<decltype(l), decltype(r)>(left, right, pairs, out);
+                       });
+                     });
 }
 
 PyObject *Own(PyObject *, PyObject *args) {
@@ -274,7 +255,9 @@ PyObject *Own(PyObject *, PyObject *args) {
   }
   return ForAllPairs(objs, "mine", "other",
                      [block](const Side &mine, const Side &other, Py_ssize_t pairs, double *out) {
-                       FillOwn(mine, other, pairs, block, out);
+                       WithValueTypes(mine, other, [&](auto m, auto o) {
+                         FillOwn<decltype(m), decltype(o)>(mine, other, pairs, block, out);
+                       });
                      });
 }
 

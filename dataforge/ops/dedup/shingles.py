@@ -12,6 +12,11 @@ array ``H[i] = sum_{k<i} (cp[k] + 1) * P^k`` (numpy's uint64 arithmetic wraps mo
 sequence of word hashes. Every hash goes through the splitmix64 finalizer, so downstream
 code may treat shingle hashes as uniform 64-bit values.
 
+Where ``make dedup-verify`` built ``_shingles`` (``_shingles.cpp``), the same hashes come from
+one rolling pass per document in C++ with the GIL released (two multiplications per
+n-gram, no prefix sums, power tables or temporaries); the numpy code runs where it is not
+built. Both give identical values (tested).
+
 Bounded work: a text is cut to ``max_chars`` normalized characters, and a document with
 more than ``max_shingles`` shingles keeps only its ``max_shingles`` smallest distinct shingle
 hashes (a bottom-k sample: consistent across documents, so two copies of a 10 MB document
@@ -26,6 +31,13 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from dataforge.text.forms import normalize_form
+
+try:
+    from dataforge.ops.dedup import _shingles
+except ImportError:  # not built: the numpy code below
+    _shingles = None
 
 __all__ = [
     "SHINGLE_KINDS",
@@ -94,7 +106,7 @@ def normalize_texts(
         arr = arr.combine_chunks()
     arr = pc.fill_null(arr, "")
     if nfkc:
-        arr = pc.utf8_normalize(arr, "NFKC")
+        arr = normalize_form(arr, "NFKC")
     if lowercase:
         arr = pc.utf8_lower(arr)
     if strip:
@@ -176,7 +188,9 @@ of millions of code points in one call) grew to ~0.5 GB and ~0.6 s per process."
 
 def _groups(cps: np.ndarray, offsets: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """``(code points, offsets)`` of each group of :func:`_doc_groups` (one group: the
-    input as it is)."""
+    input as it is; always so with the compiled kernels, which need no power tables)."""
+    if _shingles is not None:
+        return [(cps, offsets)]
     bounds = _doc_groups(offsets)
     if len(bounds) <= 2:
         return [(cps, offsets)]
@@ -291,7 +305,7 @@ def normalized_code_points(
     arr = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
     arr = pc.fill_null(arr, "")
     if nfkc:
-        arr = pc.utf8_normalize(arr, "NFKC")
+        arr = normalize_form(arr, "NFKC")
     if lowercase:
         arr = pc.utf8_lower(arr)
     if max_chars is not None:
@@ -374,18 +388,14 @@ def shingle_hashes(
         return ShingleSet.concat(
             [shingle_hashes(g, kind, ngram, max_shingles=max_shingles) for g in groups]
         )
-    prefix, inv = _prefix_hash(cps)
     if kind == "char":
-        s, e, counts = _ngram_ranges(offsets[:-1], np.diff(offsets), ngram)
-        hashes = _range_hashes(prefix, inv, s, e)
+        hashes, counts = _window_hashes(cps, offsets, ngram)
     else:
         word_s, word_e, per_doc = _words(cps, offsets)
-        word_h = _range_hashes(prefix, inv, word_s, word_e)
-        word_prefix, word_inv = _prefix_hash(word_h)
-        doc_starts = np.zeros(len(per_doc), dtype=np.int64)
-        np.cumsum(per_doc[:-1], out=doc_starts[1:])
-        s, e, counts = _ngram_ranges(doc_starts, per_doc, ngram)
-        hashes = _range_hashes(word_prefix, word_inv, s, e)
+        word_h = _span_hashes(cps, word_s, word_e)
+        word_offsets = np.zeros(len(per_doc) + 1, dtype=np.int64)
+        np.cumsum(per_doc, out=word_offsets[1:])
+        hashes, counts = _window_hashes(word_h, word_offsets, ngram)
     out_offsets = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=out_offsets[1:])
     result = ShingleSet(hashes, out_offsets)
@@ -417,5 +427,27 @@ def text_hashes(texts: pa.Array | tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     groups = _groups(cps, offsets)
     if len(groups) > 1:
         return np.concatenate([text_hashes(g) for g in groups])
-    prefix, inv = _prefix_hash(cps)
-    return _range_hashes(prefix, inv, offsets[:-1], offsets[1:])
+    return _span_hashes(cps, offsets[:-1], offsets[1:])
+
+
+def _window_hashes(values: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """Hashes of every n-gram of every document (``values[offsets[d]:offsets[d + 1]]``; a
+    non-empty document shorter than n: one hash of all of it) and their counts per document."""
+    lengths = np.diff(offsets)
+    if _shingles is not None:
+        counts = np.where(lengths > 0, np.maximum(lengths - n + 1, 1), 0)
+        return np.frombuffer(_shingles.windows(values, offsets, n), np.uint64), counts
+    prefix, inv = _prefix_hash(values)
+    s, e, counts = _ngram_ranges(offsets[:-1], lengths, n)
+    return _range_hashes(prefix, inv, s, e), counts
+
+
+def _span_hashes(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The hash of each range ``values[starts[i]:ends[i]]``."""
+    if _shingles is not None:
+        return np.frombuffer(
+            _shingles.spans(values, np.asarray(starts, np.int64), np.asarray(ends, np.int64)),
+            np.uint64,
+        )
+    prefix, inv = _prefix_hash(values)
+    return _range_hashes(prefix, inv, starts, ends)
