@@ -40,6 +40,37 @@ def test_building_the_cli_parser_loads_no_tokenizer_or_scorer_module() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize(
+    "command, loaded",
+    [
+        ("run", []),
+        ("inspect", []),
+        ("lm", ["dataforge.lm.cli"]),
+        ("train", ["trainer.cli"]),
+        (None, ["dataforge.tokenization.cli", "dataforge.lm.cli", "trainer.cli"]),
+        ("bogus", ["dataforge.tokenization.cli", "dataforge.lm.cli", "trainer.cli"]),
+    ],
+)
+def test_the_parser_imports_only_the_subcommand_module_a_command_line_names(command, loaded):
+    """``dataforge run`` imports no other command's module (``dataforge.lm.cli`` took 0.32
+    s); help and an unknown command list every command."""
+    program = (
+        "import sys\n"
+        "from dataforge.cli import build_parser\n"
+        f"parser = build_parser({command!r})\n"
+        "modules = ('dataforge.tokenization.cli', 'dataforge.lm.cli', 'trainer.cli')\n"
+        "print([m for m in modules if m in sys.modules])\n"
+        "print(sorted(parser._subparsers._group_actions[0].choices))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    imported, choices = out.stdout.strip().splitlines()
+    assert imported == repr(loaded)
+    names = {"dataforge.tokenization.cli": "tokenizer", "dataforge.lm.cli": "lm",
+             "trainer.cli": "train"}  # fmt: skip
+    assert choices == repr(sorted(["run", "report", "validate", "inspect", *map(names.get, loaded)]))
+
+
 def test_pyarrow_answers_its_pandas_probe_without_pandas_and_converts_when_asked(
     tmp_path: Path,
 ) -> None:
