@@ -68,7 +68,9 @@ def test_the_parser_imports_only_the_subcommand_module_a_command_line_names(comm
     assert imported == repr(loaded)
     names = {"dataforge.tokenization.cli": "tokenizer", "dataforge.lm.cli": "lm",
              "trainer.cli": "train"}  # fmt: skip
-    assert choices == repr(sorted(["run", "report", "validate", "inspect", *map(names.get, loaded)]))
+    assert choices == repr(
+        sorted(["run", "report", "validate", "inspect", *map(names.get, loaded)])
+    )
 
 
 def test_pyarrow_answers_its_pandas_probe_without_pandas_and_converts_when_asked(
