@@ -198,3 +198,21 @@ def test_compiled_kernels_refuse_bad_arguments():
     with pytest.raises(TypeError, match="values: need a 1-d contiguous array"):
         shingles._shingles.windows(values.astype(np.uint32), np.array([0, 10]), 3)
     assert shingles._shingles.windows(values, np.array([0]), 3) == bytearray()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 25), max_size=30), max_size=10), st.integers(1, 12))
+def test_cap_keeps_small_documents_and_the_smallest_distinct_hashes_of_large_ones(docs, k):
+    from dataforge.ops.dedup.shingles import ShingleSet, _cap
+
+    offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+    np.cumsum([len(d) for d in docs], out=offsets[1:])
+    flat = np.array([h for d in docs for h in d], dtype=np.uint64)
+    capped = _cap(ShingleSet(flat, offsets), k)
+    assert capped.hashes.dtype == np.uint64
+    for i, doc in enumerate(docs):
+        got = capped.hashes[capped.offsets[i] : capped.offsets[i + 1]].tolist()
+        if len(doc) <= k:
+            assert got == doc  # untouched, in text order
+        else:
+            assert sorted(got) == sorted(set(doc))[:k]

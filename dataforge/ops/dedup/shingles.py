@@ -405,20 +405,21 @@ def shingle_hashes(
 
 
 def _cap(shingles: ShingleSet, max_shingles: int) -> ShingleSet:
-    """Bottom-k sample of the documents with too many shingles (only those few loop)."""
-    parts, counts = [], []
-    for i, n in enumerate(shingles.counts):
-        h = shingles.hashes[shingles.offsets[i] : shingles.offsets[i + 1]]
-        if n > max_shingles:
-            h = np.unique(h)
-            if len(h) > max_shingles:
-                h = np.partition(h, max_shingles - 1)[:max_shingles]
-        parts.append(h)
-        counts.append(len(h))
-    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    hashes = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
-    return ShingleSet(hashes, offsets)
+    """Bottom-k sample of the documents with too many shingles (only those few loop; the
+    documents between them are copied as whole runs)."""
+    counts = shingles.counts.copy()
+    offsets, hashes = shingles.offsets, shingles.hashes
+    pieces, done = [], 0
+    for i in np.flatnonzero(counts > max_shingles).tolist():
+        h = np.unique(hashes[offsets[i] : offsets[i + 1]])
+        if len(h) > max_shingles:
+            h = np.partition(h, max_shingles - 1)[:max_shingles]
+        pieces += [hashes[offsets[done] : offsets[i]], h]
+        counts[i], done = len(h), i + 1
+    pieces.append(hashes[offsets[done] : offsets[-1]])
+    out_offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out_offsets[1:])
+    return ShingleSet(np.concatenate(pieces).astype(hashes.dtype, copy=False), out_offsets)
 
 
 def text_hashes(texts: pa.Array | tuple[np.ndarray, np.ndarray]) -> np.ndarray:
