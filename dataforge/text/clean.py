@@ -44,7 +44,6 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dataforge.text.forms import normalize_form
 from dataforge.text.script import check_conversion, convert_script
 
 __all__ = ["CleanConfig", "REPLACEMENT_CHAR", "clean_text"]
@@ -206,7 +205,7 @@ def _normalize(text: pa.Array, cfg: CleanConfig) -> pa.Array:
     if cfg.fullwidth_to_halfwidth and cfg.normalization not in ("NFKC", "NFKD"):
         text = _map_rows(text, _FULLWIDTH, lambda s: s.translate(_FULLWIDTH_TABLE))
     if cfg.normalization != "none":
-        text = normalize_form(text, cfg.normalization)
+        text = pc.utf8_normalize(text, form=cfg.normalization)
     if cfg.invalid_utf8 == "remove":
         text = pc.replace_substring(text, REPLACEMENT_CHAR, "")
     return text
