@@ -7,6 +7,8 @@ import unicodedata
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataforge.text.forms import FORMS, normalize_form
 
@@ -42,6 +44,26 @@ def test_mixed_strings_nulls_and_chunks_normalize_as_arrow_does(form: str) -> No
     assert got.equals(expected)
     assert got.null_count == 1
     assert got.to_pylist() == [None if t is None else unicodedata.normalize(form, t) for t in MIXED]
+
+
+# Letters, combining marks in and out of canonical order, an excluded composite, Hangul
+# jamo that compose across a string boundary, compatibility characters.
+PIECES = ["e", "a", " ", "\u0301", "\u0316", "\u0344", "\u1100", "\u1161", "\u11a8", "한",
+          "Ａ", "ﬁ", "\u212b", "①"]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.lists(st.sampled_from(PIECES), max_size=6)), max_size=8),
+    st.sampled_from(FORMS),
+    st.integers(0, 3),
+)
+def test_batches_normalize_as_arrow_does_whatever_their_neighbours(docs, form, start):
+    """The check of the whole batch at once never passes a batch that holds a string Arrow
+    would change, including strings that change only joined to their neighbours."""
+    texts = pa.array([None if d is None else "".join(d) for d in docs], pa.string())
+    texts = texts.slice(min(start, len(texts)))  # an offset into the buffers too
+    assert normalize_form(texts, form).equals(pc.utf8_normalize(texts, form))
 
 
 def test_normalized_input_comes_back_unchanged_and_other_types_keep_their_type() -> None:
