@@ -216,3 +216,19 @@ def test_cap_keeps_small_documents_and_the_smallest_distinct_hashes_of_large_one
             assert got == doc  # untouched, in text order
         else:
             assert sorted(got) == sorted(set(doc))[:k]
+
+
+@native
+@pytest.mark.parametrize("n", [1, 2, 2**40])
+def test_compiled_windows_at_the_ends_of_n_equal_numpy(n):
+    """n = 1 (every value its own shingle) and an n longer than any document (one shingle
+    of the whole document), with empty documents between."""
+    values = np.arange(1, 30, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    offsets = np.array([0, 0, 1, 1, 7, 29, 29], dtype=np.int64)
+    got, got_counts = shingles._window_hashes(values, offsets, n)
+    with numpy_kernels():
+        want, want_counts = shingles._window_hashes(values, offsets, n)
+    assert got_counts.tolist() == want_counts.tolist()
+    assert got.tolist() == want.tolist()
+    assert got_counts.tolist() == ([0, 1, 0, 6, 22, 0] if n == 1 else
+                                   [0, 1, 0, 5, 21, 0] if n == 2 else [0, 1, 0, 1, 1, 0])  # fmt: skip

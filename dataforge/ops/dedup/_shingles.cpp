@@ -42,10 +42,28 @@ inline uint64_t Finish(uint64_t sum, int64_t length) {
   return Mix(sum ^ (static_cast<uint64_t>(length) * kLength));
 }
 
-PyObject *NewHashes(Py_ssize_t n, uint64_t **data) {
-  PyObject *out = PyByteArray_FromStringAndSize(nullptr, n * static_cast<Py_ssize_t>(8));
-  if (out != nullptr) *data = reinterpret_cast<uint64_t *>(PyByteArray_AS_STRING(out));
-  return out;
+// sum_j v[first + j] * P^j over [first, last); `top` receives P^(last - first - 1).
+inline uint64_t Sum(const uint64_t *v, int64_t first, int64_t last, uint64_t *top) {
+  uint64_t sum = 0, power = 1;
+  *top = 1;
+  for (int64_t k = first; k < last; ++k) {
+    sum += v[k] * power;
+    *top = power;
+    power *= kP;
+  }
+  return sum;
+}
+
+// A bytearray of n uint64 values, filled by fill(out) with the GIL released.
+template <typename Fill>
+PyObject *Hashes(Py_ssize_t n, Fill fill) {
+  PyObject *result = PyByteArray_FromStringAndSize(nullptr, n * static_cast<Py_ssize_t>(8));
+  if (result == nullptr) return nullptr;
+  uint64_t *out = reinterpret_cast<uint64_t *>(PyByteArray_AS_STRING(result));
+  Py_BEGIN_ALLOW_THREADS
+  fill(out);
+  Py_END_ALLOW_THREADS
+  return result;
 }
 
 PyObject *Windows(PyObject *, PyObject *args) {
@@ -67,29 +85,21 @@ PyObject *Windows(PyObject *, PyObject *args) {
     int64_t length = off[d + 1] - off[d];
     if (length > 0) total += length > n ? length - n + 1 : 1;
   }
-  uint64_t *out = nullptr;
-  PyObject *result = NewHashes(total, &out);
-  if (result == nullptr) return nullptr;
   const uint64_t *v = values.data<uint64_t>();
-  Py_BEGIN_ALLOW_THREADS
-  for (Py_ssize_t d = 0; d < docs; ++d) {
-    int64_t first = off[d], length = off[d + 1] - first;
-    if (length == 0) continue;
-    int64_t m = length < n ? length : n;
-    uint64_t sum = 0, power = 1, top = 1;  // top: P^(m - 1)
-    for (int64_t j = 0; j < m; ++j) {
-      sum += v[first + j] * power;
-      top = power;
-      power *= kP;
+  return Hashes(total, [&](uint64_t *out) {
+    for (Py_ssize_t d = 0; d < docs; ++d) {
+      int64_t first = off[d], length = off[d + 1] - first;
+      if (length == 0) continue;
+      int64_t m = length < n ? length : n;
+      uint64_t top;  // P^(m - 1)
+      uint64_t sum = Sum(v, first, first + m, &top);
+      for (int64_t s = first;; ++s) {
+        *out++ = Finish(sum, m);
+        if (s + m >= first + length) break;
+        sum = (sum - v[s]) * kPInverse + v[s + m] * top;
+      }
     }
-    for (int64_t s = first;; ++s) {
-      *out++ = Finish(sum, m);
-      if (s + m >= first + length) break;
-      sum = (sum - v[s]) * kPInverse + v[s + m] * top;
-    }
-  }
-  Py_END_ALLOW_THREADS
-  return result;
+  });
 }
 
 PyObject *Spans(PyObject *, PyObject *args) {
@@ -114,21 +124,11 @@ PyObject *Spans(PyObject *, PyObject *args) {
       return nullptr;
     }
   }
-  uint64_t *out = nullptr;
-  PyObject *result = NewHashes(count, &out);
-  if (result == nullptr) return nullptr;
   const uint64_t *v = values.data<uint64_t>();
-  Py_BEGIN_ALLOW_THREADS
-  for (Py_ssize_t i = 0; i < count; ++i) {
-    uint64_t sum = 0, power = 1;
-    for (int64_t k = s[i]; k < e[i]; ++k) {
-      sum += v[k] * power;
-      power *= kP;
-    }
-    out[i] = Finish(sum, e[i] - s[i]);
-  }
-  Py_END_ALLOW_THREADS
-  return result;
+  return Hashes(count, [&](uint64_t *out) {
+    uint64_t top;
+    for (Py_ssize_t i = 0; i < count; ++i) out[i] = Finish(Sum(v, s[i], e[i], &top), e[i] - s[i]);
+  });
 }
 
 PyMethodDef kMethods[] = {
