@@ -280,7 +280,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    # The top level takes no option but -h: a command line names its command first.
+    command = argv[0] if argv and not argv[0].startswith("-") else None
     args = build_parser(command).parse_args(argv)
     if args.command == "run":
         skip_pandas_probe()  # before the run's first pyarrow call

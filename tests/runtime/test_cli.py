@@ -30,6 +30,18 @@ def test_every_command_has_help(argv: list[str], capsys) -> None:
     assert "usage: dataforge" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["-h", "run"], ["--help", "lm"]])
+def test_the_top_level_help_lists_every_command_wherever_the_command_stands(argv, capsys):
+    """Only the command a line names first loads its module; ``-h run`` is the top level's
+    help, which lists them all."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0
+    listed = capsys.readouterr().out
+    for command in ("run", "report", "validate", "inspect", "tokenizer", "lm", "train"):
+        assert f"    {command} " in listed or f"    {command}\n" in listed, command
+
+
 def test_unknown_command_is_usage_error() -> None:
     with pytest.raises(SystemExit) as exc:
         main(["frobnicate"])
