@@ -57,7 +57,7 @@ from dataforge.runtime.failures import RunFailed
 if TYPE_CHECKING:
     from dataforge.runtime.segments import SegmentRunner
 
-__all__ = ["ProcessLanes", "lanes_are_processes"]
+__all__ = ["ForkedCall", "ProcessLanes", "lanes_are_processes"]
 
 _STOP_S = 60.0
 """How long :meth:`ProcessLanes.close` waits for a child to stop at its next batch."""
@@ -192,17 +192,87 @@ class ProcessLanes(LaneSlots):
         )
 
 
+class ForkedCall:
+    """``function(*args)`` in a forked child of this process (with the lanes' safety: it
+    dies with the driver, ignores Ctrl-C, leaves with ``os._exit``); :meth:`result`
+    returns its value or raises its exception. Its value comes back pickled, so it
+    should be small. Fork only where the lanes may (:func:`lanes_are_processes`, Ray not
+    begun, no client of remote storage)."""
+
+    def __init__(self, name: str, function: Callable[..., Any], *args: Any) -> None:
+        context = multiprocessing.get_context("fork")
+        self._conn, theirs = context.Pipe(duplex=False)
+        self.process = context.Process(
+            target=_call_main, args=(theirs, function, args, os.getpid()), name=name, daemon=True
+        )
+        self.process.start()
+        theirs.close()
+
+    def result(self) -> Any:
+        """Wait for the child's value (its exception is raised here; its death is a
+        :class:`RunFailed`)."""
+        try:
+            value, error = self._conn.recv()
+        except (EOFError, OSError):
+            self.process.join(5.0)
+            code = self.process.exitcode
+            how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit {code}"
+            raise RunFailed(
+                f"{self.process.name}: process {self.process.pid} died ({how})"
+            ) from None
+        finally:
+            self._conn.close()
+        self.process.join()
+        if error is not None:
+            raise error
+        return value
+
+    def kill(self) -> None:
+        """Stop the child now (the caller gave up on its value)."""
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self._conn.close()
+
+
+def _call_main(conn: Any, function: Callable[..., Any], args: tuple, parent: int) -> None:
+    code = 0
+    try:
+        if _child_setup(parent):
+            try:
+                reply = (function(*args), None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the driver
+                reply = (None, _picklable(exc))
+            try:
+                conn.send(reply)
+            except OSError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the value does not pickle (none sent)
+                conn.send((None, RuntimeError(f"its value cannot be sent back ({exc})")))
+    except BaseException:  # noqa: BLE001 - the driver's end of the pipe closed
+        code = 1
+    os._exit(code)
+
+
+def _child_setup(parent: int) -> bool:
+    """A forked child's signals (the driver cancels on Ctrl-C; it dies with the driver) and
+    fresh standard streams; False when the driver died before ``prctl``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with contextlib.suppress(OSError, AttributeError):  # no prctl: the pipe's end
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        return False
+    _fresh_std_streams()
+    return True
+
+
 def _lane_main(conn: Any, runner: SegmentRunner, cancel: _SharedFlag, parent: int) -> None:
     """A child: set up its signals and run :func:`_serve`; leaves with ``os._exit`` (1 on an
     error of its own, which the driver reports as the lane's death)."""
     code = 0
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver cancels (its Ctrl-C)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        with contextlib.suppress(OSError, AttributeError):  # no prctl: the pipe's end
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() == parent:  # else the driver died before prctl
-            _fresh_std_streams()
+        if _child_setup(parent):
             runner.cancel = cancel
             _serve(conn, runner)
     except BaseException:  # noqa: BLE001 - a torn message from the driver, anything else

@@ -316,6 +316,7 @@ def _plan_barrier(config, stage, prev_stats, executor, parts, tmp, audit_dir) ->
         source_stats=source_stats,
         sources={s.name: s.lang for s in config.inputs},
         ray_available=getattr(executor, "ray_available", False),
+        may_fork=getattr(executor, "may_fork", False),
     )
     op = make_op(stage, config)
     op.setup()

@@ -152,6 +152,18 @@ class RayExecutor:
         """Ray is up now (a barrier planner may use it); never waits for the start."""
         return self.starting is None or self.starting.ready()
 
+    @property
+    def may_fork(self) -> bool:
+        """The driver may fork now: its lanes are processes, Ray is not begun (a forked
+        copy of Ray's connection threads is not safe) and no client of remote storage
+        exists (its connection pool must not be shared)."""
+        return (
+            self.fork_lanes
+            and self.starting is not None
+            and not self.starting.begun
+            and not fs.remote_in_use()
+        )
+
     def _pool(self, config: PipelineConfig, work_dir: Path, wanted: int) -> list[Any]:
         import ray  # deferred
 
@@ -184,13 +196,7 @@ class RayExecutor:
         running: dict[ray.ObjectRef, Any] = {}
         idle: list[Any] = []
         pool: list[Any] | None = None
-        # Forked lanes while Ray is not begun (lane_processes); threads once it may be up.
-        forked = (
-            self.fork_lanes
-            and self.starting is not None
-            and not self.starting.begun
-            and not fs.remote_in_use()
-        )
+        forked = self.may_fork  # forked lanes (lane_processes); threads once Ray may be up
         if self.starting is not None and not self.starting.begun:  # the bar of this lane
             self.ray_pays_s = ray_pays_s(self.num_cpus, self.driver_threads, forked)
         lanes = (ProcessLanes if forked else DriverLanes)(

@@ -38,6 +38,8 @@ def run_dedup(
     table: pa.Table,
     batch: int = 1000,
     ray_available: bool = False,
+    num_cpus: int = 2,
+    may_fork: bool = False,
     **config,
 ) -> tuple[dict, pa.Table, Path]:
     """prepare per batch -> plan -> apply per task; returns (summary, output, OUT dir)."""
@@ -45,7 +47,8 @@ def run_dedup(
 
     op = Dedup(Dedup.Config(**config), OpContext(base_dir=str(tmp)))
     op.setup()
-    work = tmp / f"work-{batch}-{json.dumps(config, sort_keys=True, default=str)}"
+    name = f"{batch}-{num_cpus}-{may_fork}-{json.dumps(config, sort_keys=True, default=str)}"
+    work = tmp / f"work-{name}"
     work.mkdir(parents=True)
     parts, batches = {}, {}
     for start in range(0, table.num_rows, batch):
@@ -60,11 +63,12 @@ def run_dedup(
         parts=parts,
         decision_dir=work / "decisions",
         audit_dir=out / "dedup",
-        num_cpus=2,
+        num_cpus=num_cpus,
         seed=0,
         source_stats={},
         sources={},
         ray_available=ray_available,
+        may_fork=may_fork,
     )
     summary = planner.plan(op, ctx)
     outputs = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
 import os
 import signal
 import sys
@@ -17,6 +18,7 @@ import pytest
 from dataforge.config import load_pipeline
 from dataforge.io import fs
 from dataforge.io.mds import iter_samples
+from dataforge.runtime.barriers import dedup as planner
 from dataforge.runtime.driver_lanes import DriverLanes
 from dataforge.runtime.failures import RunFailed
 from dataforge.runtime.lane_processes import ProcessLanes, lanes_are_processes
@@ -129,6 +131,36 @@ def test_a_process_with_a_remote_storage_client_runs_its_lane_on_threads(
     executor, manifest = _run_on_the_lanes(config, tmp_path / "lanes")
     assert executor.fork_lanes and len(threads) == 2 * len(manifest["inputs"])
     assert set(threads) <= {"dataforge-lane-0", "dataforge-lane-1"}
+
+
+_DEDUP = """
+stages:
+  - {op: clean}
+  - {op: dedup, method: minhash, threshold: 0.7}
+"""
+
+
+def test_a_run_on_forked_lanes_verifies_dedup_in_groups(
+    pipeline_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DATAFORGE_DRIVER_LANES", raising=False)
+    monkeypatch.setattr(fs, "_REMOTE_USED", set())  # whatever earlier tests made
+    monkeypatch.setattr(planner, "GROUPS_MIN_DOCS", 0)
+    pipeline_file.write_text(pipeline_file.read_text() + _DEDUP, encoding="utf-8")
+    config = load_pipeline(pipeline_file)
+    config = dataclasses.replace(config, ray=dataclasses.replace(config.ray, num_cpus=2))
+    local = run_pipeline(config, tmp_path / "local", LocalExecutor(), log=lambda m: None)
+    executor, manifest = _run_on_the_lanes(config, tmp_path / "lanes")
+    assert executor.may_fork
+    grouped, alone = manifest["stages"][-1]["summary"], local["stages"][-1]["summary"]
+    assert grouped["verification_groups"] == 2 and alone["verification_groups"] == 1
+    assert grouped["dropped"] == alone["dropped"] > 0
+    assert grouped["verified_pairs"] == alone["verified_pairs"]
+    assert manifest["counts"] == local["counts"]
+    assert list(iter_samples(tmp_path / "lanes")) == list(iter_samples(tmp_path / "local"))
+    assert not multiprocessing.active_children()
+    saved = json.loads((tmp_path / "lanes" / "manifest.json").read_text())
+    assert saved["stages"][-1]["summary"]["verification_groups"] == 2
 
 
 class _CancelsFirstTask(LocalExecutor):

@@ -43,9 +43,12 @@ from dataforge.ops.dedup.method import DedupMethod
 from dataforge.ops.dedup.simhash import hamming_pairs
 from dataforge.ops.dedup.verify import Texts, verify_rows
 
-__all__ = ["IndexShard"]
+__all__ = ["IndexShard", "Pool", "decide_pairs"]
 
 _VERIFY_CHUNK = 8192  # pairs per verification step (numpy kernels: their shingles copied once)
+
+Pool = tuple[np.ndarray, np.ndarray, "np.ndarray | None", Texts]
+"""Documents by node key: ``(nodes, order that sorts them, signatures, texts)``."""
 
 
 def _flatten(parts) -> list:
@@ -126,6 +129,11 @@ class IndexShard:
         self._candidates = edges[(edges[:, 0] >= self.fixed) | (edges[:, 1] >= self.fixed)]
         return len(self._candidates)
 
+    def pairs(self) -> np.ndarray:
+        """The candidate pairs ``(u, v)`` with ``u < v`` held here (each pair is held by
+        the owner of its u alone)."""
+        return self._candidates[self._candidates[:, 0] < self._candidates[:, 1]]
+
     def candidate_nodes(self) -> np.ndarray:
         """The owned nodes that have a candidate pair (their payload is needed)."""
         return np.unique(self._candidates[:, 0])
@@ -140,7 +148,7 @@ class IndexShard:
     def forward_signatures(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """``(pairs (u, v) with u < v, sig(u))`` routed to the owner of ``v``."""
         nodes, order, sigs = self._signature_pool()
-        edges = self._candidates[self._candidates[:, 0] < self._candidates[:, 1]]
+        edges = self.pairs()
         owner = edges[:, 1] % self.shards
         out = []
         for i in range(self.shards):
@@ -180,7 +188,7 @@ class IndexShard:
         self._parts.append((nodes, signatures, Texts.empty(len(nodes)) if texts is None else texts))
         return sum(len(p[0]) for p in self._parts)
 
-    def _payload(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, Texts]:
+    def _payload(self) -> Pool:
         """The received payload as one pool (concatenated once): ``(nodes, order that
         sorts them, signatures, texts)``."""
         if self._parts:
@@ -195,7 +203,7 @@ class IndexShard:
         """``(pairs (u, v) with u < v, their distinct u, sig(u), texts(u))`` routed to the
         owner of ``v`` (each ``u`` travels once per destination, not once per pair)."""
         nodes, order, sigs, texts = self._payload()
-        edges = self._candidates[self._candidates[:, 0] < self._candidates[:, 1]]
+        edges = self.pairs()
         owner = edges[:, 1] % self.shards
         out = []
         for i in range(self.shards):
@@ -215,33 +223,21 @@ class IndexShard:
             return 0
         edges = np.concatenate([p[0] for p in flat])
         pool_nodes = np.concatenate([p[1] for p in flat])  # each u has one owner: distinct
-        pool_order = np.argsort(pool_nodes)
-        pool_sigs = np.concatenate([p[2] for p in flat])
-        pool_texts = Texts.concat([p[3] for p in flat])
-        nodes, order, sigs, texts = self._payload()
-        cfg, kept = self.config, 0
-        for lo in range(0, len(edges), _VERIFY_CHUNK):
-            chunk = edges[lo : lo + _VERIFY_CHUNK]
-            left = pool_order[np.searchsorted(pool_nodes, chunk[:, 0], sorter=pool_order)]
-            right = order[np.searchsorted(nodes, chunk[:, 1], sorter=order)]
-            sim, keep = verify_rows(
-                pool_texts, left, texts, right, cfg.threshold, cfg.block, cfg.max_own
-            )
-            fixed = chunk[:, 0] < self.fixed
-            if fixed.any():
-                estimate = self.method.signature_similarity(
-                    pool_sigs[left[fixed]], sigs[right[fixed]]
-                )
-                sim[fixed], keep[fixed] = estimate, estimate >= cfg.threshold
-            self._decided.append((chunk[keep], sim[keep]))
-            kept += int(keep.sum())
-        return kept
+        left = (
+            pool_nodes,
+            np.argsort(pool_nodes),
+            np.concatenate([p[2] for p in flat]),
+            Texts.concat([p[3] for p in flat]),
+        )
+        decided = decide_pairs(edges, left, self._payload(), self.method, self.fixed)
+        self._decided.append(decided)
+        return len(decided[0])
 
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
         """The decided pairs and their similarity; frees the verification state.
         Unverified methods: every candidate pair, similarity 1.0."""
         if not self.method.verified:
-            edges = self._candidates[self._candidates[:, 0] < self._candidates[:, 1]]
+            edges = self.pairs()
             self._candidates = np.zeros((0, 2), np.int64)
             return edges, np.ones(len(edges))
         decided = self._decided
@@ -251,5 +247,32 @@ class IndexShard:
         return np.concatenate([d[0] for d in decided]), np.concatenate([d[1] for d in decided])
 
 
-def _empty_pool() -> tuple[np.ndarray, np.ndarray, np.ndarray | None, Texts]:
+def _empty_pool() -> Pool:
     return np.zeros(0, np.int64), np.zeros(0, np.int64), None, Texts.empty()
+
+
+def decide_pairs(
+    edges: np.ndarray, left: Pool, right: Pool, method: DedupMethod, fixed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """The duplicates among the pairs ``edges`` (u, v): u's documents in ``left``, v's in
+    ``right``; returns ``(pairs, similarity)`` of those kept. Decided chunk by chunk
+    (bounded copies for the numpy kernels). A pair whose u is a record of an ``against``
+    run (key below ``fixed``: its text is gone) is judged on the signatures."""
+    cfg = method.config
+    l_nodes, l_order, l_sigs, l_texts = left
+    r_nodes, r_order, r_sigs, r_texts = right
+    kept_edges, kept_sims = [np.zeros((0, 2), np.int64)], [np.zeros(0)]
+    for lo in range(0, len(edges), _VERIFY_CHUNK):
+        chunk = edges[lo : lo + _VERIFY_CHUNK]
+        lrows = l_order[np.searchsorted(l_nodes, chunk[:, 0], sorter=l_order)]
+        rrows = r_order[np.searchsorted(r_nodes, chunk[:, 1], sorter=r_order)]
+        sim, keep = verify_rows(
+            l_texts, lrows, r_texts, rrows, cfg.threshold, cfg.block, cfg.max_own
+        )
+        against = chunk[:, 0] < fixed
+        if against.any():
+            estimate = method.signature_similarity(l_sigs[lrows[against]], r_sigs[rrows[against]])
+            sim[against], keep[against] = estimate, estimate >= cfg.threshold
+        kept_edges.append(chunk[keep])
+        kept_sims.append(sim[keep])
+    return np.concatenate(kept_edges), np.concatenate(kept_sims)

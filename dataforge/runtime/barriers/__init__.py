@@ -32,6 +32,8 @@ class BarrierContext:
         source_stats: per source live totals before the barrier: docs, chars, tokens.
         sources: source name -> language code, in YAML order.
         ray_available: True when ray is initialized (inside ``dataforge run``).
+        may_fork: the planner may fork the driver now (as the driver's lanes do: Linux,
+            Ray not begun in this process, no client of remote storage).
     """
 
     parts: dict[str, Path]
@@ -42,6 +44,7 @@ class BarrierContext:
     source_stats: dict[str, dict[str, int]]
     sources: dict[str, str]
     ray_available: bool
+    may_fork: bool = False
 
 
 def planner_of(op: Any) -> Callable[[Any, BarrierContext], dict[str, Any]]:

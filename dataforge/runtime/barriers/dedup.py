@@ -58,10 +58,11 @@ from dataforge.ops.dedup import DECISION_REASON, Dedup
 from dataforge.ops.dedup.star import star_clusters
 from dataforge.records import ORD
 from dataforge.runtime.barriers import BarrierContext
+from dataforge.runtime.barriers._dedup_groups import verify_in_groups
 from dataforge.runtime.barriers._dedup_keys import assign_keys
 from dataforge.runtime.barriers._dedup_shards import LocalShards, RayShards
 
-__all__ = ["MAX_ATTEMPTS", "SIGNATURE_META_KEY", "load_published", "plan"]
+__all__ = ["GROUPS_MIN_DOCS", "MAX_ATTEMPTS", "SIGNATURE_META_KEY", "load_published", "plan"]
 
 MAX_ATTEMPTS = 2
 # Up to this many records (all sources) the index shards live in the driver: on the 16 MB
@@ -69,6 +70,9 @@ MAX_ATTEMPTS = 2
 # about 0.2 s of index work. Same shards, same results either way.
 LOCAL_INDEX_MAX_DOCS = 200_000
 SIGNATURE_META_KEY = b"dataforge.dedup"
+GROUPS_MIN_DOCS = 2_000
+"""Fewest candidate records verified in forked groups (each group reads every part's
+texts; below this the shards' one pass costs less than a fork and a second read)."""
 _INFLIGHT_PARTS = 8
 _PREPARE_THREADS = 2
 """Threads (at most ``num_cpus``) that read parts and make their index calls (bucket keys,
@@ -259,17 +263,25 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         _stream(backend, calls_of, op, ctx, tasks, keys, previous)
         stats["screened_pairs"] = sum(backend.exchange("forward_signatures", "screen"))
         backend.exchange("emit_screened", "receive_candidates")
+    grouped: list[tuple[np.ndarray, np.ndarray]] = []
     if op.method.verified:
         # Only candidate records are read back and shingled (the driver holds their keys).
         needed = _needed(backend)
         stats["candidate_docs"] = len(needed)
-        calls_of = functools.partial(_payload_calls, needed=needed)
-        _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text=True)
-        _hook("signatures", attempt, backend)
-        stats["verified_pairs"] = sum(backend.exchange("forward", "verify"))
+        groups = _verification_groups(ctx, previous, len(needed))
+        if groups > 1:
+            pairs = np.concatenate([np.zeros((0, 2), np.int64), *backend.call_all("pairs")])
+            grouped.append(verify_in_groups(op, ctx, tasks, keys, pairs, groups))
+            stats["verified_pairs"] = len(grouped[0][0])
+        else:
+            calls_of = functools.partial(_payload_calls, needed=needed)
+            _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text=True)
+            _hook("signatures", attempt, backend)
+            stats["verified_pairs"] = sum(backend.exchange("forward", "verify"))
+        stats["verification_groups"] = groups
     _hook("edges", attempt, backend)
     stats["shard_peak_rss_mb"] = backend.call_all("peak_rss_mb")
-    decided = backend.call_all("edges")
+    decided = grouped or backend.call_all("edges")
     edges = np.concatenate([np.zeros((0, 2), np.int64), *(d[0] for d in decided)])
     sims = np.concatenate([np.zeros(0), *(d[1] for d in decided)])
     stats.update(
@@ -278,6 +290,16 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         index_bytes_per_doc=round(index_bytes / indexed, 1) if indexed else 0.0,
     )
     return edges, sims, stats
+
+
+def _verification_groups(ctx: BarrierContext, previous: pa.Table | None, docs: int) -> int:
+    """Processes that verify the candidates (:mod:`._dedup_groups`): the CPU count when
+    the driver may fork and there are enough candidates to pay for reading the parts'
+    texts in each; else 1 (the shards verify). Pairs with a record of an ``against`` run
+    are judged on signatures the groups do not read: those runs keep the shards."""
+    if not ctx.may_fork or ctx.num_cpus < 2 or previous is not None or docs < GROUPS_MIN_DOCS:
+        return 1
+    return ctx.num_cpus
 
 
 def _hook(phase: str, attempt: int, backend: Any) -> None:
