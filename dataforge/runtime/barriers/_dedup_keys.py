@@ -54,9 +54,7 @@ def assign_keys(
         cols["task"].append(np.full(table.num_rows, t, np.int32))
         cols["ord"].append(table.column(ORD).to_numpy())
     flat = {
-        k: (pa.chunked_array(v, pa.string()) if k in ("id", "source") else np.concatenate(v))
-        for k, v in cols.items()
-        if v
+        k: _strings(v) if k in ("id", "source") else np.concatenate(v) for k, v in cols.items() if v
     }
     if not flat:
         return Keys({}, pa.array([], pa.string()), pa.array([], pa.string()))
@@ -74,3 +72,9 @@ def assign_keys(
     ids = table.column("id").take(pa.array(order)).combine_chunks()
     sources = table.column("source").take(pa.array(order)).combine_chunks()
     return Keys(per_task, ids, sources)
+
+
+def _strings(columns: list[pa.ChunkedArray]) -> pa.ChunkedArray:
+    """The columns one after another, by their chunks (``pa.chunked_array`` of whole
+    chunked arrays goes value by value through Python: 0.09 s per 64k ids)."""
+    return pa.chunked_array([chunk for column in columns for chunk in column.chunks], pa.string())
