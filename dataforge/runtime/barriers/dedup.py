@@ -20,7 +20,10 @@ Steps (``plan``):
    sequences going to the owning shard; each pair is scored on the shard that owns its
    second node (:mod:`dataforge.ops.dedup.verify`: exact Jaccard >= ``threshold``, and not
    two documents that each have content of their own). Memory on a shard: the shingles of
-   its candidate records, not of the corpus.
+   its candidate records, not of the corpus. When the driver may fork and has more than
+   one CPU (:func:`_verification_groups`), the screened pairs are verified instead by
+   groups of connected candidates, one process each (:mod:`._dedup_groups`), with the
+   same decisions: there the shards' verification keeps one core busy.
 4. **Star clusters.** The decided pairs (few: near-duplicates only) come back to the
    driver, which builds star clusters in key order (:mod:`dataforge.ops.dedup.star`):
    every dropped record was verified against its representative, never chained.
