@@ -11,7 +11,7 @@ import signal
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from dedup_testkit import kept_ids
+from dedup_testkit import kept_ids, make_table
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_dedup_plan import labeled  # noqa: F401 - the fixture
@@ -147,3 +147,15 @@ def test_a_group_error_or_death_fails_the_plan(labeled, dedup_runner, monkeypatc
     ):
         dedup_runner(labeled, batch=8, may_fork=True)
     assert not multiprocessing.active_children()
+
+
+def test_groups_without_any_candidate_pair(reviews_zh, dedup_runner, monkeypatch):
+    monkeypatch.setattr(planner, "GROUPS_MIN_DOCS", 0)
+    table = make_table(reviews_zh[:30], ["zh"] * 30)  # distinct real reviews
+    shards = dedup_runner(table, batch=8)
+    grouped = dedup_runner(table, batch=8, may_fork=True)
+    assert grouped[0]["verification_groups"] == 2 and grouped[0]["dropped"] == 0
+    assert _summary_without_groups(grouped[0]) == _summary_without_groups(shards[0])
+    assert grouped[1].to_pylist() == shards[1].to_pylist() and kept_ids(grouped[1]) == set(
+        table.column("id").to_pylist()
+    )
