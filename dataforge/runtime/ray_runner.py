@@ -144,8 +144,14 @@ class RayExecutor:
         self.warm: set[int] = set()  # id() of actors that have returned a task
         self.driver_tasks = 0
         self.most_work_left = 0.0  # the largest estimate that did not start Ray (seconds)
-        if starting is not None and (not self.driver_lane or config.ray.start == "always"):
-            starting.begin()  # asked for, or a sized pool (or a single CPU): Ray at once
+        # Asked for (ray.start: always) next to the driver's lane: begun once the lane has
+        # forked, at the first task the driver takes (a lane forked after Ray begins is
+        # threads, which share the GIL); a sized pool or a single CPU: at once.
+        self.begin_after_fork = (
+            starting is not None and self.driver_lane and (config.ray.start == "always")
+        )
+        if starting is not None and not self.driver_lane:
+            starting.begin()
 
     @property
     def ray_available(self) -> bool:
@@ -225,6 +231,7 @@ class RayExecutor:
                     timer = self._ray_begins_if_slow(len(queue), first=first)
                     if timer is not None:
                         timers[task["task_id"]] = timer
+                self._begin_asked_for()
                 if lanes.busy:
                     for result, seconds in lanes.results(timeout=_LANE_POLL_S):
                         if (timer := timers.pop(result["task_id"], None)) is not None:
@@ -245,6 +252,7 @@ class RayExecutor:
                     self._release([a for a in dict.fromkeys(idle) if id(a) not in busy])
                     idle = [a for a in idle if id(a) in busy]
                 idle += finished
+            self._begin_asked_for()  # a segment without tasks
         except BaseException:
             # The pool is shared by the run's segments: stop it, so that no task still in
             # flight writes into the work directory after the failure is reported.
@@ -254,6 +262,12 @@ class RayExecutor:
             for timer in timers.values():
                 timer.cancel()
             lanes.close()  # on a failure, cancels the driver's tasks still in flight
+
+    def _begin_asked_for(self) -> None:
+        """Begin Ray now if ``ray.start: always`` waits for the lane's fork."""
+        if self.begin_after_fork:
+            self.begin_after_fork = False
+            self.starting.begin()
 
     def _pace(self, driver_seconds: list[float]) -> float:
         """Seconds per task at the driver's steady pace: each thread's first task (its

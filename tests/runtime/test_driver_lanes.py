@@ -107,6 +107,45 @@ def test_two_forked_lanes_run_the_tasks_with_the_output_of_one(
     assert manifest["counts"] == local["counts"]
 
 
+def test_ray_start_always_begins_once_the_lanes_have_forked(
+    pipeline_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ray.start: always`` next to the driver's lane: Ray is begun at the first task,
+    after the lane forked, so segment 0 runs on two forked processes; later segments, with
+    Ray begun, on the driver's threads. The output is the in-process run's."""
+    monkeypatch.delenv("DATAFORGE_DRIVER_LANES", raising=False)
+    monkeypatch.setattr(fs, "_REMOTE_USED", set())  # whatever earlier tests made
+    config = _config(pipeline_file)
+    config = dataclasses.replace(config, ray=dataclasses.replace(config.ray, start="always"))
+    run_pipeline(config, tmp_path / "local", LocalExecutor(), log=lambda m: None)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    run_task = SegmentRunner.run_task
+
+    def recorded(self, task):
+        time.sleep(0.05)  # long enough that the second child takes the next task
+        (marks / f"{self.segment.index}-{task['task_id']}").write_text(str(os.getpid()))
+        return run_task(self, task)
+
+    monkeypatch.setattr(SegmentRunner, "run_task", recorded)
+    gate = threading.Event()  # a Ray start that never finishes: the lane runs every task
+    start = RayStart(lambda: str(gate.wait(60)), begin=False)
+    try:
+        executor = RayExecutor(config, starting=start)
+        assert executor.begin_after_fork and not start.begun
+        run_pipeline(config, tmp_path / "lanes", executor, log=lambda m: None)
+    finally:
+        gate.set()
+        start.release()
+    assert start.begun and not executor.begin_after_fork
+    pids = {p.name: int(p.read_text()) for p in marks.iterdir()}
+    first = {pid for name, pid in pids.items() if name.startswith("0-")}
+    later = {pid for name, pid in pids.items() if not name.startswith("0-")}
+    assert len(first) == 2 and os.getpid() not in first  # forked before Ray began
+    assert later == {os.getpid()}  # Ray begun: threads of the driver
+    assert list(iter_samples(tmp_path / "lanes")) == list(iter_samples(tmp_path / "local"))
+
+
 def test_a_process_with_a_remote_storage_client_runs_its_lane_on_threads(
     pipeline_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -242,11 +242,13 @@ def test_embedded_ray_starts_only_when_the_work_left_pays_for_it(pipeline_file: 
     assert not begun(19, [pace, pace])  # the second thread's first task: still warm-up
     assert begun(11, [100.0, 100.0, pace])  # 1.1x at the third task's pace, warm-ups ignored
     assert not begun(10, [pace / 100, pace / 100, pace, pace])  # exactly the bar: not more
-    for asked in ({"actors": 1}, {"start": "always"}):  # Ray at once, as asked
+    # As asked: a sized pool at once; ``always`` at the driver's first task, once its lane
+    # has forked (test_driver_lanes runs that)
+    for asked, at_once in (({"actors": 1}, True), ({"start": "always"}, False)):
         config = dataclasses.replace(two, ray=dataclasses.replace(two.ray, **asked))
         with _unused_start() as start:
-            RayExecutor(config, starting=start)
-            assert start.begun, asked
+            executor = RayExecutor(config, starting=start)
+            assert start.begun == at_once and executor.begin_after_fork != at_once, asked
 
 
 def test_a_slow_driver_task_begins_ray_before_it_ends(
