@@ -51,6 +51,21 @@ def _run_on_the_lanes(config, out: Path) -> tuple[RayExecutor, dict]:
         start.release()
 
 
+def _mark_tasks_by_process(marks: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Patch ``run_task`` (forked with the lanes) to leave one file per task in ``marks``,
+    named ``<segment>-<task>``, holding the pid of the process that ran it."""
+    marks.mkdir()
+    run_task = SegmentRunner.run_task
+
+    def recorded(self, task):
+        time.sleep(0.05)  # long enough that the second child takes the next task
+        (marks / f"{self.segment.index}-{task['task_id']}").write_text(str(os.getpid()))
+        return run_task(self, task)
+
+    monkeypatch.setattr(SegmentRunner, "run_task", recorded)
+    return marks
+
+
 def test_two_driver_threads_run_the_tasks_with_the_output_of_one(
     pipeline_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -83,16 +98,7 @@ def test_two_forked_lanes_run_the_tasks_with_the_output_of_one(
     monkeypatch.setattr(fs, "_REMOTE_USED", set())  # whatever earlier tests made
     config = _config(pipeline_file)
     run_pipeline(config, tmp_path / "local", LocalExecutor(), log=lambda m: None)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    run_task = SegmentRunner.run_task
-
-    def recorded(self, task):
-        time.sleep(0.05)  # long enough that the second child takes the next task
-        (marks / f"{self.segment.index}-{task['task_id']}").write_text(str(os.getpid()))
-        return run_task(self, task)
-
-    monkeypatch.setattr(SegmentRunner, "run_task", recorded)
+    marks = _mark_tasks_by_process(tmp_path / "marks", monkeypatch)
     executor, manifest = _run_on_the_lanes(config, tmp_path / "lanes")
     assert not executor.starting.begun and executor.actors == [] and executor.fork_lanes
     # on 2 CPUs Ray never pays next to two forked lanes: no bar, no timer to begin it
@@ -118,16 +124,7 @@ def test_ray_start_always_begins_once_the_lanes_have_forked(
     config = _config(pipeline_file)
     config = dataclasses.replace(config, ray=dataclasses.replace(config.ray, start="always"))
     run_pipeline(config, tmp_path / "local", LocalExecutor(), log=lambda m: None)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    run_task = SegmentRunner.run_task
-
-    def recorded(self, task):
-        time.sleep(0.05)  # long enough that the second child takes the next task
-        (marks / f"{self.segment.index}-{task['task_id']}").write_text(str(os.getpid()))
-        return run_task(self, task)
-
-    monkeypatch.setattr(SegmentRunner, "run_task", recorded)
+    marks = _mark_tasks_by_process(tmp_path / "marks", monkeypatch)
     gate = threading.Event()  # a Ray start that never finishes: the lane runs every task
     start = RayStart(lambda: str(gate.wait(60)), begin=False)
     try:
