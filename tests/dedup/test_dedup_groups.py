@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -65,7 +66,7 @@ def test_deal_keeps_components_whole_and_balances_them(pairs, groups, rng) -> No
     pairs = np.array(pairs, dtype=np.int64)
     nodes, root = components(pairs)
     weight = np.array([rng.choice([1.0, 2.5, 40.0]) for _ in nodes])
-    dealt = deal(pairs, weight, groups)
+    dealt = deal(pairs, lambda sorted_nodes: weight[np.searchsorted(nodes, sorted_nodes)], groups)
     assert len(dealt) == groups
     assert sorted(np.concatenate(dealt).tolist()) == list(range(len(pairs)))  # each pair once
     owner = {}
@@ -159,3 +160,27 @@ def test_groups_without_any_candidate_pair(reviews_zh, dedup_runner, monkeypatch
     assert grouped[1].to_pylist() == shards[1].to_pylist() and kept_ids(grouped[1]) == set(
         table.column("id").to_pylist()
     )
+
+
+def _parent_fails_while_a_child_works(parent: int):
+    real = groups_module.verify_group
+
+    def verify_group(*args):
+        if os.getpid() == parent:
+            raise KeyboardInterrupt  # Ctrl-C in the driver while a group is still working
+        time.sleep(60)
+        return real(*args)
+
+    return verify_group
+
+
+def test_an_interrupted_driver_leaves_no_group_process(labeled, dedup_runner, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(planner, "GROUPS_MIN_DOCS", 0)
+    monkeypatch.setattr(
+        groups_module, "verify_group", _parent_fails_while_a_child_works(os.getpid())
+    )
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        dedup_runner(labeled, may_fork=True)
+    assert time.monotonic() - started < 30  # the sleeping child was killed, not waited for
+    assert not multiprocessing.active_children()

@@ -21,6 +21,8 @@ one group; the heaviest components are dealt first, each to the lightest group.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,10 +61,13 @@ def components(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             parent = up
 
 
-def deal(pairs: np.ndarray, weight: np.ndarray, groups: int) -> list[np.ndarray]:
+def deal(
+    pairs: np.ndarray, weight_of: Callable[[np.ndarray], np.ndarray], groups: int
+) -> list[np.ndarray]:
     """Indices of ``pairs`` per group: whole components, heaviest first, each to the
-    lightest group so far (``weight``: per node of :func:`components`, in its order)."""
+    lightest group so far (``weight_of(nodes)``: the weight of each of the sorted nodes)."""
     nodes, root = components(pairs)
+    weight = weight_of(nodes)
     _, component = np.unique(root, return_inverse=True)
     heft = np.bincount(component, weights=weight, minlength=component.max(initial=-1) + 1)
     loads = [0.0] * groups
@@ -112,8 +117,7 @@ def verify_in_groups(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Decide the candidate ``pairs`` (u < v, no record of an ``against`` run) in
     ``groups`` processes; returns ``(pairs, similarity)`` of the duplicates."""
-    nodes = np.unique(pairs)
-    dealt = deal(pairs, record_weights(nodes, keys, ctx.source_stats), groups)
+    dealt = deal(pairs, lambda nodes: record_weights(nodes, keys, ctx.source_stats), groups)
     children: list[ForkedCall] = []
     try:
         for g, sel in enumerate(dealt[1:], start=1):
