@@ -9,6 +9,7 @@ import argparse
 import importlib
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -91,13 +92,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except OSError as exc:  # e.g. a full disk or a permission before any task ran
         print(f"error: run failed: {one_line(exc, out)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print(
-            f"interrupted: {out} holds no complete output; the same command resumes it "
+            f"{_stopped_by(exc)}: {out} holds no complete output; the same command resumes it "
             "(committed tasks are kept)",
             file=sys.stderr,
         )
-        return 130
+        return 143 if isinstance(exc, Terminated) else 130
     if "://" not in out:  # the report is drawn from local files (object storage: not yet)
         _write_report(Path(out))
     total = manifest["counts"]["total"]
@@ -139,7 +140,9 @@ def _write_report(out: Path) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from dataforge.report import ReportError, write_report
+    """Exit 0: the report of a complete run; 1: the report of a run whose manifest says it
+    did not complete (written, saying so at its top); 2: no report (bad path or files)."""
+    from dataforge.report import ReportError, run_status, write_report
 
     try:
         path = write_report(Path(args.path), Path(args.output) if args.output else None)
@@ -147,6 +150,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(path)
+    status = run_status(Path(args.path))
+    if status not in (None, "complete"):
+        print(
+            f"error: {args.path} is a run that did not complete (status {status}); the "
+            f"report at {path} shows what it recorded",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -278,6 +289,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that every cleanup an interrupt runs (temporary
+    files removed, run state left resumable) runs for it too."""
+
+
+_MAIN_PID = os.getpid()
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    if os.getpid() != _MAIN_PID:  # a forked worker inherited the handler: die as before
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # The top level takes no option but -h: a command line names its command first.
@@ -285,7 +312,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(command).parse_args(argv)
     if args.command == "run":
         skip_pandas_probe()  # before the run's first pyarrow call
-    return int(args.func(args))
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # not a program's own handler
+        signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt as exc:
+        print(f"{_stopped_by(exc)}: dataforge {args.command} stopped; what it was writing was "
+              "not put in place", file=sys.stderr)  # fmt: skip
+        return 143 if isinstance(exc, Terminated) else 130
+
+
+def _stopped_by(exc: KeyboardInterrupt) -> str:
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
 
 
 if __name__ == "__main__":

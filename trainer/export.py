@@ -10,13 +10,18 @@ tokenizers, ``trust_remote_code=True``) or copied (Hugging Face tokenizers, or t
 the model ``init_from`` imported). A model outside those architectures (LayerNorm, GELU,
 biases) is exported in the trainer's own layout (``model`` config + its tensor names),
 which ``init_from`` also reads
-(:mod:`trainer.pretrained`). Directories are written under ``.tmp-<name>`` and renamed.
+(:mod:`trainer.pretrained`).
+
+The export directory is built in a sibling temporary folder and renamed into place
+(:func:`dataforge.io.owned_output.owned_dir`); an existing directory is replaced only if it
+is an export (it holds the output marker, or is an export from before markers: a
+``config.json`` naming a dataforge stage and step, and no sub-folder), never a user's
+folder: that is refused before any weights are read.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,11 +31,21 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+from dataforge.io.owned_output import OutputPathError, check_dir_target, owned_dir
 from trainer.config import ConfigError, TrainerConfig, to_plain
 from trainer.hf_model import hf_config, hf_weights, is_hf_model_dir, unsupported_reason
 from trainer.parallel import DistEnv, barrier
 
-__all__ = ["TOKENIZER_FILES", "export_checkpoint", "export_weights", "write_export"]
+__all__ = [
+    "TOKENIZER_FILES",
+    "check_export_dir",
+    "export_checkpoint",
+    "export_weights",
+    "write_export",
+]
+
+EXPORT = "dataforge train export"
+"""The writer's name in the output marker and in its errors."""
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -59,11 +74,49 @@ def export_weights(
 def write_export(
     weights: dict[str, torch.Tensor], config: TrainerConfig, out_dir: Path, info: dict
 ) -> None:
-    """Write ``weights`` of ``config.model`` as an export directory (see the module doc)."""
+    """Write ``weights`` of ``config.model`` as an export directory (see the module doc).
+
+    Raises:
+        ConfigError: ``out_dir`` exists and is not an export (see :func:`check_export_dir`).
+    """
+    try:
+        with owned_dir(out_dir, EXPORT, legacy=_is_unmarked_export) as tmp:
+            _write_files(tmp, weights, config, info)
+    except OutputPathError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_export_dir(out_dir: Path) -> None:
+    """Refuse ``out_dir`` before any work if an export may not be written there.
+
+    Raises:
+        ConfigError: ``out_dir`` is a file, a symlink, a device, or a non-empty folder that
+            is not an export.
+    """
+    try:
+        check_dir_target(out_dir, EXPORT, legacy=_is_unmarked_export)
+    except OutputPathError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _is_unmarked_export(path: Path) -> bool:
+    """An export written before output markers: a ``config.json`` holding a dataforge
+    stage and step (the transformers layout's ``dataforge`` entry, or the trainer
+    layout's top level), and only regular files."""
+    try:
+        card = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    info = card.get("dataforge", card) if isinstance(card, dict) else None
+    if not (isinstance(info, dict) and "stage" in info and "step" in info):
+        return False
+    return all(p.is_file() and not p.is_symlink() for p in path.iterdir())
+
+
+def _write_files(
+    tmp: Path, weights: dict[str, torch.Tensor], config: TrainerConfig, info: dict
+) -> None:
     model = config.model
-    tmp = out_dir.with_name(f".tmp-{out_dir.name}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     reason = unsupported_reason(model)
     if reason is None:
         special = _write_tokenizer(tmp, config.tokenizer, config.init_from)
@@ -84,9 +137,6 @@ def write_export(
         weights = {k: v.contiguous() for k, v in weights.items()}
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         _write_json(tmp / "config.json", {"model": to_plain(model), **info})
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
 
 
 def _write_json(path: Path, value: Any) -> None:
@@ -119,11 +169,13 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     """``dataforge train export CKPT``: the export of a checkpoint's weights.
 
     Raises:
-        ConfigError: ``checkpoint`` is not a complete checkpoint directory.
+        ConfigError: ``checkpoint`` is not a complete checkpoint directory, or ``out_dir``
+            may not be written (:func:`check_export_dir`).
     """
     from trainer.config import config_from_mapping
 
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
+    check_export_dir(out_dir)
     meta_path = checkpoint / "meta.json"
     if not meta_path.is_file() or not (checkpoint / "train_state.pt").is_file():
         raise ConfigError(

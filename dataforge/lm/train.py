@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
@@ -23,8 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from dataforge.io.files import match_files
+from dataforge.io.owned_output import check_file_target
 from dataforge.lm import tokens as lm_tokens
-from dataforge.lm.card import ModelCard, write_card
+from dataforge.lm.card import ModelCard, card_path, read_card, write_card
 from dataforge.lm.corpus import id_hash_percent, read_documents
 from dataforge.lm.score import PerplexityScorer
 from dataforge.lm.tokens import DEFAULT_SEGMENTATION, PieceTokenizer, TokenRenderer, make_renderer
@@ -36,6 +38,7 @@ MAX_ORDER = 6  # KENLM_MAX_ORDER of the cmake build (kenlm's default)
 _MEMORY_RE = re.compile(r"^\d+(\.\d+)?[%bKMGTkmgt]?$")
 _HELDOUT_EVAL_DOCS = 2000
 _REPO_ROOT = Path(__file__).resolve().parents[2]
+TRAIN_WRITER = "dataforge lm train"
 
 
 def find_kenlm_tool(name: str, kenlm_bin: str | Path | None = None) -> Path:
@@ -193,55 +196,76 @@ def train_lm(
     )
     files = [f.path for p in patterns for f in match_files(p)]
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = out.parent / f".{out.name}.work"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
-    text_path = work / "train.txt"
-    stats, heldout = _write_training_text(
-        patterns, make_renderer(tok), text_path, holdout_percent, text_key, id_key
-    )
-    if not stats["tokens"]:
-        raise ValueError(f"no training text in {patterns} after normalization")
-    _build_model(
-        lmplz,
-        build_binary,
-        work,
-        text_path,
-        out,
-        order,
-        memory,
-        prune,
-        discount_fallback,
-        binary_type,
-    )
-    extra = {"heldout_ppl": _heldout_quantiles(out, tok, heldout)} if heldout else {}
-    card = ModelCard(
-        lang=lang,
-        order=order,
-        prune=tuple(prune),
-        normalization=NORMALIZATION,
-        tokenizer_path=os.path.relpath(Path(tok_dir).resolve(), out.parent.resolve())
-        if tok_dir
-        else "",
-        tokenizer_fingerprint=tok.fingerprint,
-        token_rendering="chars" if segmentation == "chars" else "ids",
-        segmentation=segmentation,
-        inputs=tuple(files),
-        training_sha256=str(stats["sha256"]),
-        documents=int(stats["documents"]),
-        lines=int(stats["lines"]),
-        tokens=int(stats["tokens"]),
-        holdout_percent=float(holdout_percent),
-        holdout_documents=int(stats["holdout_documents"]),
-        model_sha256=sha256_file(out),
-        versions=_versions(lmplz),
-        extra=extra,
-    )
-    write_card(out, card)
-    shutil.rmtree(work)
+    out = _check_outputs(Path(out))
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.work-", dir=out.parent))
+    try:
+        text_path = work / "train.txt"
+        stats, heldout = _write_training_text(
+            patterns, make_renderer(tok), text_path, holdout_percent, text_key, id_key
+        )
+        if not stats["tokens"]:
+            raise ValueError(f"no training text in {patterns} after normalization")
+        _build_model(
+            lmplz,
+            build_binary,
+            work,
+            text_path,
+            out,
+            order,
+            memory,
+            prune,
+            discount_fallback,
+            binary_type,
+        )
+        extra = {"heldout_ppl": _heldout_quantiles(out, tok, heldout)} if heldout else {}
+        card = ModelCard(
+            lang=lang,
+            order=order,
+            prune=tuple(prune),
+            normalization=NORMALIZATION,
+            tokenizer_path=os.path.relpath(Path(tok_dir).resolve(), out.parent.resolve())
+            if tok_dir
+            else "",
+            tokenizer_fingerprint=tok.fingerprint,
+            token_rendering="chars" if segmentation == "chars" else "ids",
+            segmentation=segmentation,
+            inputs=tuple(files),
+            training_sha256=str(stats["sha256"]),
+            documents=int(stats["documents"]),
+            lines=int(stats["lines"]),
+            tokens=int(stats["tokens"]),
+            holdout_percent=float(holdout_percent),
+            holdout_documents=int(stats["holdout_documents"]),
+            model_sha256=sha256_file(out),
+            versions=_versions(lmplz),
+            extra=extra,
+        )
+        write_card(out, card)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # made by mkdtemp above: ours
     return card
+
+
+def _is_our_model(path: Path) -> bool:
+    """``path`` is a model this command wrote: a model card is beside it (its sha256 is
+    not compared: a kill between the model's rename and the card's leaves an older card)."""
+    return _is_our_card(card_path(path))
+
+
+def _is_our_card(path: Path) -> bool:
+    try:
+        read_card(Path(str(path).removesuffix(".json")))
+    except (FileNotFoundError, ValueError):
+        return False
+    return True
+
+
+def _check_outputs(out: Path) -> Path:
+    """Refuse ``out`` (and its card ``out.json``) unless absent or this command's own
+    earlier model and card (:mod:`dataforge.io.owned_output`)."""
+    check_file_target(out, TRAIN_WRITER, _is_our_model, make_parents=True)
+    check_file_target(card_path(out), TRAIN_WRITER, _is_our_card)
+    return out
 
 
 def _encoder(
@@ -287,6 +311,7 @@ def _build_model(
     _run(cmd, log)
     tmp_model = work / "model.bin"
     _run([str(build_binary), binary_type, str(arpa), str(tmp_model)], log)
+    _check_outputs(out)  # it may have changed while lmplz ran
     os.replace(tmp_model, out)
 
 

@@ -1,6 +1,6 @@
 """Charts for the report: panels of bars, step histograms, lines and marker lines on
-linear, log or category axes, laid out in a grid and written as SVG by
-``dataforge.report.svg``.
+linear, log or category axes, laid out in a grid; ``dataforge.report.svg.render_figure``
+writes a figure as SVG (this module imports nothing of the report's).
 
 The report needs a handful of chart kinds, so they are drawn here instead of through a
 plotting library: importing matplotlib and laying its figures out was ~0.6 s of every
@@ -15,8 +15,6 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from typing import ClassVar
-
-from dataforge.report.svg import render_figure
 
 __all__ = ["Axes", "Bars", "Figure", "Path"]
 
@@ -151,7 +149,3 @@ class Figure:
         """A new panel (``Axes`` keyword arguments), after the ones already added."""
         self.axes.append(Axes(**kwargs))
         return self.axes[-1]
-
-    def svg(self, name: str) -> str:
-        """The figure as one ``<svg>`` element; ``name`` prefixes its ids."""
-        return render_figure(self, name)

@@ -11,8 +11,12 @@ import html
 from collections.abc import Callable
 
 from dataforge.report.charts import Figure
+from dataforge.report.svg import render_figure
 
-__all__ = ["Plot", "Section", "render_page", "table_html"]
+__all__ = ["GENERATOR", "Plot", "Section", "render_page", "table_html"]
+
+GENERATOR = '<meta name="generator" content="dataforge report">'
+"""In every page's head: what lets a later report replace this file (and nothing else)."""
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
@@ -24,6 +28,7 @@ th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
 th:first-child, td:first-child, td.text, th:last-child { text-align: left; }
 td.text { max-width: 700px; white-space: pre-wrap; word-break: break-all; }
 .note { color: #777; font-style: italic; }
+.failed { color: #b00; font-weight: 600; }
 """
 
 
@@ -64,7 +69,7 @@ def render_page(title: str, subtitle: str, sections: list[Section]) -> str:
     """The whole page; every plot is a ``<figure class="plot" data-plot=NAME>``."""
     parts = [
         "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
+        f'<html lang="en"><head><meta charset="utf-8">{GENERATOR}',
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p>",
     ]
@@ -73,7 +78,7 @@ def render_page(title: str, subtitle: str, sections: list[Section]) -> str:
         for plot in section.plots:
             parts.append(
                 f'<figure class="plot" data-plot="{html.escape(plot.name)}">'
-                f"{plot.draw().svg(plot.name)}<figcaption>{html.escape(plot.caption)}</figcaption></figure>"
+                f"{render_figure(plot.draw(), plot.name)}<figcaption>{html.escape(plot.caption)}</figcaption></figure>"
             )
         parts.append(section.html)
     parts.append("</body></html>")

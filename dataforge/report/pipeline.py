@@ -8,6 +8,7 @@ is not in the run is replaced by a note saying so.
 
 from __future__ import annotations
 
+import html
 import json
 from collections import Counter
 from pathlib import Path
@@ -33,7 +34,7 @@ def _note(text: str) -> str:
 
 
 def pipeline_sections(out: Path) -> tuple[str, str, list[Section]]:
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     sources = sorted(manifest["counts"]["by_source"])
     dists = manifest.get("distributions", {})
     subtitle = (
@@ -67,6 +68,10 @@ def pipeline_sections(out: Path) -> tuple[str, str, list[Section]]:
             table_html(STAGE_HEADER, stage_rows(manifest)),
         ),  # fmt: skip
     ]
+    if manifest["status"] != "complete":
+        error = html.escape(str(manifest.get("error", "no error recorded")))
+        sections.insert(0, Section(f"This run is {manifest['status']}, not complete",
+                                   html=f'<p class="failed">{error}</p>'))  # fmt: skip
     return f"dataforge run: {manifest['name']}", subtitle, sections
 
 

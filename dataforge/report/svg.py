@@ -20,10 +20,8 @@ import itertools
 import math
 import re
 import unicodedata
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from dataforge.report.charts import Axes, Figure
+from dataforge.report.charts import Axes, Figure
 
 __all__ = ["linear_ticks", "log_labels", "log_ticks", "render_figure", "scientific", "text_width"]
 

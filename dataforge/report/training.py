@@ -34,6 +34,8 @@ def _read(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from exc
+            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+                raise ValueError(f"{path}:{n}: not a metrics record (an object with an int step)")
             if "loss" not in record:
                 evals[int(record["step"])] = record
             elif record.get("applied", 1.0):

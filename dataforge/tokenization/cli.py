@@ -41,7 +41,11 @@ def add_subcommand(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--character-coverage", type=float)
     train.add_argument("--seed", type=int, help="salt of the id hash that picks the sample")
     train.add_argument("--threads", type=int, dest="num_threads", help="training threads")
-    train.add_argument("--overwrite", action="store_true", help="replace an existing output dir")
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing tokenizer directory (never a folder this command did not write)",
+    )
     train.add_argument("--verbose", action="store_true", help="show sentencepiece's training log")
     train.set_defaults(func=_train)
 
@@ -59,6 +63,7 @@ _OVERRIDES = (
 
 
 def _train(args: argparse.Namespace) -> int:
+    from dataforge.io.owned_output import OutputPathError
     from dataforge.tokenization.train import TokenizerSpec, load_spec, train_tokenizer
     from dataforge.typed_config import ConfigError
 
@@ -83,7 +88,7 @@ def _train(args: argparse.Namespace) -> int:
     start = time.monotonic()
     try:
         tok = train_tokenizer(spec, out, overwrite=args.overwrite, quiet=not args.verbose)
-    except FileExistsError as exc:
+    except (FileExistsError, OutputPathError) as exc:
         print(f"dataforge tokenizer train: {exc}", file=sys.stderr)
         return 2
     except (FileNotFoundError, ValueError) as exc:

@@ -13,13 +13,12 @@ import dataclasses
 import hashlib
 import io
 import json
-import os
 import shutil
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from dataforge.io.owned_output import check_dir_target, owned_dir
 from dataforge.text.surrogates import replace_each_surrogate
 from dataforge.tokenization.corpus import Sample, sample_texts
 from dataforge.tokenization.segment import ENGINES, MARKER, Segmenter
@@ -259,19 +258,35 @@ def _tokenizer_json(
     }
 
 
+TRAIN_WRITER = "dataforge tokenizer train"
+_TOKENIZER_FILES = {"spm.model", "spm.vocab", "tokenizer.json", "userdict.txt"}
+
+
+def _is_unmarked_tokenizer(path: Path) -> bool:
+    """A tokenizer directory written before output markers: ``tokenizer.json`` and
+    ``spm.model``, and nothing but the files this command writes."""
+    names = {p.name for p in path.iterdir()}
+    return {"tokenizer.json", "spm.model"} <= names <= _TOKENIZER_FILES
+
+
 def train_tokenizer(
     spec: TokenizerSpec, out_dir: str | Path, overwrite: bool = False, quiet: bool = True
 ) -> Tokenizer:
     """Train on ``spec.inputs`` and write the tokenizer directory ``out_dir`` atomically.
 
+    ``overwrite`` replaces only a tokenizer directory (see :func:`_is_unmarked_tokenizer`
+    and :mod:`dataforge.io.owned_output`), never another folder.
+
     Raises:
         FileExistsError: ``out_dir`` exists and ``overwrite`` is False.
+        OutputPathError: ``out_dir`` is not a folder, or a folder this command did not write.
         FileNotFoundError: an input matches no file.
         ValueError: no usable text, or sentencepiece rejects the settings.
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not overwrite:
         raise FileExistsError(f"{out_dir} exists (pass overwrite=True / --overwrite to replace it)")
+    check_dir_target(out_dir, TRAIN_WRITER, legacy=_is_unmarked_tokenizer)
     if spec.user_dict and not Path(spec.user_dict).is_file():
         raise FileNotFoundError(f"user_dict {spec.user_dict!r} does not exist")
     sample = sample_texts(
@@ -284,10 +299,7 @@ def train_tokenizer(
     model = _train_sentencepiece(spec, sentences, quiet)
     meta = _tokenizer_json(spec, model, sample, len(sentences), user_dict is not None)
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        tmp.chmod(0o755)
+    with owned_dir(out_dir, TRAIN_WRITER, legacy=_is_unmarked_tokenizer) as tmp:
         (tmp / "spm.model").write_bytes(model)
         tok = Tokenizer(model, meta, user_dict=user_dict)
         # one JSON string per line: pieces may hold newlines and tabs
@@ -300,10 +312,4 @@ def train_tokenizer(
             shutil.copyfile(user_dict, tmp / "userdict.txt")
         text = json.dumps(meta, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
         (tmp / "tokenizer.json").write_text(text, encoding="utf-8")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return Tokenizer.load(out_dir)
