@@ -28,7 +28,7 @@ from trainer.config import ConfigError, OptimConfig, TrainerConfig
 from trainer.console import Console
 from trainer.data import BatchSource, build_batch_source
 from trainer.evaluate import Evaluator, build_eval_source
-from trainer.export import export_weights
+from trainer.export import check_export_dir, export_weights
 from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats, startup_summary
 from trainer.model import Transformer, flops_per_token
 from trainer.objectives import OBJECTIVES, Objective, build_objective
@@ -248,6 +248,7 @@ def train(
     if config.train.precision == "fp16" and config.distributed.strategy == "fsdp":
         raise ConfigError("precision fp16 with fsdp is not supported (no sharded scaler); use bf16")
     config = resolve_model(config)
+    check_export_dir(Path(config.checkpoint.export_dir or Path(config.checkpoint.dir) / "export"))
     env = init_distributed(config)
     run: Run | None = None
     try:

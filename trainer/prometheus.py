@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from trainer.config import MetricsConfig
+from trainer.config import ConfigError, MetricsConfig
 from trainer.parallel import DistEnv
 
 __all__ = ["PrometheusExporter", "live_exporter"]
@@ -82,6 +82,11 @@ class PrometheusExporter:
     """Serves the metrics of the module docstring on ``host:port`` (port 0: a free one)."""
 
     def __init__(self, host: str, port: int, cuda: bool) -> None:
+        """Start serving.
+
+        Raises:
+            ConfigError: ``host:port`` cannot be bound (in use, or not this machine's).
+        """
         self.registry = CollectorRegistry(auto_describe=True)
         self.specs = {**_GAUGES, **(_GPU_GAUGES if cuda else {})}
         self.gauges: dict[str, Gauge] = {}
@@ -90,7 +95,13 @@ class PrometheusExporter:
         self.tokens = Counter("dataforge_train_tokens", "Tokens seen", registry=self.registry)
         if cuda and not _nvml_available():
             del self.specs["gpu_utilization"]
-        self.server, self.thread = start_http_server(port, host, registry=self.registry)
+        try:
+            self.server, self.thread = start_http_server(port, host, registry=self.registry)
+        except OSError as exc:  # the port is taken, or the host is not this machine's
+            raise ConfigError(
+                f"metrics.prometheus_port: cannot serve metrics on {host}:{port} "
+                f"({exc.strerror or exc}); choose a free port, or 0 for any free one"
+            ) from None
         self.port = self.server.server_port
 
     def update(self, record: dict[str, Any], tokens: int) -> None:
