@@ -23,6 +23,7 @@ from chaos_kit import run_local, snapshot
 from dataforge.io.owned_output import OUTPUT_MARKER, OutputPathError, owned_dir
 
 ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0"}
 
 
@@ -255,10 +256,9 @@ def test_a_signal_while_the_report_is_written_leaves_no_file(tmp_path, sig, code
 
 def test_tokenizer_overwrite_never_deletes_a_users_folder(tmp_path: Path) -> None:
     project = _user_folder(tmp_path / "project")
-    corpus = tmp_path / "c.jsonl"
-    corpus.write_text(json.dumps({"text": "一些中文文本 and some English"}) + "\n")
+    corpus = FIXTURES / "tokenization" / "zh_reviews.jsonl"  # enough to train on
     before = snapshot(project)
-    args = ["--input", str(corpus), "--vocab-size", "400", "--out", str(project), "--overwrite"]
+    args = ["--input", str(corpus), "--vocab-size", "2000", "--out", str(project), "--overwrite"]
     proc = _cli("tokenizer", "train", *args)
     _one_line_error(proc, 2, str(project), "did not write")
     assert snapshot(project) == before
@@ -266,14 +266,13 @@ def test_tokenizer_overwrite_never_deletes_a_users_folder(tmp_path: Path) -> Non
 
 
 def test_lm_train_never_replaces_a_users_file(tmp_path: Path) -> None:
-    corpus = tmp_path / "c.jsonl"
-    corpus.write_text(json.dumps({"id": "1", "text": "一些中文文本"}) + "\n")
+    corpus = FIXTURES / "lm_news_zh.jsonl"  # enough to train on
     mine = tmp_path / "model.bin"
     mine.write_bytes(b"my own model")
     fifo = tmp_path / "fifo.bin"
     os.mkfifo(fifo)
     common = ["lm", "train", "--input", str(corpus), "--lang", "zh", "--segmentation", "chars"]
-    common += ["--kenlm-bin", str(ROOT / "build" / "kenlm" / "bin")]
+    common += ["--order", "3", "--discount-fallback", "--kenlm-bin", str(ROOT / "build/kenlm/bin")]
     for target, why in ((mine, "is not a file dataforge lm train wrote"), (fifo, "is a fifo")):
         _one_line_error(_cli(*common, "--out", str(target)), 2, str(target), why)
     assert mine.read_bytes() == b"my own model"
