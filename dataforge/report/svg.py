@@ -74,8 +74,9 @@ def scientific(value: float) -> str:
     """``value`` as ``2.5×10⁻⁵`` (``10⁶`` for a mantissa of 1, ``0`` for zero)."""
     if value == 0:
         return "0"
-    exponent = math.floor(math.log10(abs(value)) + 1e-9)
-    mantissa = round(value / 10.0**exponent, 2)
+    # from the decimal form: 10.0**exponent underflows to 0 for subnormal values
+    digits, power_of_ten = f"{value:.2e}".split("e")
+    mantissa, exponent = float(digits), int(power_of_ten)
     power = "10" + str(exponent).translate(_SUPERSCRIPT)
     return power if mantissa == 1 else "-" + power if mantissa == -1 else f"{mantissa:g}×{power}"
 

@@ -161,10 +161,22 @@ def test_log_axes_at_the_ends_of_the_float_range(value: float, kind: str) -> Non
     assert len(marks) == (2 if kind == "bar" else 1)
 
 
+def test_charts_import_nothing_of_the_svg_writer() -> None:
+    """No import circle in the report package: svg imports charts, never the reverse
+    (type-checking imports included)."""
+    import grimp
+
+    graph = grimp.build_graph("dataforge", exclude_type_checking_imports=False)
+    assert graph.direct_import_exists(
+        importer="dataforge.report.svg", imported="dataforge.report.charts"
+    )
+    assert graph.find_shortest_chain("dataforge.report.charts", "dataforge.report.svg") is None
+
+
 def test_scientific_labels() -> None:
-    values = (0, 1e-4, 5e-5, 2.5e-5, -3e-6, 1.5e8, -1e-5)
+    values = (0, 1e-4, 5e-5, 2.5e-5, -3e-6, 1.5e8, -1e-5, -5e-324, 999999.0)
     assert [scientific(v) for v in values] == [
-        "0", "10⁻⁴", "5×10⁻⁵", "2.5×10⁻⁵", "-3×10⁻⁶", "1.5×10⁸", "-10⁻⁵"
+        "0", "10⁻⁴", "5×10⁻⁵", "2.5×10⁻⁵", "-3×10⁻⁶", "1.5×10⁸", "-10⁻⁵", "-4.94×10⁻³²⁴", "10⁶"
     ]  # fmt: skip
     fig = Figure()
     fig.add_axes().plot([0, 1], [0.0, 1e-4])  # a learning rate
