@@ -179,6 +179,16 @@ def test_report_replaces_its_own_report(tmp_path: Path) -> None:
     assert _siblings(out) == []
 
 
+def test_report_replaces_a_report_from_before_the_generator_tag(tmp_path: Path) -> None:
+    from dataforge.report import write_report
+
+    run = _training_run(tmp_path / "run")
+    old = '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n<title>training run: r'
+    (run / "report.html").write_text(old + "</title></head></html>\n")
+    assert write_report(run) == run / "report.html"
+    assert "generator" in (run / "report.html").read_text()
+
+
 @pytest.mark.parametrize(
     "name, body, words",
     [
