@@ -76,7 +76,7 @@ def _page(path: Path) -> str:
         )
     try:
         return render_page(*build(path))  # the plots are drawn while the page is
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:
         if isinstance(exc, ValueError) and str(exc).startswith(str(source)):
             raise ReportError(str(exc)) from None  # already says which line and why
         raise _malformed(source, exc) from None

@@ -194,6 +194,7 @@ def test_report_replaces_a_report_from_before_the_generator_tag(tmp_path: Path) 
     [
         ("manifest.json", "{not json", ["manifest.json: malformed", "JSONDecodeError"]),
         ("manifest.json", "[1, 2]", ["manifest.json: malformed"]),
+        ("manifest.json", "[" * 100_000, ["manifest.json: malformed", "RecursionError"]),
         ("manifest.json", '{"status": "complete"}', ["manifest.json: malformed", "KeyError"]),
         ("metrics.jsonl", '{"step": 1, "loss": 1}\n{oops\n', ["metrics.jsonl:2: not JSON"]),
         ("metrics.jsonl", '[1]\n', ["metrics.jsonl:1: not a metrics record"]),
