@@ -1,6 +1,7 @@
 """``dataforge`` command line: parses arguments and calls library functions.
 
-Exit codes: 0 ok, 1 run failed, 2 bad usage or bad config.
+Exit codes: 0 ok, 1 run failed, 2 bad usage or bad config, 130 interrupted (Ctrl-C), 143
+terminated (SIGTERM); the last two print one line and leave nothing looking complete.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from dataforge.lazy import skip_pandas_probe
@@ -312,7 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(command).parse_args(argv)
     if args.command == "run":
         skip_pandas_probe()  # before the run's first pyarrow call
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # not a program's own handler
+    handle = (  # not in a program's own thread, nor over its own handler
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    )
+    if handle:
         signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return int(args.func(args))
@@ -320,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{_stopped_by(exc)}: dataforge {args.command} stopped; what it was writing was "
               "not put in place", file=sys.stderr)  # fmt: skip
         return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        if handle and signal.getsignal(signal.SIGTERM) is _raise_terminated:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a caller that goes on
 
 
 def _stopped_by(exc: KeyboardInterrupt) -> str:
