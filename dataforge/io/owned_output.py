@@ -119,7 +119,10 @@ def write_file(
     """
     path = check_file_target(path, what, is_ours, make_parents)
     body = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(body)
@@ -128,11 +131,20 @@ def write_file(
         os.chmod(tmp, 0o644)
         check_file_target(path, what, is_ours)  # the path may have changed meanwhile
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)  # made by mkstemp above: ours
+        if isinstance(exc, OSError):  # a full disk, a read-only folder
+            raise _cannot_write(path, exc) from None
         raise
     return path
+
+
+def _cannot_write(path: Path, exc: OSError) -> OutputPathError:
+    return OutputPathError(
+        f"{path}: cannot write ({exc.strerror or exc}); free space, fix the permissions or "
+        "choose another path"
+    )
 
 
 def is_owned_dir(path: Path) -> bool:
@@ -188,7 +200,10 @@ def owned_dir(
         OutputPathError: see :func:`check_dir_target`.
     """
     path = check_dir_target(path, what, legacy, make_parents)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None
     try:
         tmp.chmod(0o755)
         (tmp / OUTPUT_MARKER).write_text(json.dumps({"dataforge_output": what}) + "\n", "utf-8")
@@ -210,7 +225,11 @@ def _swap(new: Path, path: Path) -> None:
     # rename(2) replaces only an empty folder: the old one (ours) is moved aside onto a
     # fresh empty folder of our own, the new one renamed in, then the old one removed.
     old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-    os.rename(path, old)
+    try:
+        os.rename(path, old)
+    except BaseException:
+        old.rmdir()  # still the empty folder made above
+        raise
     try:
         os.rename(new, path)
     except BaseException:

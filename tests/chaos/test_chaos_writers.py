@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from chaos_kit import run_local, snapshot
+from chaos_kit import mount_tmpfs, run_local, snapshot
 
 from dataforge.io.owned_output import OUTPUT_MARKER, OutputPathError, owned_dir
 
@@ -165,6 +165,22 @@ def test_report_into_a_missing_folder_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "no").exists()
     under_file = tmp_path / "run" / "metrics.jsonl" / "report.html"
     _one_line_error(_cli("report", str(run), "-o", str(under_file)), 2, "is not a folder")
+
+
+def test_report_onto_a_full_disk_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    run = _training_run(tmp_path / "run")
+    disk = tmp_path / "disk"
+    if os.geteuid() != 0 or not mount_tmpfs(disk, "64k"):
+        pytest.skip("needs root and `mount -t tmpfs` to make a small full disk")
+    try:
+        with open(disk / "filler", "wb", buffering=0) as f, pytest.raises(OSError):
+            while True:
+                f.write(b"x" * 4096)
+        proc = _cli("report", str(run), "-o", str(disk / "r.html"))
+        _one_line_error(proc, 2, str(disk / "r.html"), "No space left on device")
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
 
 
 def test_report_replaces_its_own_report(tmp_path: Path) -> None:
