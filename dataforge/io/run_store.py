@@ -43,7 +43,7 @@ from dataforge.io.fs import (
     scratch_dir,
     storage_errors,
 )
-from dataforge.io.sinks import write_json_atomic
+from dataforge.io.sinks import json_bytes, write_json_atomic
 
 __all__ = ["RunStore"]
 
@@ -159,7 +159,7 @@ class RunStore:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(path, obj)
             return
-        data = json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=True).encode()
+        data = json_bytes(obj)
         with (
             storage_errors(self.location(rel)),
             self.fs.open_output_stream(self._path(rel), compression=None) as f,
