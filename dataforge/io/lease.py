@@ -55,8 +55,9 @@ class LeaseHeldError(RuntimeError):
     """Another live writer holds the run directory."""
 
 
-class LeaseLostError(RuntimeError):
-    """Our lease expired and another writer took the run directory over."""
+class LeaseLostError(StorageError):
+    """Our lease was taken over, or went unrenewed so long that the writer stopped before it
+    expired (a storage error: the run fails with its one line)."""
 
 
 _LIVE_IDS: set[str] = set()
