@@ -5,7 +5,11 @@ configs, loader settings):
 
 * YAML is read by :class:`YamlLoader`: ``yaml.SafeLoader`` (a ``!!python/...`` tag is
   refused) with YAML 1.2 numbers. PyYAML follows YAML 1.1, where ``1e-6`` and ``1E+3``
-  (no dot) are strings; here they are floats, as in YAML 1.2, JSON and Python.
+  (no dot) are strings; here they are floats, as in YAML 1.2, JSON and Python. It also
+  refuses what a hostile file uses to exhaust memory or the stack: a document whose
+  aliases expand past :data:`MAX_YAML_NODES` nodes, nesting deeper than
+  :data:`MAX_YAML_DEPTH`, recursive aliases; and a duplicate mapping key (YAML forbids
+  it; PyYAML keeps the last one silently). Every error is one line of bounded length.
 * :func:`from_mapping` builds a dataclass strictly: unknown keys, missing required keys
   and values of the wrong type are :class:`ConfigError` naming the key path; the
   dataclass's own ``__post_init__`` enforces cross-field rules (its ``ValueError`` becomes
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import reprlib
 import types
 import typing
 from pathlib import Path
@@ -30,14 +35,37 @@ import yaml
 __all__ = [
     "check_range",
     "ConfigError",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_NODES",
     "YamlLoader",
     "apply_overrides",
     "check_choices",
     "from_mapping",
     "load_yaml",
     "read_yaml_file",
+    "short_repr",
     "to_plain",
+    "yaml_error_line",
 ]
+
+MAX_YAML_NODES = 100_000
+"""Nodes a YAML document may hold once its aliases are expanded; a config has hundreds,
+and a few aliased lists nested 6 deep ("billion laughs") expand to millions."""
+MAX_YAML_DEPTH = 100
+"""Nesting a YAML document (or a ``--set`` key path) may reach; PyYAML composes nodes
+recursively, so about 300 levels exhaust Python's stack."""
+MAX_MESSAGE_CHARS = 600
+"""A config error is one line; a key or value quoted in it never makes it longer."""
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 120
+_REPR.maxlevel = 4
+
+
+def short_repr(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` cut to ``limit`` characters (nested containers and long strings
+    abbreviated with ``...``), for quoting a config value in an error."""
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_range(key: str, value: float | None, low: float, high: float | None = None) -> None:
@@ -46,15 +74,124 @@ def check_range(key: str, value: float | None, low: float, high: float | None = 
     if value is None or (low <= value and (high is None or value <= high)):
         return
     valid = f"{low} to {high}" if high is not None else f">= {low}"
-    raise ValueError(f"{key}={value!r}; valid range: {valid}")
+    raise ValueError(f"{key}={short_repr(value)}; valid range: {valid}")
 
 
 class ConfigError(ValueError):
-    """A config file (or override) that does not describe a valid configuration."""
+    """A config file (or override) that does not describe a valid configuration.
+
+    The message is made one line of at most :data:`MAX_MESSAGE_CHARS` characters."""
+
+    def __init__(self, message: str) -> None:
+        line = " ".join(str(message).split("\n"))
+        if len(line) > MAX_MESSAGE_CHARS:
+            line = line[: MAX_MESSAGE_CHARS - 3] + "..."
+        super().__init__(line)
+
+
+class YamlRefused(yaml.MarkedYAMLError):
+    """YAML that parses but that dataforge refuses (limits, duplicate keys); its ``problem``
+    is the whole explanation."""
 
 
 class YamlLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that reads YAML 1.2 floats (``1e-6``, ``1E+3``, ``.5``)."""
+    """``yaml.SafeLoader`` that reads YAML 1.2 floats (``1e-6``, ``1E+3``, ``.5``) and
+    refuses duplicate keys, deep nesting and alias bombs (:class:`YamlRefused`)."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise YamlRefused(problem=_too_deep(), problem_mark=mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_mapping_node(self, anchor: Any) -> Any:
+        node = super().compose_mapping_node(anchor)
+        _refuse_duplicate_keys(self, node)
+        return node
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        _refuse_expansion(node)
+        return node
+
+
+def _too_deep() -> str:
+    return f"nesting deeper than {MAX_YAML_DEPTH} levels (limit)"
+
+
+def _refuse_duplicate_keys(loader: YamlLoader, node: yaml.MappingNode) -> None:
+    """Scalar keys are compared as the values they construct to (``1`` and ``0x1`` are
+    the same key); merge keys (``<<``) and complex keys are left to the constructor."""
+    seen: dict[Any, yaml.Node] = {}
+    for key_node, _ in node.value:
+        construct = loader.yaml_constructors.get(key_node.tag)
+        if not isinstance(key_node, yaml.ScalarNode) or construct is None:
+            continue
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        try:
+            first = seen.setdefault(construct(loader, key_node), key_node)
+        except (TypeError, ValueError, yaml.YAMLError):
+            continue  # an unhashable or invalid key: construction reports it
+        if first is not key_node:
+            raise YamlRefused(
+                problem=f"duplicate key {short_repr(key_node.value)} "
+                f"(first at line {first.start_mark.line + 1})",
+                problem_mark=key_node.start_mark,
+            )
+
+
+def _refuse_expansion(root: yaml.Node | None) -> None:
+    """Count the nodes and depth of ``root`` with aliases expanded, without expanding
+    them (each distinct node is measured once); refuse a recursive alias."""
+    if root is None:
+        return
+    measured: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, depth)
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        children = _child_nodes(node)
+        if children_done:
+            open_nodes.discard(id(node))
+            size = 1 + sum(measured[id(c)][0] for c in children)
+            depth = 1 + max((measured[id(c)][1] for c in children), default=0)
+            measured[id(node)] = (size, depth)
+            problem = (
+                f"aliases expand to more than {MAX_YAML_NODES} nodes (limit)"
+                if size > MAX_YAML_NODES
+                else _too_deep() + " once aliases are expanded"
+                if depth > MAX_YAML_DEPTH
+                else None
+            )
+            if problem:
+                raise YamlRefused(problem=problem, problem_mark=node.start_mark)
+            continue
+        if id(node) in measured:
+            continue
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        for child in children:
+            if id(child) in open_nodes:
+                raise YamlRefused(problem="recursive alias", problem_mark=child.start_mark)
+            if id(child) not in measured:
+                stack.append((child, False))
+
+
+def _child_nodes(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
 
 
 # The float resolver of YAML 1.2's core schema plus YAML 1.1's ``1_000.5`` separators, which
@@ -75,27 +212,48 @@ YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0
 
 
 def load_yaml(text: str) -> Any:
-    """Parse YAML text with :class:`YamlLoader` (raises ``yaml.YAMLError``)."""
-    return yaml.load(text, Loader=YamlLoader)  # noqa: S506 - YamlLoader is a SafeLoader
+    """Parse YAML text with :class:`YamlLoader`.
+
+    Raises:
+        yaml.YAMLError: invalid YAML, or :class:`YamlRefused` (see :class:`YamlLoader`);
+            an integer too long for Python to convert is one too.
+    """
+    try:
+        return yaml.load(text, Loader=YamlLoader)  # noqa: S506 - YamlLoader is a SafeLoader
+    except ValueError as exc:  # int() of a scalar past sys.get_int_max_str_digits()
+        raise yaml.YAMLError(str(exc).partition(";")[0]) from exc
+
+
+def yaml_error_line(where: str, exc: yaml.YAMLError) -> str:
+    """One line for a YAML error: ``where:LINE: problem``."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    at = f"{where}:{mark.line + 1}" if mark is not None else where
+    if isinstance(exc, YamlRefused):
+        return f"{at}: {exc.problem}"
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    detail = f"{problem} ({context})" if context else problem
+    return f"{at}: invalid YAML (only plain YAML is accepted, no python tags): {detail}"
 
 
 def read_yaml_file(path: str | Path, what: str) -> Any:
     """Read and parse a YAML file; ``what`` names it in errors (``"pipeline file"``).
 
     Raises:
-        ConfigError: the file cannot be read or is not valid (safe) YAML.
+        ConfigError: the file cannot be read or is not valid (safe) YAML, or it exceeds
+            the limits of :class:`YamlLoader`; the message names the file and line.
     """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read {what}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: {what} is not UTF-8 (byte {exc.start})") from exc
     try:
         return load_yaml(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(
-            f"{path}: invalid YAML (only plain YAML is accepted, no python tags): {exc}"
-        ) from exc
+        raise ConfigError(yaml_error_line(str(path), exc)) from exc
 
 
 def from_mapping(cls: type, raw: Any, where: str) -> Any:
@@ -106,12 +264,17 @@ def from_mapping(cls: type, raw: Any, where: str) -> Any:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__} {raw!r}")
+        raise ConfigError(
+            f"{where}: expected a mapping, got {type(raw).__name__} {short_repr(raw)}"
+        )
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = set(raw) - set(fields)
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid: {sorted(fields)}")
+        raise ConfigError(
+            f"{where}: unknown key(s) {short_repr(sorted(map(str, unknown)))}; "
+            f"valid: {sorted(fields)}"
+        )
     kwargs = {}
     for name, field in fields.items():
         if name in raw:
@@ -139,20 +302,20 @@ def coerce(tp: Any, value: Any, where: str) -> Any:
     if origin is Literal:
         if value not in args:
             raise ConfigError(
-                f"{where}: {value!r} is not valid; valid: {', '.join(map(repr, args))}"
+                f"{where}: {short_repr(value)} is not valid; valid: {', '.join(map(repr, args))}"
             )
         return value
     if dataclasses.is_dataclass(tp):
         return from_mapping(tp, value, where)
     if origin in (tuple, list):
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            raise ConfigError(f"{where}: expected a list, got {short_repr(value)}")
         item_type = args[0] if args else Any
         items = [coerce(item_type, v, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping, got {short_repr(value)}")
         key_t, val_t = args if args else (Any, Any)
         return {coerce(key_t, k, where): coerce(val_t, v, f"{where}.{k}") for k, v in value.items()}
     return _coerce_scalar(tp, value, where)
@@ -170,26 +333,26 @@ def _coerce_union(args: tuple[Any, ...], value: Any, where: str) -> Any:
         except ConfigError as exc:
             errors.append(str(exc))
     raise ConfigError(
-        errors[0] if len(errors) == 1 else f"{where}: {value!r} matches none of {args}"
+        errors[0] if len(errors) == 1 else f"{where}: {short_repr(value)} matches none of {args}"
     )
 
 
 def _coerce_scalar(tp: Any, value: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{where}: expected a number, got {short_repr(value)}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {short_repr(value)}")
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+            raise ConfigError(f"{where}: expected true or false, got {short_repr(value)}")
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
+            raise ConfigError(f"{where}: expected a string, got {short_repr(value)}")
         return value
     return value
 
@@ -211,7 +374,7 @@ def check_choices(obj: Any) -> None:
             value = getattr(obj, field.name)
             if value not in typing.get_args(tp):
                 choices = ", ".join(map(repr, typing.get_args(tp)))
-                raise ValueError(f"{field.name}={value!r} is not valid; valid: {choices}")
+                raise ValueError(f"{field.name}={short_repr(value)} is not valid; valid: {choices}")
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> dict[str, Any]:
@@ -220,11 +383,16 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> di
     for item in overrides:
         key, sep, value_text = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected key.path=value")
+            raise ConfigError(f"--set {short_repr(item)}: expected key.path=value")
+        if key.count(".") >= MAX_YAML_DEPTH:
+            raise ConfigError(
+                f"--set {short_repr(key)}: key path deeper than {MAX_YAML_DEPTH} levels (limit)"
+            )
         try:
             value = load_yaml(value_text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item!r}: value is not valid YAML: {exc}") from exc
+            line = yaml_error_line("value", exc)
+            raise ConfigError(f"--set {short_repr(key)}: {line}") from exc
         _set_path(raw, key, value)
     return raw
 

@@ -25,6 +25,12 @@ How the codec is decided (``Decision.decided_by``):
 ``undecodable`` ``encoding: auto`` and no candidate decodes the sample: the reader drops
                 every record of the file with reason ``invalid_encoding``.
 
+A configured single-byte codec (``latin-1``, ``cp1252``: every byte decodes, so GBK bytes
+become mojibake without an error) on a sample whose bytes are CJK double-byte text
+(:func:`looks_cjk_double_byte`) is kept, but the file is ``suspect`` with
+``suspect_reason: cjk_double_byte``, each of its records counts the event
+``suspect:cjk_double_byte``, and the manifest warns with the setting to change.
+
 The sample is the first :data:`SAMPLE_BYTES` bytes (when those are all ASCII: the first
 64 KB chunk that is not, and the one after it, within :data:`ASCII_SCAN_BYTES`); a
 character its end cuts in two does not count against a codec (incremental decoding,
@@ -53,9 +59,11 @@ __all__ = [
     "SAMPLE_BYTES",
     "Decision",
     "PrefixedStream",
+    "CJK_MIN_BYTES",
     "check_encoding",
     "decide_encoding",
     "file_report",
+    "looks_cjk_double_byte",
     "mostly_replacement",
     "open_decoded",
 ]
@@ -146,6 +154,8 @@ class Decision:
     encoding: str
     decided_by: str
     bom: bool = False
+    suspect_reason: str | None = None
+    """Why the file probably is in another codec than the one used (``cjk_double_byte``)."""
 
     @property
     def undecodable(self) -> bool:
@@ -206,7 +216,10 @@ def decide_encoding(sample: bytes, declared: str, at_eof: bool) -> Decision:
         if sample.startswith(bom):
             return Decision(encoding, "bom", bom=True)
     if declared != "auto":
-        return Decision(codecs.lookup(declared).name, "config")
+        name = codecs.lookup(declared).name
+        if _single_byte(name) and looks_cjk_double_byte(sample):
+            return Decision(name, "config", suspect_reason="cjk_double_byte")
+        return Decision(name, "config")
     if _strictly_decodes(sample, "utf-8", at_eof):
         return Decision("utf-8", "utf-8")
     # Cut at the last line break, charset-normalizer judges ASCII-based codecs (GBK, Big5)
@@ -220,6 +233,36 @@ def decide_encoding(sample: bytes, declared: str, at_eof: bool) -> Decision:
             if _strictly_decodes(sample, encoding, at_eof):
                 return Decision(codecs.lookup(encoding).name, "detector")
     return Decision("latin-1", "undecodable")
+
+
+CJK_MIN_BYTES = 16
+"""Non-ASCII bytes a sample needs before its byte statistics say anything."""
+_CJK_DOUBLE_BYTE = frozenset(
+    codecs.lookup(name).name
+    for name in ("gb18030", "gbk", "gb2312", "big5", "cp950", "big5hkscs", "cp949",
+                 "euc-kr", "johab", "shift_jis", "cp932", "euc-jp")
+)  # fmt: skip
+
+
+def _single_byte(encoding: str) -> bool:
+    """Whether ``encoding`` maps each byte to one character (latin-1, cp1252, koi8-r...)."""
+    if encoding.startswith("utf"):
+        return False
+    return len(bytes(range(256)).decode(encoding, "replace")) == 256
+
+
+def looks_cjk_double_byte(sample: bytes) -> bool:
+    """Whether ``sample``'s bytes are, by charset-normalizer's statistics, CJK double-byte
+    text (GBK, Big5, Shift-JIS, EUC-KR...) that decodes strictly as that codec; False for
+    a sample with fewer than :data:`CJK_MIN_BYTES` non-ASCII bytes."""
+    if sum(1 for b in sample if b >= 0x80) < CJK_MIN_BYTES:
+        return False
+    from charset_normalizer import from_bytes
+
+    best = from_bytes(sample).best()
+    if best is None or codecs.lookup(best.encoding).name not in _CJK_DOUBLE_BYTE:
+        return False
+    return _strictly_decodes(sample, best.encoding, at_eof=False)
 
 
 class PrefixedStream(io.RawIOBase):
@@ -296,11 +339,14 @@ def mostly_replacement(text: str) -> bool:
 def file_report(decision: Decision, records: int, invalid_records: int) -> dict:
     """What the manifest says about one file's decoding: the codec, how it was decided,
     whether a BOM was stripped, the records read, how many held bytes the codec could not
-    decode, and ``suspect`` (undecodable, or above :data:`SUSPECT_FILE_SHARE`)."""
+    decode, and ``suspect`` (undecodable, above :data:`SUSPECT_FILE_SHARE`, or a
+    ``suspect_reason``, then given too)."""
     suspect = bool(records) and (
-        decision.undecodable or invalid_records / records > SUSPECT_FILE_SHARE
+        decision.undecodable
+        or invalid_records / records > SUSPECT_FILE_SHARE
+        or decision.suspect_reason is not None
     )
-    return {
+    report = {
         "encoding": decision.encoding,
         "decided_by": decision.decided_by,
         "bom": decision.bom,
@@ -308,3 +354,6 @@ def file_report(decision: Decision, records: int, invalid_records: int) -> dict:
         "invalid_records": invalid_records,
         "suspect": suspect,
     }
+    if decision.suspect_reason is not None:
+        report["suspect_reason"] = decision.suspect_reason
+    return report

@@ -5,18 +5,31 @@ One rule for every reader of documents (the pipeline's planner, ``lm train``,
 sorted order; each file's ``relpath`` is its path relative to the glob's fixed prefix
 directory (the basename when the pattern names one file), and a derived record id is
 ``<source>/<relpath>:<line>``.
+
+A file name that is not UTF-8 is read all the same: its ``path`` keeps the bytes (Python's
+surrogate escapes; the run's JSON files write them as ``\\udcXX`` escapes that read back
+to the same name), and its ``relpath``, which ids are made of, shows each byte that is not
+UTF-8 as ``\\xNN`` (:func:`printable_name`), so an id is always valid text.
 """
 
 from __future__ import annotations
 
 import glob
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from dataforge.io.fs import glob_uri, is_uri
 from dataforge.io.globbing import expand_glob
 
-__all__ = ["FORMAT_SUFFIXES", "MatchedFile", "format_for_suffix", "glob_root", "match_files"]
+__all__ = [
+    "FORMAT_SUFFIXES",
+    "MatchedFile",
+    "format_for_suffix",
+    "glob_root",
+    "match_files",
+    "printable_name",
+]
 
 FORMAT_SUFFIXES: dict[str, tuple[str, ...]] = {
     "jsonl": (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".json"),
@@ -34,6 +47,11 @@ class MatchedFile:
     relpath: str
     bytes: int
     mtime_ns: int = 0
+
+
+def printable_name(name: str) -> str:
+    """``name`` with each byte that was not UTF-8 (a surrogate escape) as ``\\xNN``."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 def glob_root(pattern: str) -> Path:
@@ -72,7 +90,7 @@ def match_files(pattern: str) -> list[MatchedFile]:
             if Path(file).is_relative_to(root)
             else Path(file).name
         )
-        matched.append(MatchedFile(real, relpath, stat.st_size, stat.st_mtime_ns))
+        matched.append(MatchedFile(real, printable_name(relpath), stat.st_size, stat.st_mtime_ns))
     return matched
 
 

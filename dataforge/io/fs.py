@@ -47,6 +47,7 @@ __all__ = [
     "join",
     "open_input_file",
     "open_input_stream",
+    "redact_urls",
     "remote_in_use",
     "s3_endpoint",
     "s3_region",
@@ -82,14 +83,34 @@ class StorageConfig:
     def __post_init__(self) -> None:
         url = self.endpoint_url
         if url is not None and not (url.startswith("http://") or url.startswith("https://")):
-            raise ValueError(f"endpoint_url {url!r} must start with http:// or https://")
+            raise ValueError(
+                f"endpoint_url {redact_urls(url)!r} must start with http:// or https://"
+            )
+        if url is not None and redact_urls(url) != url:
+            raise ValueError(
+                f"endpoint_url {redact_urls(url)!r} holds credentials; they come only from "
+                "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, never from the pipeline file"
+            )
+
+
+_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with the credentials of every URL in it replaced: ``https://user:secret@host``
+    becomes ``https://***@host``. Applied to every message that may quote an endpoint."""
+    return _URL_CREDENTIALS.sub(r"\1***@", text)
 
 
 _settings = StorageConfig()
 
 
 class StorageError(OSError):
-    """A location that cannot be used; the message is one line naming it and the cause."""
+    """A location that cannot be used; the message is one line naming it and the cause,
+    with the credentials of any URL in it redacted (:func:`redact_urls`)."""
+
+    def __init__(self, message: object) -> None:
+        super().__init__(redact_urls(str(message)))
 
 
 @dataclass(frozen=True)
@@ -128,12 +149,18 @@ def cache_dir_setting() -> str | None:
 
 
 def s3_endpoint() -> str | None:
-    """The S3 endpoint URL in force (``storage.endpoint_url``, else the environment)."""
-    return (
+    """The S3 endpoint URL in force (``storage.endpoint_url``, else the environment),
+    without any ``user:secret@`` part: credentials come from the key variables, and a
+    client that never sees them in the URL cannot echo them in an error."""
+    url = (
         _settings.endpoint_url
         or os.environ.get("AWS_ENDPOINT_URL_S3")
         or os.environ.get("AWS_ENDPOINT_URL")
     )
+    if not url:
+        return url
+    parts = urlparse(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 def s3_region() -> str:
@@ -206,8 +233,12 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
 
 
 def describe(location: str, exc: BaseException) -> str:
-    """One line naming ``location`` and the cause of a storage failure."""
-    text = " ".join(str(exc).split())
+    """One line naming ``location`` and the cause of a storage failure (credentials in a
+    URL redacted: :func:`redact_urls`)."""
+    return redact_urls(_describe(location, " ".join(str(exc).split())))
+
+
+def _describe(location: str, text: str) -> str:
     if any(k in text for k in ("NETWORK_CONNECTION", "Could not connect", "curlCode")):
         return f"{location}: cannot reach the storage endpoint {s3_endpoint() or '(AWS default)'}"
     if "NO_SUCH_BUCKET" in text or "bucket does not exist" in text.lower():

@@ -7,6 +7,9 @@ copies), and two such links make the walk exponential. Here ``**`` is walked wit
 de-duplicated by its real path, so a file is planned once whatever the links. Matching
 follows ``glob``'s rules: ``*``/``?``/``[...]`` within one name, ``**`` any number of
 folders, and names starting with ``.`` only match a pattern part that starts with ``.``.
+
+:func:`walk_reaches` answers whether that walk, following every link, enters a folder
+(``validate`` refuses an output a source's glob would read).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import re
 import stat
 from pathlib import Path
 
-__all__ = ["expand_glob", "may_match_below"]
+__all__ = ["expand_glob", "may_match_below", "walk_reaches"]
 
 
 def _part_matches(name: str, part: str) -> bool:
@@ -150,3 +153,59 @@ def may_match_below(pattern: str, folder: str | Path) -> bool:
         if i >= len(rest) - 1 or not _part_matches(name, rest[i]):
             return False
     return len(rest) > len(names) or (not rest and not names)
+
+
+def _prefix_may_match(rest: tuple[str, ...], names: tuple[str, ...]) -> bool:
+    """Whether a file below the folders ``names`` (relative to the pattern's fixed root)
+    could match the pattern parts ``rest`` (``**``: any number of names, none hidden)."""
+    if not rest:
+        return False
+    if rest[0] == "**":
+        if _prefix_may_match(rest[1:], names):
+            return True
+        return bool(names) and not names[0].startswith(".") and _prefix_may_match(rest, names[1:])
+    if not names:
+        return True
+    return _part_matches(names[0], rest[0]) and _prefix_may_match(rest[1:], names[1:])
+
+
+def _leads_into(rest: tuple[str, ...], names: tuple[str, ...], real: str, target: str) -> bool:
+    """Whether the walk, at folder ``names`` whose real path is ``real``, reads (or would
+    read, once written) files in or below ``target``."""
+    if real == target or Path(real).is_relative_to(target):
+        return _prefix_may_match(rest, names)
+    if Path(target).is_relative_to(real):
+        return _prefix_may_match(rest, names + Path(target).relative_to(real).parts)
+    return False
+
+
+def walk_reaches(pattern: str, folder: str | Path) -> str | None:
+    """The path through which the walk of ``pattern``, following symlinked folders (and
+    dangling links, which lead there once their target exists), would read files in or
+    below ``folder``; None if it never would. Compares real paths, walking only the
+    folders the pattern can match."""
+    parts = Path(pattern).parts
+    n_fixed = next((i for i, p in enumerate(parts) if glob.has_magic(p)), len(parts))
+    root = Path(*parts[:n_fixed]) if n_fixed else Path(".")
+    rest = tuple(parts[n_fixed:])
+    target = os.path.realpath(folder)
+    if not rest or not root.is_dir():
+        return None  # a plain path names one file: its real path is checked as an input
+    seen_dirs: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        st = os.stat(dirpath)
+        if (st.st_dev, st.st_ino) in seen_dirs:
+            dirnames[:] = []
+            continue
+        seen_dirs.add((st.st_dev, st.st_ino))
+        rel = os.path.relpath(dirpath, root)
+        names = () if rel == "." else Path(rel).parts
+        if _leads_into(rest, names, os.path.realpath(dirpath), target):
+            return dirpath
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path) and not os.path.exists(path):
+                if _leads_into(rest, (*names, name), os.path.realpath(path), target):
+                    return path
+        dirnames[:] = sorted(d for d in dirnames if _prefix_may_match(rest, (*names, d)))
+    return None

@@ -21,6 +21,10 @@ INPUT_FORMATS: tuple[str, ...] = typing.get_args(InputFormat)
 MIN_SPLIT_BYTES = 1024
 
 
+def _is_folder_name(name: str) -> bool:
+    return name not in ("", ".", "..") and not any(c in "/\\" or not c.isprintable() for c in name)
+
+
 @dataclasses.dataclass(frozen=True)
 class InputConfig:
     """One named source."""
@@ -44,8 +48,12 @@ class InputConfig:
     A byte-order mark always wins. See :mod:`dataforge.io.decoding`."""
 
     def __post_init__(self) -> None:
-        if not self.name or "/" in self.name:
-            raise ValueError(f"input name must be non-empty without '/': {self.name!r}")
+        if not _is_folder_name(self.name):
+            raise ValueError(
+                f"name={self.name!r}: a source name is an id prefix and a folder name "
+                "(output.split_by_source): non-empty, not '.' or '..', without '/', '\\' "
+                "or control characters"
+            )
         check_choices(self)
         check_encoding(self.encoding)
         if self.format == "parquet" and self.encoding != "utf-8":

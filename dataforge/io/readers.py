@@ -235,6 +235,8 @@ class TaskReader:
             row["drop"], row["text"] = "invalid_encoding", ""
         elif self._transcoded_event is not None:
             self.events[self._transcoded_event] += 1
+        if decision is not None and decision.suspect_reason is not None:
+            self.events[f"suspect:{decision.suspect_reason}"] += 1
         if row["drop"] is None:
             if row["id"] in self._seen_ids:
                 row["drop"] = "duplicate_id"

@@ -15,7 +15,9 @@ operation          local filesystem                     object store (no rename)
                                                         then delete the source
 =================  ===================================  ====================================
 
-Paths given to a :class:`RunStore` are ``/``-separated and relative to ``OUT``.
+Paths given to a :class:`RunStore` are ``/``-separated and relative to ``OUT``. A store may
+carry a write guard (:meth:`RunStore.guard_writes`: the run's lease check), called before
+every write; it stays with the driver's store (a copy sent to a worker has none).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -41,7 +43,7 @@ from dataforge.io.fs import (
     scratch_dir,
     storage_errors,
 )
-from dataforge.io.sinks import write_json_atomic
+from dataforge.io.sinks import json_bytes, write_json_atomic
 
 __all__ = ["RunStore"]
 
@@ -55,6 +57,18 @@ class RunStore:
         self.root = str(root) if is_uri(root) else os.path.abspath(root)
         self.fs, self._base = filesystem(self.root)
         self.local = isinstance(self.fs, pafs.LocalFileSystem)
+        self._guard: Callable[[], None] | None = None
+
+    def guard_writes(self, check: Callable[[], None] | None) -> None:
+        """Call ``check`` before every write (it raises to stop the writer: a lost lease)."""
+        self._guard = check
+
+    def _check(self) -> None:
+        if self._guard is not None:
+            self._guard()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_guard": None}
 
     def __repr__(self) -> str:
         return f"RunStore({self.root!r})"
@@ -139,12 +153,13 @@ class RunStore:
     # -- writing ---------------------------------------------------------------------
     def write_json(self, rel: str, obj: Any) -> None:
         """Write a JSON document that readers see whole or not at all."""
+        self._check()
         if self.local:
             path = Path(self._path(rel))
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(path, obj)
             return
-        data = json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=True).encode()
+        data = json_bytes(obj)
         with (
             storage_errors(self.location(rel)),
             self.fs.open_output_stream(self._path(rel), compression=None) as f,
@@ -153,12 +168,16 @@ class RunStore:
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write a small file that readers see whole or not at all."""
+        self._check()
         if self.local:
             path = Path(self._path(rel))
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            try:
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
             return
         with (
             storage_errors(self.location(rel)),
@@ -169,6 +188,7 @@ class RunStore:
     def remove(self, rel: str) -> None:
         """Remove the file or directory ``rel`` (nothing if absent; a symlink is unlinked,
         never followed)."""
+        self._check()
         if self.local:
             path = Path(self._path(rel))
             if path.is_symlink() or path.is_file():
@@ -202,6 +222,7 @@ class RunStore:
     def commit_dir(self, tmp: Path, rel: str) -> None:
         """Put the staged directory ``tmp`` at ``rel``, replacing what was there. On an object
         store this is not atomic: the caller's marker, written after, commits it."""
+        self._check()
         if self.local:
             dest = Path(self._path(rel))
             if dest.exists():  # an earlier attempt got this far but died before its marker
@@ -218,6 +239,7 @@ class RunStore:
     def move_dir(self, src: str, dest: str) -> None:
         """Move directory ``src`` to ``dest``, idempotent under a kill at any point: rerun, it
         finishes the move (object store: copy, a ``<src>.moved`` marker, delete)."""
+        self._check()
         if self.local:
             s, d = Path(self._path(src)), Path(self._path(dest))
             if s.exists():
@@ -242,6 +264,7 @@ class RunStore:
         self.remove(src)
 
     def copy_file(self, src: str, dest: str) -> None:
+        self._check()
         with storage_errors(self.location(src)):
             if self.local:
                 Path(self._path(dest)).parent.mkdir(parents=True, exist_ok=True)

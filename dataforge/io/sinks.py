@@ -26,6 +26,7 @@ __all__ = [
     "mds_columns",
     "merge_mds_indexes",
     "output_table",
+    "json_bytes",
     "write_json_atomic",
     "PartWriter",
 ]
@@ -33,14 +34,31 @@ __all__ = [
 BASE_MDS_ENCODINGS = {"id": "str", "text": "str", "source": "str", "lang": "str", "meta": "json"}
 
 
+def json_bytes(obj: Any) -> bytes:
+    """``obj`` as indented UTF-8 JSON, non-ASCII text kept readable.
+
+    A file name that is not UTF-8 is a ``str`` with Python's surrogate escapes
+    (``os.fsdecode``); each byte it could not decode is written as the JSON escape
+    ``\\udc80``-``\\udcff``, which ``json.loads`` reads back to the same ``str`` (and
+    ``os.fsencode`` to the original bytes), so the file stays valid UTF-8 JSON.
+    """
+    text = json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=True)
+    return text.encode("utf-8", "backslashreplace")
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON via a temp file and rename, so readers see old or new, never half."""
+    """Write JSON (:func:`json_bytes`) via a temp file and rename, so readers see old or
+    new, never half; the temp file is removed whatever fails."""
+    data = json_bytes(obj)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _json_line(row: dict[str, Any]) -> str:

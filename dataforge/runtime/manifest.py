@@ -175,6 +175,13 @@ def decoding_warnings(
                 f"records were dropped as invalid_encoding (set {key} to the file's codec)"
             )
             continue
+        if report.get("suspect_reason") == "cjk_double_byte":
+            lines.append(
+                f"{task.path}: its bytes are CJK double-byte text (GBK, Big5...) but were read "
+                f"as {report['encoding']}: its {report['records']} records are probably "
+                f"mojibake (set {key} to auto or its codec, e.g. gb18030, big5)"
+            )
+            continue
         lines.append(
             f"{task.path}: {report['invalid_records']} of {report['records']} records held bytes "
             f"invalid in {report['encoding']} (repaired with U+FFFD or dropped); the file is "

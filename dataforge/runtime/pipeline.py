@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from dataforge.config import PipelineConfig, config_sha256
 from dataforge.io import fs
+from dataforge.io.lease import release_lock
 from dataforge.io.readers import InputTask, plan_input_tasks
 from dataforge.io.run_store import RunStore
 from dataforge.io.splits import split_input_tasks
@@ -136,6 +137,7 @@ def run_pipeline(
             f"{'resuming' if state == 'resume' else 'starting'} run {config.name!r} into {store.root}"
         )
         verify = getattr(lock, "verify", lambda: None)  # a lease can be lost; a flock cannot
+        store.guard_writes(verify)
         run = RunState(config, store, sha, time.time(), log, input_tasks, build_segments(config),
                        verify)  # fmt: skip
         progress.start({t.task_id: t.bytes if t.length is None else t.length for t in input_tasks})
@@ -155,7 +157,8 @@ def run_pipeline(
         finally:
             progress.close()
     finally:
-        lock.release()
+        store.guard_writes(None)
+        release_lock(lock, log)
 
 
 def local_root(store: RunStore) -> Path:

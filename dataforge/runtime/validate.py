@@ -5,7 +5,8 @@ the YAML itself, which :func:`dataforge.config.load_pipeline` already checked: t
 and input storage answers (endpoint, credentials, bucket: :func:`dataforge.io.fs.check_location`), every input
 path matches files, every op's resources are usable (:meth:`Op.validate`: model files,
 tokenizer directories, importable segmenters), cross-stage rules hold
-(:meth:`Op.check_pipeline`), the output is not equal to, inside or above an input, and every barrier op names a planner that exists. Runs
+(:meth:`Op.check_pipeline`), the output is not equal to, inside or above an input nor read by
+an input glob through a symlink, and every barrier op names a planner that exists. Runs
 without Ray and without loading any model.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from dataforge.config import PipelineConfig
 from dataforge.io import fs
+from dataforge.io.globbing import walk_reaches
 from dataforge.io.readers import plan_input_tasks
 from dataforge.ops.base import BarrierOp
 from dataforge.runtime.barriers import planner_of
@@ -22,7 +24,7 @@ from dataforge.runtime.ownership import output_overlaps_inputs
 from dataforge.runtime.segments import make_op
 from dataforge.typed_config import ConfigError
 
-__all__ = ["validate_pipeline"]
+__all__ = ["output_reached_through_links", "validate_pipeline"]
 
 
 def validate_pipeline(config: PipelineConfig, out: str | None = None) -> list[str]:
@@ -39,6 +41,7 @@ def validate_pipeline(config: PipelineConfig, out: str | None = None) -> list[st
         tasks = plan_input_tasks(config)
         if out is not None and not fs.is_uri(out):
             problems += output_overlaps_inputs(Path(out), config, tasks)
+            problems += [] if problems else output_reached_through_links(Path(out), config)
     except fs.StorageError as exc:
         return [str(exc)]  # the stages' own checks would fail on the same storage
     except ConfigError as exc:
@@ -54,3 +57,18 @@ def validate_pipeline(config: PipelineConfig, out: str | None = None) -> list[st
                 found.append(str(exc))
         problems += [f"stages[{i}] ({stage.op}): {p}" for p in found]
     return problems
+
+
+def output_reached_through_links(out: Path, config: PipelineConfig) -> list[str]:
+    """A line (at most one) naming the source whose glob, following symlinks, would read
+    files in ``out``: a run would read its own output, a later run the earlier output."""
+    for source in config.inputs:
+        if fs.is_uri(source.path):
+            continue
+        via = walk_reaches(str(config.resolve(source.path)), out)
+        if via is not None:
+            return [
+                f"output {out} is read by source {source.name!r} ({source.path!r}) through "
+                f"{via}: a run could read its own output; choose an -o outside it"
+            ]
+    return []

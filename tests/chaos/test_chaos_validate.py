@@ -74,3 +74,37 @@ def test_output_overlapping_an_input_is_refused_before_ray(
         assert code == 2 and len(err) == 1 and message in err[0], (command, err)
     assert not (tmp_path / "in" / "sub").exists()
     assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
+
+
+@pytest.mark.parametrize(
+    ("pattern", "link", "target", "refused"),
+    [
+        ("in/**/*.jsonl", "in/sub/up", "elsewhere", True),  # a link above OUT
+        ("in/**/*.jsonl", "in/sub/out", "elsewhere/out", True),  # a link to OUT itself
+        ("in/**/*.jsonl", "in/later", "elsewhere/out/mds", True),  # dangling: once written
+        ("in/*/*.jsonl", "in/out", "elsewhere/out", True),
+        ("in/*/*.jsonl", "in/up", "elsewhere", False),  # OUT is two levels below the link
+        ("in/*.jsonl", "in/out", "elsewhere/out", False),  # the glob never enters a folder
+        ("in/**/*.jsonl", "in/.cache", "elsewhere/out", False),  # ** skips hidden names
+    ],
+)
+def test_output_reached_through_a_symlink_in_an_input_glob_is_refused(
+    pipeline: Path, tmp_path: Path, pattern: str, link: str, target: str, refused: bool, capsys
+) -> None:
+    write_lines(tmp_path / "in" / "sub" / "b.jsonl", ["第二篇"])
+    out = tmp_path / "elsewhere" / "out"
+    out.mkdir(parents=True)
+    (tmp_path / link).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / link).symlink_to(tmp_path / target)
+    for command in ("validate", "run") if refused else ("validate",):
+        code = main([command, str(pipeline), "-o", str(out), "--set", f"inputs.0.path={pattern}"])
+        err = capsys.readouterr().err.strip().splitlines()
+        if not refused:
+            assert code == 0 and err == [], err
+            continue
+        via = tmp_path / link
+        assert code == 2 and err == [
+            f"error: output {out} is read by source 's' ({pattern!r}) through {via}: a run "
+            "could read its own output; choose an -o outside it"
+        ], (command, err)
+    assert list(out.iterdir()) == []

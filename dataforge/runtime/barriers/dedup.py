@@ -389,8 +389,11 @@ def _write_decision(path: Path, table: pa.Table, dropped: np.ndarray, reason: st
     ords = table.column(ORD).filter(pa.array(dropped))
     decision = pa.table({ORD: ords, DECISION_REASON: pa.array([reason] * len(ords), pa.string())})
     tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(decision, tmp)
-    os.replace(tmp, path)
+    try:
+        pq.write_table(decision, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class _AtomicParquet:

@@ -193,8 +193,11 @@ def _write_decisions(
         if tables:
             target = ctx.decision_dir / f"{task}.parquet"
             tmp = target.with_name(f".{target.name}.tmp")
-            pq.write_table(pa.concat_tables(tables), tmp)
-            os.replace(tmp, target)  # a reader never sees a half-written decision
+            try:
+                pq.write_table(pa.concat_tables(tables), tmp)
+                os.replace(tmp, target)  # a reader never sees a half-written decision
+            finally:
+                tmp.unlink(missing_ok=True)
     return counts
 
 
