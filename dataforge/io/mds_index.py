@@ -148,9 +148,12 @@ def parse_index(data: bytes, where: str) -> dict[str, Any]:
         raise MDSCorruptError(f"{where}: unreadable index ({type(exc).__name__}: {exc})") from None
     if not isinstance(index, dict) or not isinstance(index.get("shards"), list):
         raise MDSCorruptError(f"{where}: an MDS index is a mapping with a 'shards' list")
-    for i, shard in enumerate(index["shards"]):
-        _check_shard(i, shard)
-    _check_names(index["shards"])
+    try:
+        for i, shard in enumerate(index["shards"]):
+            _check_shard(i, shard)
+        _check_names(index["shards"])
+    except MDSFormatError as exc:
+        raise type(exc)(f"{where}: {exc}") from None
     return index
 
 

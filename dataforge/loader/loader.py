@@ -95,7 +95,11 @@ class DataforgeLoader:
             run_id = box[0]
         owner = not distributed or int(os.environ.get("LOCAL_RANK", "0")) == 0
         self.source = StreamSource(config, run_id=run_id, owner=owner)
-        self.lengths = self._read_lengths(distributed)
+        try:
+            self.lengths = self._read_lengths(distributed)
+        except BaseException:  # a corrupt shard: leave no stream directory behind
+            self.source.close()
+            raise
         self.fingerprint = plan_fingerprint(config, self.source.index_digests, rank, world)
         self._state = LoaderState(fingerprint=self.fingerprint)
         self._dataset = _PlannedBatches(self.source, config, self.lengths, rank, world)
