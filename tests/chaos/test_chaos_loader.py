@@ -368,3 +368,24 @@ def test_remote_stream_is_checked_before_any_shard_is_fetched(tmp_path, s3, buck
         load_all(f"s3://{bucket}/mds", cache)
     assert_one_line(err.value, f"s3://{bucket}/mds/index.json: shard 0", "escapes")
     assert not target.exists() and outside(tmp_path, cache) == before
+
+
+def test_remote_inspect_fetches_only_what_the_checked_index_names(
+    tmp_path, s3, bucket, capsys, monkeypatch
+) -> None:
+    """Only the files the checked index names are fetched: a stray key holding ``..``
+    made the copy of the whole prefix fail (and named a path outside the scratch folder)."""
+    import tempfile
+
+    from dataforge.cli import main
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    root = write_dataset(tmp_path / "mds")
+    s3.upload_tree(root, bucket, "run/mds")
+    s3.client().put_object(Bucket=bucket, Key="run/mds/../../../../planted.pth", Body=PAYLOAD)
+    s3.client().put_object(Bucket=bucket, Key="run/manifest.json", Body=b"{}")
+    before = snapshot(tmp_path)
+    assert main(["inspect", f"s3://{bucket}/run", "--verify"]) == 0
+    assert "samples 40" in capsys.readouterr().out
+    assert snapshot(tmp_path) == before
