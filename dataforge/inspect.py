@@ -199,9 +199,11 @@ def _print_summary(s: dict[str, Any]) -> None:
 def _decode_tokens(root: Path, tokens: np.ndarray) -> str | None:
     """Decode token ids with the tokenizer recorded in the run's manifest, if loadable."""
     manifest = root.parent / "manifest.json"
-    if not manifest.exists():
-        return None
-    config = json.loads(manifest.read_text()).get("config")
+    try:
+        recorded = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # no readable manifest: the ids are printed undecoded
+    config = recorded.get("config") if isinstance(recorded, dict) else None
     stages = config.get("stages") if isinstance(config, dict) else None
     for stage in stages if isinstance(stages, list) else []:
         if isinstance(stage, dict) and stage.get("op") == "tokenize" and stage.get("tokenizer"):

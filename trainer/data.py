@@ -126,13 +126,17 @@ def check_data_vocab(stream: str, vocab_size: int) -> None:
     if "://" in stream or not manifest.is_file():
         return
     try:
-        pipeline = json.loads(manifest.read_text(encoding="utf-8")).get("config", {})
+        recorded = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # not ours to judge here; the loader reads the shards themselves
-    for stage in pipeline.get("stages", []):
-        if stage.get("op") not in TOKENIZING_OPS or not stage.get("tokenizer"):
+    pipeline = recorded.get("config") if isinstance(recorded, dict) else None
+    stages = pipeline.get("stages") if isinstance(pipeline, dict) else None
+    for stage in stages if isinstance(stages, list) else []:
+        if not isinstance(stage, dict) or stage.get("op") not in TOKENIZING_OPS:
             continue
-        path = Path(pipeline.get("base_dir", ".")) / stage["tokenizer"]
+        if not isinstance(stage.get("tokenizer"), str) or not stage["tokenizer"]:
+            continue
+        path = Path(str(pipeline.get("base_dir", "."))) / stage["tokenizer"]
         try:
             ids = tokenizer_vocab_size(path)
         except (OSError, ValueError):

@@ -334,6 +334,18 @@ def test_train_on_token_ids_past_the_model_is_one_line_naming_the_sample(tmp_pat
     assert "vocabulary of 1000 ids" in err[0]
 
 
+@pytest.mark.parametrize("manifest", ['{"config": []}', '{"config": {"stages": ["tokenize"]}}',
+                                      '{"config": {"stages": [{"op": "tokenize", "tokenizer": 7}]}}',
+                                      "[1]"])  # fmt: skip
+def test_a_malformed_manifest_beside_the_shards_is_not_a_traceback(tmp_path, manifest) -> None:
+    """The trainer reads the run's manifest to compare its tokenizer with the model."""
+    from trainer.data import check_data_vocab
+
+    root = write_dataset(tmp_path / "run" / "mds")
+    (tmp_path / "run" / "manifest.json").write_text(manifest)
+    assert check_data_vocab(str(root), 1000) is None
+
+
 # -- remote streams ------------------------------------------------------------------------
 
 
