@@ -326,6 +326,13 @@ def test_train_on_a_pth_planting_dataset_exits_2_and_plants_nothing(tmp_path, ca
     assert outside(tmp_path, tmp_path / "cache") == before
 
 
+def test_train_on_a_zstd_shard_cut_in_half_is_one_line_naming_it(tmp_path, capsys) -> None:
+    root = write_dataset(tmp_path / "mds")
+    name = _cut_in_half(root, fix_index=False)
+    code, err = _train(_train_config(tmp_path, root), capsys)
+    assert code == 2 and len(err) == 1 and f"shard {name!r} has" in err[0], err
+
+
 def test_train_on_token_ids_past_the_model_is_one_line_naming_the_sample(tmp_path, capsys):
     config = _train_config(tmp_path, write_dataset(tmp_path / "mds", bad=(0, 4000)))
     code, err = _train(config, capsys)
