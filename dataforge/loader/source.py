@@ -115,7 +115,7 @@ class StreamSource:
         try:
             self._open_streams()
             self._check_columns()
-        except (OSError, ValueError):
+        except BaseException:  # an unsafe or corrupt stream: leave no directory or shm
             self.close()
             raise
 
