@@ -149,6 +149,16 @@ def test_shard_names_that_collide_with_the_index_are_refused(tmp_path) -> None:
     assert_one_line(err.value, "shard 0", "'index.json' also names the index itself")
 
 
+def test_an_index_version_streaming_cannot_read_is_refused(tmp_path) -> None:
+    from dataforge.io.mds import MDSFormatError
+
+    root = write_dataset(tmp_path / "mds")
+    edit_index(root, lambda ix: ix.update(version=3))
+    with pytest.raises(MDSFormatError) as err:
+        load_all(str(root), tmp_path / "cache")
+    assert_one_line(err.value, "index.json: MDS index version 3; valid: 2")
+
+
 def test_pkl_column_is_refused_before_streaming_sees_it(tmp_path) -> None:
     root = write_dataset(tmp_path / "mds")
     edit_index(root, lambda ix: ix["shards"][0]["column_encodings"].__setitem__(0, "pkl"))
