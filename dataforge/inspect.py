@@ -199,9 +199,11 @@ def _print_summary(s: dict[str, Any]) -> None:
 def _decode_tokens(root: Path, tokens: np.ndarray) -> str | None:
     """Decode token ids with the tokenizer recorded in the run's manifest, if loadable."""
     manifest = root.parent / "manifest.json"
-    if not manifest.exists():
-        return None
-    config = json.loads(manifest.read_text()).get("config")
+    try:
+        recorded = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # no readable manifest: the ids are printed undecoded
+    config = recorded.get("config") if isinstance(recorded, dict) else None
     stages = config.get("stages") if isinstance(config, dict) else None
     for stage in stages if isinstance(stages, list) else []:
         if isinstance(stage, dict) and stage.get("op") == "tokenize" and stage.get("tokenizer"):
@@ -234,20 +236,34 @@ def local_dataset(location: str) -> Iterator[Path]:
         return
     store = RunStore(location)
     if store.exists("index.json"):
-        wanted = [""]
+        prefix = ""
     elif store.exists("mds/index.json"):
-        wanted = ["mds", "manifest.json"]
+        prefix = "mds/"
     elif store.exists("manifest.json"):
         raise InspectError(f"{location}: run has no MDS index (failed, incomplete, or not MDS)")
     else:
         raise InspectError(f"{location}: no index.json here or in {location}/mds")
     scratch = scratch_dir("inspect")
     try:
-        for rel in wanted:
-            store.download(rel, scratch / rel if rel else scratch)
+        _download_dataset(store, prefix, scratch / prefix)
+        if prefix:
+            store.download("manifest.json", scratch / "manifest.json")
         yield scratch
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _download_dataset(store: Any, prefix: str, dest: Path) -> None:
+    """Fetch ``index.json``, check it, then only the shard files it names: an object key
+    with ``..`` in it (S3 keys are plain strings) is never a local path here."""
+    store.download(f"{prefix}index.json", dest / "index.json")
+    for shard in read_index(dest)["shards"]:
+        for key in ("zip_data", "raw_data"):
+            info = shard.get(key)
+            rel = f"{prefix}{info['basename']}" if info else None
+            # A compressed shard's raw file is optional (streaming removes it).
+            if rel and (key == "zip_data" or not shard.get("zip_data") or store.exists(rel)):
+                store.download(rel, dest / info["basename"])
 
 
 def inspect_path(path: Path, head: int = 0, verify: bool = False, as_json: bool = False) -> int:

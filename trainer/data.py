@@ -2,7 +2,8 @@
 
 The trainer needs three things of its data (:class:`BatchSource`): iterate batches, and
 save/restore the position. ``dataforge.loader.build_dataloader`` provides them for real
-data; :class:`ListBatchSource` (fixed batches, for tests and the overhead benchmark) and
+data (as :class:`LoaderBatchSource`, which makes a corrupt shard one line);
+:class:`ListBatchSource` (fixed batches, for tests and the overhead benchmark) and
 :class:`SyntheticBatchSource` (random tokens, for throughput runs) are the others.
 
 Batch keys (torch tensors): ``input_ids``, ``labels`` (already shifted: ``labels[:, t]``
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # an annotation only: data and objectives are independent lay
 __all__ = [
     "BatchSource",
     "ListBatchSource",
+    "LoaderBatchSource",
     "SyntheticBatchSource",
     "build_batch_source",
     "check_data_vocab",
@@ -124,13 +126,17 @@ def check_data_vocab(stream: str, vocab_size: int) -> None:
     if "://" in stream or not manifest.is_file():
         return
     try:
-        pipeline = json.loads(manifest.read_text(encoding="utf-8")).get("config", {})
+        recorded = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # not ours to judge here; the loader reads the shards themselves
-    for stage in pipeline.get("stages", []):
-        if stage.get("op") not in TOKENIZING_OPS or not stage.get("tokenizer"):
+    pipeline = recorded.get("config") if isinstance(recorded, dict) else None
+    stages = pipeline.get("stages") if isinstance(pipeline, dict) else None
+    for stage in stages if isinstance(stages, list) else []:
+        if not isinstance(stage, dict) or stage.get("op") not in TOKENIZING_OPS:
             continue
-        path = Path(pipeline.get("base_dir", ".")) / stage["tokenizer"]
+        if not isinstance(stage.get("tokenizer"), str) or not stage["tokenizer"]:
+            continue
+        path = Path(str(pipeline.get("base_dir", "."))) / stage["tokenizer"]
         try:
             ids = tokenizer_vocab_size(path)
         except (OSError, ValueError):
@@ -182,10 +188,43 @@ def build_batch_source(
             f"data.loader.max_seq_len {raw['max_seq_len']} > model.max_seq_len "
             f"{config.model.max_seq_len}"
         )
+    raw.setdefault("vocab_size", config.model.vocab_size)
+    if not isinstance(raw["vocab_size"], int) or raw["vocab_size"] > config.model.vocab_size:
+        raise ConfigError(
+            f"data.loader.vocab_size {raw['vocab_size']!r}; valid: an integer up to "
+            f"model.vocab_size {config.model.vocab_size}"
+        )
     loader_config = from_mapping(LoaderConfig, raw, "data.loader")
     for stream in loader_config.streams:
         check_data_vocab(stream.path, config.model.vocab_size)
     try:
-        return build_dataloader(loader_config)
-    except (FileNotFoundError, ValueError) as exc:  # missing shards or columns
-        raise ConfigError(f"data.loader: {exc}") from exc
+        return LoaderBatchSource(build_dataloader(loader_config))
+    except (OSError, ValueError) as exc:  # missing, unsafe or corrupt shards; missing columns
+        raise ConfigError(f"data.loader: {exc}") from None
+
+
+class LoaderBatchSource:
+    """The dataforge loader as a batch source: a shard found corrupt mid-run (a token id
+    past the embeddings, a shard cut while open) ends the run with one line naming the
+    shard and sample, instead of a traceback out of the training step."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Batch]:
+        try:
+            yield from self.loader
+        except ValueError as exc:  # the loader's MDSCorruptError, or an inconsistent sample
+            raise ConfigError(f"data.loader: {exc}") from None
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state)
+
+    def close(self) -> None:
+        self.loader.close()

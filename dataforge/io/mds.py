@@ -46,6 +46,7 @@ __all__ = [
     "MDSCorruptError",
     "MDSFormatError",
     "MDSShardWriter",
+    "check_samples",
     "dataset_dir",
     "decode_sample",
     "decode_value",
@@ -296,6 +297,37 @@ def shard_offsets(raw: bytes, samples: int) -> np.ndarray:
     if offsets[0] < 4 * (n + 2) or offsets[-1] > len(raw) or np.any(np.diff(offsets) < 0):
         raise MDSCorruptError("shard header's sample offsets point outside the shard")
     return offsets
+
+
+def check_samples(data: np.ndarray, offsets: np.ndarray, layout: tuple[list, list, list]) -> None:
+    """Every sample of a raw shard (uint8 array, checked ``offsets``) is exactly its column
+    sizes long, and fixed-size columns have their encoding's size: after this, column
+    reads (:func:`int_column`, :func:`decode_sample`) stay inside their sample.
+
+    Raises:
+        MDSCorruptError: naming the first sample or column that disagrees.
+    """
+    names, encodings, sizes = layout
+    for name, enc, size in zip(names, encodings, sizes, strict=True):
+        width = 8 if enc == "int" else _SCALARS[enc]().nbytes if enc in _SCALARS else None
+        if width is not None and size != width:
+            raise MDSCorruptError(f"column {name!r} ({enc}) has size {size}, not {width}")
+    n_var = sum(1 for s in sizes if not s)
+    lengths = np.diff(offsets)
+    short = np.flatnonzero(lengths < 4 * n_var)
+    if short.size:
+        raise MDSCorruptError(f"sample {int(short[0])}: too short for its column sizes")
+    total = np.full(len(lengths), sum(s for s in sizes if s) + 4 * n_var, np.int64)
+    if n_var and len(lengths):
+        headers = offsets[:-1, None] + 4 * np.arange(n_var)[None, :]
+        var = data[(headers[..., None] + np.arange(4)).reshape(-1)].view("<u4")
+        total += var.reshape(-1, n_var).astype(np.int64).sum(axis=1)
+    wrong = np.flatnonzero(total != lengths)
+    if wrong.size:
+        i = int(wrong[0])
+        raise MDSCorruptError(
+            f"sample {i}: columns sum to {int(total[i])} bytes, the sample has {int(lengths[i])}"
+        )
 
 
 def iter_shard_samples(raw: bytes, shard: dict[str, Any]) -> Iterator[dict[str, Any]]:

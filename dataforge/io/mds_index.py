@@ -26,7 +26,9 @@ __all__ = [
     "MDSFormatError",
     "dataset_dir",
     "inflate_zstd",
+    "parse_index",
     "read_index",
+    "read_index_bytes",
     "shard_file",
 ]
 
@@ -116,24 +118,67 @@ def _check_shard(i: int, shard: Any) -> None:
             raise MDSCorruptError(f"shard {i}: zip_data without a compression name")
 
 
+def _check_names(shards: list[dict[str, Any]]) -> None:
+    """Every file an index names is named once, and none is the index itself (a reader
+    that inflates a shard into a cache would otherwise overwrite another file there)."""
+    seen: dict[str, int] = {"index.json": -1}
+    for i, shard in enumerate(shards):
+        for key in ("raw_data", "zip_data"):
+            info = shard.get(key)
+            if not info:
+                continue
+            name = str(PurePosixPath(info["basename"]))
+            if name in seen:
+                other = "the index itself" if seen[name] < 0 else f"shard {seen[name]}"
+                raise MDSCorruptError(f"shard {i}: {key}.basename {name!r} also names {other}")
+            seen[name] = i
+
+
+def parse_index(data: bytes, where: str) -> dict[str, Any]:
+    """Parse and check the bytes of an ``index.json`` (``where`` names it in errors).
+
+    Raises:
+        MDSCorruptError: too large, not UTF-8 JSON, or any entry malformed or unsafe.
+    """
+    if len(data) > MAX_INDEX_BYTES:
+        raise MDSCorruptError(f"{where}: index of {len(data)} bytes; at most {MAX_INDEX_BYTES}")
+    try:
+        index = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise MDSCorruptError(f"{where}: unreadable index ({type(exc).__name__}: {exc})") from None
+    if not isinstance(index, dict) or not isinstance(index.get("shards"), list):
+        raise MDSCorruptError(f"{where}: an MDS index is a mapping with a 'shards' list")
+    try:
+        for i, shard in enumerate(index["shards"]):
+            _check_shard(i, shard)
+        _check_names(index["shards"])
+    except MDSFormatError as exc:
+        raise type(exc)(f"{where}: {exc}") from None
+    return index
+
+
 def read_index(root: Path) -> dict[str, Any]:
     """Read ``root/index.json`` and check every entry (shape, counts, paths, no pkl).
 
     Raises:
         MDSCorruptError: unreadable, not UTF-8 JSON, or any entry malformed or unsafe.
     """
+    return parse_index(read_index_bytes(root), str(Path(root) / "index.json"))
+
+
+def read_index_bytes(root: Path) -> bytes:
+    """The bytes of ``root/index.json``, a regular file of at most ``MAX_INDEX_BYTES``.
+
+    Raises:
+        MDSCorruptError: missing, not a regular file, too large or unreadable.
+    """
     path = Path(root) / "index.json"
     try:
         if not path.is_file() or path.stat().st_size > MAX_INDEX_BYTES:
             raise MDSCorruptError(f"{path}: not a regular file of at most {MAX_INDEX_BYTES} bytes")
-        index = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        return path.read_bytes()
+    except OSError as exc:
         raise MDSCorruptError(f"{path}: unreadable index ({type(exc).__name__}: {exc})") from None
-    if not isinstance(index, dict) or not isinstance(index.get("shards"), list):
-        raise MDSCorruptError(f"{path}: an MDS index is a mapping with a 'shards' list")
-    for i, shard in enumerate(index["shards"]):
-        _check_shard(i, shard)
-    return index
 
 
 def shard_file(root: Path, basename: str) -> Path:

@@ -1,8 +1,8 @@
 """Loader configuration: one frozen dataclass, validated where it is defined.
 
 The fields that shape the batch plan (everything except the DataLoader plumbing
-``num_workers``, ``pin_memory``, ``prefetch_factor``, ``persistent_workers``, ``cache_dir``)
-enter the resume fingerprint, so a checkpoint can only be resumed with the same plan.
+``num_workers``, ``pin_memory``, ``prefetch_factor``, ``persistent_workers``, ``cache_dir``
+and the checks ``vocab_size``, ``verify_hashes``) enter the resume fingerprint, so a checkpoint can only be resumed with the same plan.
 """
 
 from __future__ import annotations
@@ -107,6 +107,12 @@ class LoaderConfig:
     world_size: int | None = None
     cache_dir: str | None = None
     """Where per-run stream directories live (default: ``$TMPDIR/dataforge-loader``)."""
+    vocab_size: int | None = None
+    """Token ids must be below this (the model's embedding rows): a sample holding another
+    is an error naming its shard and sample. None: not checked (the trainer sets it)."""
+    verify_hashes: bool = True
+    """Check each shard against the hashes its index records before first use (sizes,
+    headers and sample layouts are always checked)."""
 
     def __post_init__(self) -> None:
         streams = self.streams
@@ -150,6 +156,12 @@ class LoaderConfig:
         weighted = [s.proportion is not None for s in self.streams]
         if any(weighted) and not all(weighted):
             raise ValueError("proportion must be given on all streams or on none")
+        if self.vocab_size is not None and (
+            not isinstance(self.vocab_size, int) or self.vocab_size < 1
+        ):
+            raise ValueError(
+                f"vocab_size must be a positive integer or None, got {self.vocab_size!r}"
+            )
         if self.epoch_size is not None and self.epoch_size < 1:
             raise ValueError(f"epoch_size must be >= 1, got {self.epoch_size}")
 
@@ -159,7 +171,8 @@ class LoaderConfig:
 
     def plan_fields(self) -> dict[str, Any]:
         """The fields that determine the batch plan (they enter the resume fingerprint)."""
-        skip = {"num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "cache_dir"}
+        skip = {"num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "cache_dir",
+                "vocab_size", "verify_hashes"}  # fmt: skip
         out = {}
         for field in dataclasses.fields(self):
             if field.name in skip:

@@ -51,14 +51,21 @@ class _PlannedBatches(IterableDataset):
             )
         return self._plan
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor] | ValueError]:
         epoch, start = int(self.progress[0]), int(self.progress[1])
         plan = self.plan(epoch)
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         for k in range(start + worker, len(plan), workers):
-            rows = [[self.source.get(i, self.columns) for i in row] for row in plan.batch(k)]
-            yield collate(rows, self.config)
+            try:
+                rows = [[self.source.get(i, self.columns) for i in row] for row in plan.batch(k)]
+                batch = collate(rows, self.config)
+            except ValueError as exc:  # corrupt shards or samples (MDSCorruptError is one)
+                # torch re-raises a worker's exception with the worker's traceback in its
+                # message; handed back as a value, the main process raises it as it was.
+                yield exc
+                return
+            yield batch
 
 
 def _dist() -> tuple[int, int, bool]:
@@ -88,7 +95,11 @@ class DataforgeLoader:
             run_id = box[0]
         owner = not distributed or int(os.environ.get("LOCAL_RANK", "0")) == 0
         self.source = StreamSource(config, run_id=run_id, owner=owner)
-        self.lengths = self._read_lengths(distributed)
+        try:
+            self.lengths = self._read_lengths(distributed)
+        except BaseException:  # a corrupt shard: leave no stream directory behind
+            self.source.close()
+            raise
         self.fingerprint = plan_fingerprint(config, self.source.index_digests, rank, world)
         self._state = LoaderState(fingerprint=self.fingerprint)
         self._dataset = _PlannedBatches(self.source, config, self.lengths, rank, world)
@@ -176,6 +187,8 @@ class DataforgeLoader:
             self._state.batches_consumed,
         )
         for batch in self._dataloader():
+            if isinstance(batch, ValueError):
+                raise batch
             self._state.batches_consumed += 1
             yield batch
         if self._state.batches_consumed != len(plan):

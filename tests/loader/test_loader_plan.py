@@ -159,3 +159,15 @@ def test_long_sample_policy_counts():
         raw, _config(max_seq_len=100, max_tokens=100, long_samples="drop")
     )
     assert lens.tolist() == [5, 50, 100] and stats.dropped_long == 1 and stats.truncated == 0
+
+
+def test_the_shard_checks_leave_the_plan_fields_alone():
+    """A checkpoint resumes whether or not hashes are verified or ids checked."""
+    import pytest
+
+    plain = LoaderConfig(streams=["a"])
+    checked = LoaderConfig(streams=["a"], vocab_size=512, verify_hashes=False)
+    assert checked.plan_fields() == plain.plan_fields()
+    assert "vocab_size" not in plain.plan_fields()
+    with pytest.raises(ValueError, match="vocab_size must be a positive integer or None, got 0"):
+        LoaderConfig(streams=["a"], vocab_size=0)
