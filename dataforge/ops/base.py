@@ -212,6 +212,7 @@ OP_REGISTRY: dict[str, str] = {
     "tokenize": "dataforge.ops.tokenize:Tokenize",
     "format_sft": "dataforge.ops.formatting:FormatSFT",
     "format_dpo": "dataforge.ops.formatting:FormatDPO",
+    "pii": "dataforge.ops.pii:Pii",
 }
 
 
