@@ -213,6 +213,7 @@ OP_REGISTRY: dict[str, str] = {
     "format_sft": "dataforge.ops.formatting:FormatSFT",
     "format_dpo": "dataforge.ops.formatting:FormatDPO",
     "pii": "dataforge.ops.pii:Pii",
+    "extract": "dataforge.ops.extract:Extract",
 }
 
 
