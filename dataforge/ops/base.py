@@ -214,6 +214,7 @@ OP_REGISTRY: dict[str, str] = {
     "format_dpo": "dataforge.ops.formatting:FormatDPO",
     "pii": "dataforge.ops.pii:Pii",
     "extract": "dataforge.ops.extract:Extract",
+    "url_filter": "dataforge.ops.url_filter:UrlFilter",
 }
 
 

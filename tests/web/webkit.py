@@ -195,3 +195,60 @@ def read_file(path: Path, fmt: str, **source) -> tuple[pa.Table, TaskReader]:
     task = InputTask("000-000000", "web", str(path), path.name, path.stat().st_size)
     reader = TaskReader(task, src, ReadConfig())
     return pa.concat_tables(list(reader.batches())), reader
+
+
+def run_barrier(tmp: Path, op, planner, table: pa.Table, batch: int) -> tuple[dict, pa.Table]:
+    """A barrier as the runtime runs it: ``prepare`` per task of ``batch`` rows, ``plan``
+    over the parts, ``apply`` to each prepared part with its decision."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from dataforge.runtime.barriers import BarrierContext
+
+    work = tmp / f"work-{op.name}-{batch}"
+    work.mkdir(parents=True)
+    parts = {}
+    for start in range(0, table.num_rows, batch):
+        task = f"t{start // batch:06d}"
+        part = table.slice(start, batch)
+        part = part.set_column(6, "_ord", pa.array(np.arange(part.num_rows, dtype=np.int64)))
+        parts[task] = work / f"{task}.parquet"
+        pq.write_table(op.prepare(part), parts[task])
+    ctx = BarrierContext(
+        parts=parts,
+        decision_dir=work / "decisions",
+        audit_dir=work / "OUT" / op.name,
+        num_cpus=2,
+        seed=0,
+        source_stats={},
+        sources={},
+        ray_available=False,
+    )
+    summary = planner.plan(op, ctx)
+    outputs = []
+    for task in sorted(parts):
+        path = ctx.decision_dir / f"{task}.parquet"
+        decision = pq.read_table(path) if path.exists() else None
+        outputs.append(op.apply(pq.read_table(parts[task]), decision))
+    return summary, pa.concat_tables(outputs)
+
+
+def records(texts: list[str], metas: list[dict] | None = None, lang: str = "zh") -> pa.Table:
+    """A batch in the record schema, ids ``d00000``..."""
+    import json
+
+    from dataforge.records import BASE_SCHEMA
+
+    n = len(texts)
+    return pa.table(
+        {
+            "id": [f"d{i:05d}" for i in range(n)],
+            "text": texts,
+            "source": ["web"] * n,
+            "lang": [lang] * n,
+            "meta": [json.dumps(m, ensure_ascii=False) for m in (metas or [{}] * n)],
+            "drop": [None] * n,
+            "_ord": list(range(n)),
+        },
+        schema=BASE_SCHEMA,
+    )
