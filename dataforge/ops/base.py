@@ -215,6 +215,7 @@ OP_REGISTRY: dict[str, str] = {
     "pii": "dataforge.ops.pii:Pii",
     "extract": "dataforge.ops.extract:Extract",
     "url_filter": "dataforge.ops.url_filter:UrlFilter",
+    "line_dedup": "dataforge.ops.line_dedup:LineDedup",
 }
 
 

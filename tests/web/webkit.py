@@ -200,13 +200,14 @@ def read_file(path: Path, fmt: str, **source) -> tuple[pa.Table, TaskReader]:
 def run_barrier(tmp: Path, op, planner, table: pa.Table, batch: int) -> tuple[dict, pa.Table]:
     """A barrier as the runtime runs it: ``prepare`` per task of ``batch`` rows, ``plan``
     over the parts, ``apply`` to each prepared part with its decision."""
+    import tempfile
+
     import numpy as np
     import pyarrow.parquet as pq
 
     from dataforge.runtime.barriers import BarrierContext
 
-    work = tmp / f"work-{op.name}-{batch}"
-    work.mkdir(parents=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{op.name}-{batch}-", dir=tmp))
     parts = {}
     for start in range(0, table.num_rows, batch):
         task = f"t{start // batch:06d}"
