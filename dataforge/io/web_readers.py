@@ -84,22 +84,32 @@ def decode_page(body: bytes, content_type: str | None, fallback: str) -> tuple[s
     """
     header = _CHARSET_PARAM.search(content_type or "")
     meta = _META_CHARSET.search(body[:_META_SCAN_BYTES])
-    candidates = [_codec(header.group(1) if header else None)]
-    candidates.append(_codec(meta.group(1).decode("ascii") if meta else None))
-    if fallback == "auto":
-        decision = decide_encoding(body, "auto", at_eof=True)
-        candidates.append(None if decision.undecodable else _codec(decision.encoding))
-    else:
-        candidates.append(_codec(fallback))
-    tried = [c for c in candidates if c is not None]
+    declared = [
+        _codec(header.group(1) if header else None),
+        _codec(meta.group(1).decode("ascii") if meta else None),
+    ]
+    tried = list(dict.fromkeys(c for c in declared if c))
     for codec in tried:
         try:
             return body.decode(codec), codec
         except UnicodeDecodeError:
             continue
+    last = _fallback_codec(body, fallback)  # only when no declared charset decodes
+    if last is not None and last not in tried:
+        try:
+            return body.decode(last), last
+        except UnicodeDecodeError:
+            tried.append(last)
     if not tried:
         return None
     return body.decode(tried[-1], errors="replace"), f"{tried[-1]}:replaced"
+
+
+def _fallback_codec(body: bytes, fallback: str) -> str | None:
+    if fallback != "auto":
+        return _codec(fallback)
+    decision = decide_encoding(body, "auto", at_eof=True)
+    return None if decision.undecodable else _codec(decision.encoding)
 
 
 def warc_record_bounds(path: str) -> list[int]:
