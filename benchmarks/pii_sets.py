@@ -7,7 +7,8 @@ values drawn at random in the formats people write them:
 - ``email``: ``name.surname@company.com.cn``, ``user+tag@mail.example.org``, next to
   Chinese punctuation or in parentheses;
 - ``phone_cn``: mobiles bare, spaced 3-4-4, dashed, with ``+86`` / ``0086``; landlines
-  ``010-62751234``, ``(0755) 8888 6666``, ``（021）5081 2345``; ``400-820-8820``;
+  ``010-62751234``, ``(0755) 8888 6666``, ``（021）50812345``, ``+86 10 6275 1234``;
+  ``400-820-8820``;
 - ``phone_intl``: ``+44 20 7946 0958``, ``+1 (415) 555-2671``, ``+49 30 901820``,
   ``(212) 555-0147``, ``617-555-0123``;
 - ``id_cn``: 18-character resident ids with a valid GB 11643 check character (region codes
@@ -20,7 +21,9 @@ values drawn at random in the formats people write them:
 Hard negatives (never labeled): 18-digit id-shaped numbers whose check character is
 wrong, 16/19-digit numbers that fail Luhn (order and waybill numbers), version strings
 (``v2.10.3``, ``1.2.3.4.5``), times (``12:30:45``), dates, prices, ISBNs, QQ numbers,
-``256.1.1.300``-style non-addresses, ``@handles``, ``name at example dot com``.
+``256.1.1.300``-style non-addresses, ``@handles``, ``name at example dot com``, decimal
+fractions (``3.09078914170``) and reStructuredText's ``::`` (false positives once seen in
+the demo corpus).
 
 :func:`build_set` returns ``[(text, [(kind, start, end), ...])]``; the same seed gives the
 same set.
@@ -148,9 +151,11 @@ def _email(rng: random.Random) -> str:
             f"{rng.choice(_SURNAMES)}{rng.randint(1, 9999)}",
             f"{rng.choice(_GIVEN)}_{rng.choice(_SURNAMES)}+news",
             f"service-{rng.randint(10, 99)}",
+            f"{rng.choice(_GIVEN).title()}.{rng.choice(_SURNAMES).title()}",
         ]
     )
-    return f"{local}@{rng.choice(_DOMAINS)}"
+    domain = rng.choice(_DOMAINS)
+    return f"{local}@{domain.upper() if rng.random() < 0.1 else domain}"
 
 
 def _digits(rng: random.Random, n: int) -> str:
@@ -176,8 +181,21 @@ def _phone_cn(rng: random.Random) -> str:
     if style == 5:
         return f"{area}-{local}"
     if style == 6:
-        return rng.choice([f"({area}) {local[:-4]} {local[-4:]}", f"（{area}）{local}"])
+        return rng.choice(
+            [
+                f"({area}) {local[:-4]} {local[-4:]}",
+                f"（{area}）{local}",
+                f"+86 {area[1:]} {local[:-4]} {local[-4:]}",
+                f"+86-{area[1:]}-{local}",
+            ]
+        )
     return f"{rng.choice(['400', '800'])}-{_digits(rng, 3)}-{_digits(rng, 4)}"
+
+
+def _nanp_area(rng: random.Random) -> int:
+    """A North-American area code; 400 and 800 are left out: ``800-xxx-xxxx`` is also
+    China's service-number format, which the detector reads as ``phone_cn``."""
+    return rng.choice([a for a in range(201, 990) if a not in (400, 800)])
 
 
 def _phone_intl(rng: random.Random) -> str:
@@ -185,13 +203,13 @@ def _phone_intl(rng: random.Random) -> str:
         [
             f"+44 20 {_digits(rng, 4)} {_digits(rng, 4)}",
             f"+1 (415) 555-{_digits(rng, 4)}",
-            f"+1-{rng.randint(201, 989)}-{rng.randint(200, 989)}-{_digits(rng, 4)}",
+            f"+1-{_nanp_area(rng)}-{rng.randint(200, 989)}-{_digits(rng, 4)}",
             f"+49 30 {_digits(rng, 6)}",
             f"+81 3-{_digits(rng, 4)}-{_digits(rng, 4)}",
             f"+33 1 {_digits(rng, 2)} {_digits(rng, 2)} {_digits(rng, 2)} {_digits(rng, 2)}",
             f"+852 {_digits(rng, 4)} {_digits(rng, 4)}",
-            f"({rng.randint(201, 989)}) {rng.randint(200, 989)}-{_digits(rng, 4)}",
-            f"{rng.randint(201, 989)}-{rng.randint(200, 989)}-{_digits(rng, 4)}",
+            f"({_nanp_area(rng)}) {rng.randint(200, 989)}-{_digits(rng, 4)}",
+            f"{_nanp_area(rng)}-{rng.randint(200, 989)}-{_digits(rng, 4)}",
         ]
     )
 
@@ -299,6 +317,7 @@ _NEGATIVES = {
         "2023年11月05日，气温12.5度，湿度65%。",
         "感谢@小王同学的分享。",
         "该地址256.12.1.300无效。",
+        "回归直线的斜率为3.09078914170，截距为0.5。",
     ],
     "en": [
         "Order {bad_card} has shipped.",
@@ -309,6 +328,8 @@ _NEGATIVES = {
         "ISBN 978-0-13-468599-1, price $1,299.00.",
         "Thanks to @jdoe for the report.",
         "Write to jane at example dot com.",
+        "Install it with pip::",
+        "LinearRegression(slope=3.09078914170..., intercept=1.5)",
         "Population grew 1.25% to 21,540,000 in 2023.",
         "Build 20231105.1 passed all tests.",
     ],

@@ -14,10 +14,11 @@ kind            candidates, then validation
                 dash; the Luhn check must pass; an 18-digit string shaped like a
                 resident id is judged by the id checksum only, never as a card
 ``phone_cn``    mainland mobile ``1[3-9]x xxxx xxxx`` (optional ``+86``/``0086``), a
-                landline with its area code (``010-12345678``, ``(0755) 8888 8888``) and
-                ``400``/``800`` service numbers
+                landline with its area code (``010-12345678``, ``(0755) 8888 8888``,
+                ``+86 10 6275 1234``) and ``400``/``800`` service numbers
 ``phone_intl``  ``+<country> ...`` with 8-15 digits (not ``+86``), and North-American
-                ``(415) 555-2671`` / ``415-555-2671``
+                ``(415) 555-2671`` / ``415-555-2671`` (``400``/``800-xxx-xxxx``, China's
+                service-number format too, is ``phone_cn``)
 ``ipv4``        four dotted numbers not inside a longer dotted run (version strings);
                 ``ipaddress.IPv4Address`` must parse them
 ==============  ==========================================================================
@@ -73,7 +74,8 @@ def luhn_valid(digits: str) -> bool:
     return total % 10 == 0
 
 
-_NOT_DIGIT_BEFORE = r"(?<![0-9A-Za-z])"
+# Not inside a longer alphanumeric run, nor the fraction of a decimal number (3.0907...).
+_NOT_DIGIT_BEFORE = r"(?<![0-9A-Za-z])(?<![0-9][.,])"
 _NOT_DIGIT_AFTER = r"(?![0-9A-Za-z])"
 _ID_SHAPE = (
     r"[1-9][0-9]{5}(?:18|19|20)[0-9]{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12][0-9]|3[01])[0-9]{3}[0-9Xx]"
@@ -97,8 +99,9 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
         r"(?:(?P=sep)[0-9]{1,3})?)" + _NOT_DIGIT_AFTER
     ),
     "phone_cn": re.compile(
-        r"(?<![0-9A-Za-z+])(?<![0-9][ -])(?:"
+        r"(?<![0-9A-Za-z+])(?<![0-9][ .,-])(?:"
         r"(?:(?:\+|00)86[ -]?)?1[3-9][0-9](?P<s1>[ -]?)[0-9]{4}(?P=s1)[0-9]{4}"
+        r"|(?:\+|00)86[ -]?(?:\(0\))?[1-9][0-9]{1,2}(?P<s3>[ -])[2-9][0-9]{2,3}(?P=s3)?[0-9]{4}"
         r"|(?:\(0[1-9][0-9]{1,2}\)|（0[1-9][0-9]{1,2}）|0[1-9][0-9]{1,2}[ -]?)[ ]?"
         r"[2-9][0-9]{2,3}[ -]?[0-9]{4}"
         r"|[48]00(?P<s2>[ -]?)[0-9]{3}(?P=s2)[0-9]{4}"
@@ -106,7 +109,7 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     ),
     "phone_intl": re.compile(
         r"(?:(?<![0-9A-Za-z+])\+(?!86)[1-9][0-9]{0,2}(?:[ .-]?\(?[0-9]{1,4}\)?){2,5}"
-        r"|(?<![0-9A-Za-z(])(?<![0-9][ -])(?:\([2-9][0-9]{2}\) ?|[2-9][0-9]{2}[.-])[2-9][0-9]{2}[.-][0-9]{4})"
+        r"|(?<![0-9A-Za-z(])(?<![0-9][ .,-])(?:\([2-9][0-9]{2}\) ?|[2-9][0-9]{2}[.-])[2-9][0-9]{2}[.-][0-9]{4})"
         + _NOT_DIGIT_AFTER
     ),
     "ipv4": re.compile(r"(?<![0-9A-Za-z.])(?:[0-9]{1,3}\.){3}[0-9]{1,3}(?![0-9A-Za-z]|\.[0-9])"),
@@ -114,8 +117,8 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
 
 
 def _ipv6_valid(candidate: str) -> bool:
-    if candidate.count(":") < 2:
-        return False
+    if candidate.count(":") < 2 or candidate.strip(":") == "":
+        return False  # a bare "::" is a reStructuredText literal marker far more often
     try:
         ipaddress.IPv6Address(candidate)
     except ValueError:

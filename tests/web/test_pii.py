@@ -158,3 +158,26 @@ def test_validators_are_what_keeps_precision_on_the_hard_negatives():
 def test_a_card_failing_luhn_is_not_read_as_a_phone_number_inside_it():
     assert find_pii("卡号6222 0212 3456 7891。") == []
     assert find_pii("Order 4111-2222-3333-4445 shipped.") == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "LinearRegression(slope=3.09078914170..., intercept=1.5)",
+        "Install it with pip::",
+        "回归直线的斜率为3.09078914170，截距为0.5。",
+        "版本号 10.0.19045.3570 与 1.2.3.4.5",
+        "会议于12:30:45开始，QQ群：697619834。",
+    ],
+)
+def test_demo_corpus_false_positives_stay_fixed(text):
+    assert find_pii(text) == []
+
+
+def test_mainland_numbers_with_country_code():
+    text = "北京办公室 +86 10 6275 1234，深圳 +86-755-88886666，手机 +86 138 1234 5678。"
+    assert [(s.kind, text[s.start : s.end]) for s in find_pii(text)] == [
+        ("phone_cn", "+86 10 6275 1234"),
+        ("phone_cn", "+86-755-88886666"),
+        ("phone_cn", "+86 138 1234 5678"),
+    ]
