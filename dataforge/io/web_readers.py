@@ -22,27 +22,27 @@ the first that decodes the bytes strictly wins (GBK and GB2312 read as GB18030, 
 CP950, their supersets). When none does, the last one decodes with U+FFFD and the event
 ``charset_replaced`` is counted; a page no codec can be decided for is ``invalid_encoding``.
 
-A record warcio cannot parse (bad header, truncated stream) ends the file: one row
-``warc:malformed`` (at the number of the record that failed) counts it, and the records
-after it in the file, which cannot be located, are not read.
+A record warcio cannot parse (bad header, cut short) is one row ``warc:malformed`` at its
+number; reading resumes at the next place past the last good record where a record may
+start (a gzip member header, a ``WARC/1.`` line), so one bad record costs only itself.
+A whole-file gzip, one stream without offsets, ends at a bad record.
 """
 
 from __future__ import annotations
 
 import codecs
 import dataclasses
-import gzip
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 
 from dataforge.io.decoding import decide_encoding
-from dataforge.io.fs import open_input_stream
+from dataforge.io.fs import open_input_file, open_input_stream
 from dataforge.io.streams import open_binary, open_byte_range
 from dataforge.io.tasks import InputTask
 
@@ -175,18 +175,11 @@ def _gzip_per_record(raw: BinaryIO) -> bool:
     return False
 
 
-def _open_records(reader: TaskReader) -> BinaryIO:
-    """The bytes warcio parses: a gzip-per-record file as it is (warcio inflates each
-    member, so a cut member loses only its record), a whole-file gzip inflated."""
-    task = reader.task
-    gz = task.path.endswith(".gz")
-    if task.length is None:
-        if not gz:
-            return open_binary(task.path)
-        with open_input_stream(task.path) as probe:
-            per_record = _gzip_per_record(probe)
-        return open_input_stream(task.path) if per_record else open_binary(task.path)
-    return open_byte_range(task.path, task.offset, task.length)
+def _whole_file_gzip(path: str) -> bool:
+    if not path.endswith(".gz"):
+        return False
+    with open_input_stream(path) as probe:
+        return not _gzip_per_record(probe)
 
 
 def web_rows(reader: TaskReader) -> Iterator[dict[str, Any]]:
@@ -194,21 +187,69 @@ def web_rows(reader: TaskReader) -> Iterator[dict[str, Any]]:
     if reader.source.format == "html":
         yield from _html_file_rows(reader)
         return
-    number = reader.task.first_record
-    with _open_records(reader) as stream:
-        records = iter(ArchiveIterator(stream, arc2warc=False, ensure_http_headers=False))
-        while True:
-            number += 1
-            try:
-                row = _record_row(reader, next(records), number)
-            except StopIteration:
-                return
-            except (ArchiveLoadFailed, EOFError, OSError, ValueError, gzip.BadGzipFile) as exc:
-                row = reader._base_row(str(number), drop="warc:malformed")
-                reader.events[f"warc_malformed:{type(exc).__name__}"] += 1
-                yield reader._finish(row)
-                return
-            yield reader._finish(row)
+    task = reader.task
+    if task.length is None and _whole_file_gzip(task.path):
+        with open_binary(task.path) as stream:  # inflated: no offsets to resume from
+            yield from _records(reader, stream, task.first_record, 0)
+        return
+    offset, end = task.offset, task.offset + task.length if task.length is not None else None
+    number = task.first_record
+    while offset is not None:
+        with _open_from(task.path, offset, end) as stream:
+            number, failed_after = yield from _records(reader, stream, number, offset)
+        offset = None if failed_after is None else _next_record(task.path, failed_after, end)
+
+
+def _open_from(path: str, offset: int, end: int | None) -> BinaryIO:
+    if end is not None:
+        return open_byte_range(path, offset, end - offset)  # a split (local files only)
+    raw = open_input_file(path)
+    raw.seek(offset)
+    return raw
+
+
+def _next_record(path: str, after: int, end: int | None) -> int | None:
+    """Offset of the first place past ``after`` where a record may start: a gzip member
+    header or a ``WARC/1.`` line; None: none before ``end``."""
+    marker = b"\x1f\x8b\x08" if path.endswith(".gz") else b"\nWARC/1."
+    skip = 0 if marker.startswith(b"\x1f") else 1
+    with open_input_file(path) as raw:
+        raw.seek(after + 1)
+        pos, tail = after + 1, b""
+        while end is None or pos < end:
+            block = raw.read(1 << 20)
+            if not block:
+                return None
+            found = (tail + block).find(marker)
+            if found >= 0:
+                start = pos - len(tail) + found + skip
+                return start if end is None or start < end else None
+            tail = block[-len(marker) :]
+            pos += len(block)
+    return None
+
+
+def _records(
+    reader: TaskReader, stream: BinaryIO, number: int, base: int
+) -> Generator[dict[str, Any], None, tuple[int, int | None]]:
+    """Rows of the records in ``stream`` (which starts at file offset ``base``), numbered
+    after ``number``; returns (the last number, None at the end or the file offset of the
+    last good record's end after a record that could not be parsed)."""
+    records = ArchiveIterator(stream, arc2warc=False, ensure_http_headers=False)
+    iterator = iter(records)
+    good_end = base
+    while True:
+        number += 1
+        try:
+            row = _record_row(reader, next(iterator), number)
+            good_end = base + records.get_record_offset() + records.get_record_length()
+        except StopIteration:
+            return number - 1, None
+        except (ArchiveLoadFailed, EOFError, OSError, ValueError, zlib.error) as exc:
+            reader.events[f"warc_malformed:{type(exc).__name__}"] += 1
+            yield reader._finish(reader._base_row(str(number), drop="warc:malformed"))
+            return number, good_end
+        yield reader._finish(row)
 
 
 def _record_row(reader: TaskReader, record: Any, number: int) -> dict[str, Any]:

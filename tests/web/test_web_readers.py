@@ -111,7 +111,7 @@ def test_truncated_warc_counts_one_malformed_drop(tmp_path, pages):
     assert sum(reader.events.values()) == 1
 
 
-def test_garbage_between_records_is_a_malformed_drop_not_a_crash(tmp_path, pages):
+def test_garbage_between_records_costs_one_drop_and_reading_resumes(tmp_path, pages):
     path = write_warc(tmp_path / "x.warc", pages[:3], gzip=False, extras=False)
     data = path.read_bytes()
     second = data.index(b"WARC/1.1", 10)
@@ -120,7 +120,26 @@ def test_garbage_between_records_is_a_malformed_drop_not_a_crash(tmp_path, pages
     assert rows(table) == [
         ("web/x.warc:1", "warc:record_type:request"),
         ("web/x.warc:2", "warc:malformed"),
+        *[(f"web/x.warc:{k}", None if k % 2 else "warc:record_type:request") for k in range(3, 8)],
     ]
+    urls = [m["url"] for m in live_meta(table)]
+    assert urls == [p.url for p in pages[:3]]
+
+
+def test_a_corrupt_gzip_member_costs_its_record_only(tmp_path, pages):
+    path = write_warc(tmp_path / "x.warc.gz", pages[:3], extras=False)
+    data = bytearray(path.read_bytes())
+    members = [i for i in range(len(data) - 2) if data[i : i + 3] == b"\x1f\x8b\x08"]
+    assert len(members) == 6  # request + response per page
+    middle = members[3] + 40  # inside the second page's response member
+    data[middle : middle + 20] = b"\x00" * 20
+    path.write_bytes(bytes(data))
+    table, reader = read_file(path, "warc")
+    got = rows(table)
+    assert got[3] == ("web/x.warc.gz:4", "warc:malformed")
+    assert [m["url"] for m in live_meta(table)] == [pages[0].url, pages[2].url]
+    assert got[-1] == ("web/x.warc.gz:6", None)
+    assert sum(v for k, v in reader.events.items() if k.startswith("warc_malformed")) == 1
 
 
 @pytest.mark.parametrize("gz", [True, False])
