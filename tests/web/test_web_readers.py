@@ -10,7 +10,6 @@ import json
 import opencc
 import pytest
 from webkit import (
-    Page,
     page_bytes,
     page_html,
     read_file,
@@ -20,7 +19,7 @@ from webkit import (
     write_wet,
 )
 
-from dataforge.io.input_config import InputConfig, ReadConfig
+from dataforge.io.input_config import InputConfig
 from dataforge.io.readers import InputTask
 from dataforge.io.splits import split_task, unsplittable_reason
 from dataforge.io.web_readers import decode_page
@@ -181,8 +180,4 @@ def test_html_is_one_task_per_file():
     source = InputConfig(name="web", path="x", format="html")
     task = InputTask("000-000000", "web", "big.html", "big.html", 10 << 20)
     assert split_task(task, source, 1024) == [task]
-    assert ReadConfig().split_bytes is not None
-
-
-def test_page_type_helper_is_real_text(pages):
-    assert isinstance(pages[0], Page) and len(pages) == 18
+    assert unsplittable_reason(task, source) == "format: html (one page per file)"
