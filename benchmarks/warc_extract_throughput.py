@@ -4,7 +4,8 @@ datatrove 0.10.1 (``WarcReader`` + ``Trafilatura``) on the same files.
 Inputs: demo-corpus articles (news_zh) and documentation pages (docs_en) in the page
 templates of ``tests/web/webkit.py`` (navigation, cookie banner, sidebar, footer), written
 as ``--files`` gzip-per-record WARC files, each page after its request record. Both
-sides use trafilatura with ``favor_precision`` and no deduplication, and write JSON lines.
+sides use trafilatura with ``favor_precision`` and no deduplication, and write JSON lines;
+dataforge also runs with ``engine: resiliparse``.
 datatrove runs on ``LocalPipelineExecutor`` with one task per file and ``--cpus`` workers,
 dataforge with ``dataforge run`` (``ray.num_cpus`` = ``--cpus``). Every run is a fresh
 subprocess (start-up counts), the two interleaved ``--rounds`` times; the medians and
@@ -43,7 +44,7 @@ inputs:
   - {{name: crawl, path: "{corpus}/*.warc.gz", format: warc, lang: zh, encoding: auto}}
 ray: {{num_cpus: {cpus}}}
 stages:
-  - {{op: extract, favor: precision}}
+  - {{op: extract, engine: {engine}, favor: precision}}
 output: {{path: {out}, format: jsonl}}
 """
 
@@ -118,37 +119,45 @@ def main() -> int:
     corpus, out = args.work / "corpus", args.work / "out"
     n = build_corpus(corpus, args.pages, args.files)
     mbytes = sum(f.stat().st_size for f in corpus.glob("*.warc.gz")) / 1e6
-    pipeline = args.work / "warc_bench.yaml"
-    pipeline.write_text(PIPELINE.format(corpus=corpus, out=out / "dataforge", cpus=args.cpus))
+    pipelines = {}
+    for engine in ("trafilatura", "resiliparse"):
+        pipelines[engine] = args.work / f"warc_bench_{engine}.yaml"
+        pipelines[engine].write_text(
+            PIPELINE.format(corpus=corpus, out=out / engine, cpus=args.cpus, engine=engine)
+        )
     (args.work / "datatrove_warc.py").write_text(DATATROVE)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    dataforge = [sys.executable, "-m", "dataforge.cli", "run"]
     runs = {
-        "dataforge": [sys.executable, "-m", "dataforge.cli", "run", str(pipeline), "--overwrite"],
+        "dataforge": [*dataforge, str(pipelines["trafilatura"]), "--overwrite"],
         "datatrove": [str(python), str(args.work / "datatrove_warc.py"), str(corpus),
                       str(out / "datatrove"), str(args.cpus), str(args.files)],
+        "dataforge, resiliparse": [*dataforge, str(pipelines["resiliparse"]), "--overwrite"],
     }  # fmt: skip
     print(f"{n} pages in {args.files} WARC files ({mbytes:.1f} MB gzip); {args.cpus} CPUs")
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     for round_ in range(args.rounds):
         for name, cmd in runs.items():
-            subprocess.run(["rm", "-rf", str(out / "datatrove")], check=True)
+            if name == "datatrove":  # its writer would add to an earlier round's files
+                subprocess.run(["rm", "-rf", str(out / "datatrove")], check=True)
             seconds[name].append(timed(cmd, env))
-            print(f"  round {round_ + 1}: {name:<10} {seconds[name][-1]:6.1f} s", flush=True)
+            print(f"  round {round_ + 1}: {name:<22} {seconds[name][-1]:6.1f} s", flush=True)
     median = {name: statistics.median(v) for name, v in seconds.items()}
-    docs = {
-        "dataforge": sum(1 for f in (out / "dataforge").rglob("*.jsonl") for _ in open(f)),
-        "datatrove": sum(
-            1 for f in (out / "datatrove" / "output").glob("*.jsonl") for _ in open(f)
-        ),
+    outputs = {
+        "dataforge": (out / "trafilatura").rglob("*.jsonl"),
+        "datatrove": (out / "datatrove" / "output").glob("*.jsonl"),
+        "dataforge, resiliparse": (out / "resiliparse").rglob("*.jsonl"),
     }
     for name, value in median.items():
-        print(f"{name:<10} median {value:6.1f} s  {n / value:7.1f} pages/s  kept {docs[name]}")
-    paired = [p / d for p, d in zip(seconds["datatrove"], seconds["dataforge"], strict=True)]
+        kept = sum(1 for f in outputs[name] for _ in open(f))
+        print(f"{name:<22} median {value:6.1f} s  {n / value:7.1f} pages/s  kept {kept}")
     print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f}")
-    print(
-        f"datatrove / dataforge wall: {median['datatrove'] / median['dataforge']:.2f}x "
-        f"(per round: {', '.join(f'{r:.2f}' for r in paired)}; median {statistics.median(paired):.2f}x)"
-    )
+    for name in ("dataforge", "dataforge, resiliparse"):
+        paired = [p / d for p, d in zip(seconds["datatrove"], seconds[name], strict=True)]
+        print(
+            f"datatrove / {name}: {median['datatrove'] / median[name]:.2f}x (per round: "
+            f"{', '.join(f'{r:.2f}' for r in paired)}; median {statistics.median(paired):.2f}x)"
+        )
     return 0
 
 

@@ -1,10 +1,12 @@
-"""The ``extract`` op: the main text of HTML pages, by trafilatura.
+"""The ``extract`` op: the main text of HTML pages, by trafilatura or resiliparse.
 
 Records whose ``meta.content`` is ``html`` (what the ``warc`` and ``html`` readers emit)
 get the page's main text: the article body, without navigation, headers, footers, cookie
-banners, sidebars and link lists (trafilatura's boilerplate removal, on the DOM, so it does
-not depend on spaces between words: Chinese pages work). ``meta.content`` becomes ``text``;
-other records (WET text, JSONL) pass unchanged.
+banners, sidebars and link lists (boilerplate removal on the DOM, so it does not depend on
+spaces between words: Chinese pages work). ``engine: trafilatura`` (the default, FineWeb's
+extractor) scores text blocks; ``engine: resiliparse`` (``main_content``, its rule-based
+removal of navigation, headers, footers and sidebars) is about 20x faster on the same
+pages. ``meta.content`` becomes ``text``; other records (WET text, JSONL) pass unchanged.
 
 Drop reasons: ``extract:no_text`` (the page has no visible text at all),
 ``extract:no_main_text`` (it has text, but nothing the extractor takes for a body: a page
@@ -24,7 +26,7 @@ import pyarrow as pa
 from dataforge.ops.base import Mapper, set_drop_reasons
 from dataforge.typed_config import check_choices, check_range
 
-__all__ = ["Extract", "main_text"]
+__all__ = ["Extract", "main_text", "resiliparse_text"]
 
 
 def main_text(html: str, url: str | None, favor: str, tables: bool, fast: bool) -> str | None:
@@ -47,10 +49,27 @@ def main_text(html: str, url: str | None, favor: str, tables: bool, fast: bool) 
     )
 
 
-def _has_visible_text(html: str) -> bool:
-    import trafilatura
+def resiliparse_text(html: str, main_content: bool = True) -> str:
+    """resiliparse's plain text of ``html`` (its main content unless ``main_content`` is
+    off), paragraphs on lines of their own."""
+    from resiliparse.extract.html2text import extract_plain_text
 
-    return bool((trafilatura.html2txt(html) or "").strip())
+    text = extract_plain_text(
+        html,
+        preserve_formatting=True,
+        main_content=main_content,
+        list_bullets=False,
+        alt_texts=False,
+        links=False,
+        form_fields=False,
+        noscript=False,
+        comments=False,
+    )
+    return "\n".join(line for line in text.split("\n") if line.strip())
+
+
+def _has_visible_text(html: str) -> bool:
+    return bool(resiliparse_text(html, main_content=False).strip())
 
 
 class Extract(Mapper):
@@ -60,6 +79,9 @@ class Extract(Mapper):
 
     @dataclasses.dataclass(frozen=True)
     class Config:
+        engine: Literal["trafilatura", "resiliparse"] = "trafilatura"
+        """The extractor (see the module docstring); the other keys but ``min_chars`` are
+        trafilatura's."""
         favor: Literal["balanced", "precision", "recall"] = "precision"
         """trafilatura's trade-off; ``precision`` (as FineWeb) leaves out doubtful blocks, so a page
         that is only links or navigation yields nothing (``extract:no_main_text``)."""
@@ -75,6 +97,12 @@ class Extract(Mapper):
             check_choices(self)
             check_range("extract.min_chars", self.min_chars, 0)
 
+    def _main_text(self, html: str, url: str | None) -> str:
+        cfg = self.config
+        if cfg.engine == "resiliparse":
+            return resiliparse_text(html)
+        return main_text(html, url, cfg.favor, cfg.include_tables, cfg.fast) or ""
+
     def transform(self, live: pa.Table) -> pa.Table:
         cfg = self.config
         texts = live.column("text").to_pylist()
@@ -84,8 +112,7 @@ class Extract(Mapper):
             if meta.get("content") != "html":
                 continue
             self.events["extract:pages"] += 1
-            body = main_text(html, meta.get("url"), cfg.favor, cfg.include_tables, cfg.fast)
-            body = (body or "").strip()
+            body = self._main_text(html, meta.get("url")).strip()
             if not body:
                 reasons[i] = (
                     "extract:no_main_text" if _has_visible_text(html) else "extract:no_text"

@@ -35,10 +35,11 @@ def test_registry_names_the_op():
     assert op_class("extract") is Extract
 
 
-def test_body_kept_boilerplate_lost_on_every_page(tmp_path, pages):
+@pytest.mark.parametrize("engine", ["trafilatura", "resiliparse"])
+def test_body_kept_boilerplate_lost_on_every_page(tmp_path, pages, engine):
     path = write_warc(tmp_path / "x.warc.gz", pages)
     table, _ = read_file(path, "warc")
-    op = Extract(Extract.Config())
+    op = Extract(Extract.Config(engine=engine))
     out = [r for r in op(table).to_pylist() if r["drop"] is None]
     assert len(out) == len(pages) and op.events["extract:pages"] == len(pages)
     for page, row in zip(pages, out, strict=True):
@@ -54,7 +55,8 @@ def test_body_kept_boilerplate_lost_on_every_page(tmp_path, pages):
         assert json.loads(row["meta"])["content"] == "text"
 
 
-def test_empty_extractions_are_counted_by_reason():
+@pytest.mark.parametrize("engine", ["trafilatura", "resiliparse"])
+def test_empty_extractions_are_counted_by_reason(engine):
     links = (
         "<html><body><ul>"
         + "".join(f'<li><a href="/{i}">栏目{i}</a></li>' for i in range(30))
@@ -66,7 +68,7 @@ def test_empty_extractions_are_counted_by_reason():
         + "今天天气很好，我们去公园散步，看到很多人在锻炼身体。" * 3
         + "</p></article></body></html>"
     )
-    out = Extract(Extract.Config(min_chars=200))(html_batch([links, empty, article]))
+    out = Extract(Extract.Config(engine=engine, min_chars=200))(html_batch([links, empty, article]))
     assert out.column("drop").to_pylist() == [
         "extract:no_main_text",
         "extract:no_text",
