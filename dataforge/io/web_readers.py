@@ -130,11 +130,13 @@ def warc_record_bounds(path: str) -> list[int]:
 
 def warc_splits(task: InputTask, split_bytes: int) -> list[InputTask]:
     """Splits of about ``split_bytes`` of a WARC/WET task, each starting at a record and
-    numbering its records after those before it (one pass over the file's records); a
-    file that cannot be parsed record by record (a whole-file gzip) stays one task."""
+    numbering its records after those before it; a file that cannot be parsed record by
+    record (a whole-file gzip, a bad record) stays one task. Planning reads the whole file
+    once (inflating a gzip), in the driver: worth it for a few large files, not for many
+    (``read.split_bytes: null``)."""
     try:
         bounds = warc_record_bounds(task.path)
-    except (ArchiveLoadFailed, EOFError, OSError, ValueError):
+    except (ArchiveLoadFailed, EOFError, OSError, ValueError, zlib.error):
         return [task]
     starts = [0]  # indexes into bounds of the records that start a split
     for i, offset in enumerate(bounds[:-1]):
