@@ -181,3 +181,22 @@ def test_mainland_numbers_with_country_code():
         ("phone_cn", "+86-755-88886666"),
         ("phone_cn", "+86 138 1234 5678"),
     ]
+
+
+def test_redaction_leaves_nothing_to_find_and_only_touches_spans():
+    from dataforge.ops.pii import DEFAULT_TOKENS, redact
+
+    for text, gold in build_set(per_kind=40, seed=3):
+        spans = find_pii(text)
+        out = redact(text, spans, DEFAULT_TOKENS)
+        assert find_pii(out) == []
+        outside = "".join(
+            text[a:b]
+            for a, b in zip(
+                [0] + [s.end for s in spans], [s.start for s in spans] + [len(text)], strict=True
+            )
+        )
+        for token in set(DEFAULT_TOKENS.values()):
+            out = out.replace(token, "")
+        assert out == outside
+        assert len(spans) == len(gold)
