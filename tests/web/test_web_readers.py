@@ -181,3 +181,40 @@ def test_html_is_one_task_per_file():
     task = InputTask("000-000000", "web", "big.html", "big.html", 10 << 20)
     assert split_task(task, source, 1024) == [task]
     assert unsplittable_reason(task, source) == "format: html (one page per file)"
+
+
+def test_chunked_and_gzip_encoded_responses_are_decoded(tmp_path, pages):
+    import io
+
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    body = page_bytes(dataclasses.replace(pages[0], charset="gbk"))
+    packed = gzip.compress(body)
+    chunked = (
+        b"".join(
+            b"%x\r\n%s\r\n" % (len(packed[i : i + 500]), packed[i : i + 500])
+            for i in range(0, len(packed), 500)
+        )
+        + b"0\r\n\r\n"
+    )
+    headers = StatusAndHeaders(
+        "200 OK",
+        [
+            ("Content-Type", "text/html;charset=GBK"),
+            ("Content-Encoding", "gzip"),
+            ("Transfer-Encoding", "chunked"),
+        ],
+        protocol="HTTP/1.1",
+    )
+    path = tmp_path / "x.warc.gz"
+    with open(path, "wb") as f:
+        writer = WARCWriter(f, gzip=True)
+        record = writer.create_warc_record(
+            pages[0].url, "response", payload=io.BytesIO(chunked), http_headers=headers
+        )
+        writer.write_record(record)
+    table, _ = read_file(path, "warc")
+    (row,) = table.to_pylist()
+    assert row["drop"] is None and json.loads(row["meta"])["charset"] == "gb18030"
+    assert row["text"] == body.decode("gb18030")
