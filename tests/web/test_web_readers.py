@@ -14,6 +14,7 @@ from webkit import (
     page_html,
     read_file,
     read_task,
+    wet_text,
     write_html_dir,
     write_warc,
     write_wet,
@@ -162,6 +163,10 @@ def test_wet_conversion_records(tmp_path, pages):
     assert rows(table)[0] == ("web/x.warc.wet.gz:1", "warc:record_type:warcinfo")
     live = [r for r in table.to_pylist() if r["drop"] is None]
     assert [r["text"] for r in live] == [f"{p.title}\n{p.body_text}" for p in pages[:3]]
+    with_nav, _ = read_file(
+        write_wet(tmp_path / "y.warc.wet", pages[:1], gzip=False, boilerplate=True), "wet"
+    )
+    assert with_nav.column("text")[1].as_py() == wet_text(pages[0], True)
     assert [json.loads(r["meta"])["content"] for r in live] == ["text"] * 3
 
 

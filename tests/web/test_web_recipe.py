@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from webkit import Page, write_html_dir, write_warc, write_wet
+from webkit import FOOTER, NAV, Page, write_html_dir, write_warc, write_wet
 
 from dataforge.config import load_pipeline
 from dataforge.io.mds import iter_samples
@@ -119,7 +119,9 @@ def test_warc_recipe_end_to_end_and_split_invariance(tmp_path, crawl_pages):
 
 
 def test_wet_and_html_inputs_run_the_same_recipe(tmp_path, crawl_pages):
-    wet = write_wet(tmp_path / "crawl.warc.wet.gz", crawl_pages)
+    # WET text keeps each page's navigation and footer: line_dedup removes them (the zh
+    # ones: 12 pages >= min_docs 10)
+    wet = write_wet(tmp_path / "crawl.warc.wet.gz", crawl_pages, boilerplate=True)
     manifest = run(
         recipe(tmp_path, f'  - {{name: crawl, path: "{wet.name}", format: wet, lang: zh}}'),
         tmp_path / "out-wet",
@@ -130,6 +132,10 @@ def test_wet_and_html_inputs_run_the_same_recipe(tmp_path, crawl_pages):
     wet_samples = sample_dicts(tmp_path / "out-wet")
     assert any("<PHONE>" in s["text"] for s in wet_samples)
     assert not any("责任编辑" in s["text"] for s in wet_samples)
+    zh = [s["text"] for s in wet_samples if "。" in s["text"]]
+    assert len(zh) >= 8
+    assert not any("京ICP备" in t or "国内要闻" in t for t in zh)
+    assert "京ICP备" in FOOTER["zh"] and "国内要闻" in NAV["zh"]
 
     site = write_html_dir(tmp_path / "site", crawl_pages)
     html_dir = tmp_path / "html"

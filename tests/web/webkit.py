@@ -161,13 +161,24 @@ def write_warc(
     return path
 
 
-def write_wet(path: Path, pages: Sequence[Page], *, gzip: bool = True) -> Path:
+def wet_text(page: Page, boilerplate: bool) -> str:
+    """A page as Common Crawl's WET has it: every text line, with ``boilerplate`` the
+    navigation bar and the footer too."""
+    lines = [page.title, page.body_text]
+    if boilerplate:
+        lines = [" ".join(NAV[page.lang]), *lines, FOOTER[page.lang]]
+    return "\n".join(lines)
+
+
+def write_wet(
+    path: Path, pages: Sequence[Page], *, gzip: bool = True, boilerplate: bool = False
+) -> Path:
     """Common Crawl style WET: a warcinfo, then one ``conversion`` record per page."""
     with open(path, "wb") as f:
         writer = WARCWriter(f, gzip=gzip, warc_version="1.0")
         writer.write_record(writer.create_warcinfo_record(path.name, {"software": "test"}))
         for page in pages:
-            text = f"{page.title}\n{page.body_text}".encode()
+            text = wet_text(page, boilerplate).encode()
             record = writer.create_warc_record(
                 page.url,
                 "conversion",
