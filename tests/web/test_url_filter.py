@@ -97,11 +97,13 @@ def test_rules_and_counts(tmp_path):
     assert meta["url_normalized"] == "https://news.example.cn/a.html"
 
 
-def test_same_decisions_for_any_task_size(tmp_path):
+def test_same_decisions_for_any_task_size_and_partitions(tmp_path, monkeypatch):
     config = {"max_per_domain": 3, "blocked_domains": ("casino-example.com",)}
     results = []
-    for batch in (1, 3, 100):
+    for batch, partition_rows in ((100, 1 << 23), (1, 2), (3, 4), (100, 1)):
+        monkeypatch.setattr(planner, "PARTITION_ROWS", partition_rows)
         summary, out = run(tmp_path, batch, **config)
+        assert (summary.pop("partitions") > 1) == (partition_rows < 8)
         results.append(
             (
                 summary,
@@ -110,7 +112,7 @@ def test_same_decisions_for_any_task_size(tmp_path):
                 ),
             )
         )
-    assert results[0] == results[1] == results[2]
+    assert all(result == results[0] for result in results)
 
 
 def test_seam_op_and_planner_found_by_name():
