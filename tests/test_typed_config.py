@@ -130,7 +130,7 @@ def test_choices_are_written_once_and_checked_on_direct_construction() -> None:
     from dataforge.io.input_config import INPUT_FORMATS, InputConfig
     from dataforge.loader.config import MODES
 
-    assert INPUT_FORMATS == ("jsonl", "parquet", "txt")
+    assert INPUT_FORMATS == ("jsonl", "parquet", "txt", "warc", "wet", "html")
     assert MODES == ("pretrain", "sft", "dpo")
     with pytest.raises(ValueError, match="format='csv' is not valid; valid: 'jsonl', 'parquet'"):
         InputConfig(name="a", path="x", format="csv")  # type: ignore[arg-type]

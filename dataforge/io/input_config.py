@@ -16,7 +16,7 @@ from dataforge.typed_config import check_choices, check_range
 
 __all__ = ["INPUT_FORMATS", "MIN_SPLIT_BYTES", "InputConfig", "ReadConfig"]
 
-InputFormat = Literal["jsonl", "parquet", "txt"]
+InputFormat = Literal["jsonl", "parquet", "txt", "warc", "wet", "html"]
 INPUT_FORMATS: tuple[str, ...] = typing.get_args(InputFormat)
 MIN_SPLIT_BYTES = 1024
 
@@ -33,7 +33,8 @@ class InputConfig:
     path: str
     """File path or glob; relative paths resolve against the pipeline file's directory."""
     format: InputFormat = "jsonl"
-    """``jsonl`` also reads ``.jsonl.gz`` and ``.jsonl.zst`` (by suffix)."""
+    """``jsonl`` also reads ``.jsonl.gz`` and ``.jsonl.zst`` (by suffix); ``warc``, ``wet``
+    and ``html``: web pages (:mod:`dataforge.io.web_readers`)."""
     lang: str = "en"
     text_key: str = "text"
     id_key: str | None = None

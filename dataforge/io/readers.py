@@ -42,6 +42,7 @@ from dataforge.io.fs import open_input_file
 from dataforge.io.input_config import InputConfig, ReadConfig
 from dataforge.io.streams import open_binary
 from dataforge.io.tasks import InputTask, open_task, plan_input_tasks
+from dataforge.io.web_readers import WEB_FORMATS, web_rows
 from dataforge.records import BASE_SCHEMA
 from dataforge.text.surrogates import has_surrogates, replace_lone_surrogates
 
@@ -95,6 +96,8 @@ class TaskReader:
         try:
             if self.source.format == "jsonl":
                 yield from self._jsonl_batches()
+            elif self.source.format in WEB_FORMATS:
+                yield from self._row_batches(web_rows(self))
             else:
                 yield from self._row_batches(self._rows())
         except (zstandard.ZstdError, EOFError, gzip.BadGzipFile, OSError) as exc:

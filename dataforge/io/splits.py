@@ -9,6 +9,8 @@
   does not depend on the split size.
 * **Parquet** splits by row groups: consecutive row groups up to about ``split_bytes`` of
   compressed column data; rows are numbered from the rows of the groups before.
+* **WARC and WET files** (plain or gzip per record) split at record boundaries
+  (:func:`dataforge.io.web_readers.warc_splits`); a whole-file gzip stays one task.
 * **Compressed files** (``.gz``, ``.zst``) are one stream that can only be read from the
   start: they stay one task, whatever their size. So do ``txt`` files read per paragraph
   or per file, and files of a source whose ``encoding`` is not UTF-8 (decoding is decided
@@ -29,6 +31,7 @@ import pyarrow.parquet as pq
 
 from dataforge.io.input_config import InputConfig
 from dataforge.io.readers import InputTask
+from dataforge.io.web_readers import WEB_FORMATS, warc_splits
 
 __all__ = [
     "COMPRESSED_SUFFIXES",
@@ -45,6 +48,8 @@ COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd")
 
 def unsplittable_reason(task: InputTask, source: InputConfig) -> str | None:
     """Why this file can only be one task (None: it can be split)."""
+    if source.format in WEB_FORMATS:
+        return "format: html (one page per file)" if source.format == "html" else None
     if task.path.endswith(COMPRESSED_SUFFIXES):
         return "compressed single stream"
     if source.format == "txt" and source.txt_unit != "line":
@@ -76,6 +81,8 @@ def split_task(task: InputTask, source: InputConfig, split_bytes: int) -> list[I
         return [task]
     if source.format == "parquet":
         return _parquet_splits(task, split_bytes)
+    if source.format in WEB_FORMATS:
+        return warc_splits(task, split_bytes)
     return _line_splits(task, split_bytes)
 
 

@@ -212,6 +212,10 @@ OP_REGISTRY: dict[str, str] = {
     "tokenize": "dataforge.ops.tokenize:Tokenize",
     "format_sft": "dataforge.ops.formatting:FormatSFT",
     "format_dpo": "dataforge.ops.formatting:FormatDPO",
+    "pii": "dataforge.ops.pii:Pii",
+    "extract": "dataforge.ops.extract:Extract",
+    "url_filter": "dataforge.ops.url_filter:UrlFilter",
+    "line_dedup": "dataforge.ops.line_dedup:LineDedup",
 }
 
 
