@@ -27,8 +27,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dataforge.ops.base import BarrierOp
-from dataforge.ops.eval_ngrams import is_chinese, ngram_hashes, normalize, units, word_values
+from dataforge.ops.eval_ngrams import (
+    alnum_runs,
+    is_chinese,
+    ngram_hashes,
+    normalize,
+    units,
+    windows_of_documents,
+    word_runs,
+    word_values,
+)
 from dataforge.records import DROP
+from dataforge.text.cjk import has_cjk
 
 __all__ = ["MATCHES", "Decontaminate", "EvalSet"]
 
@@ -144,16 +154,38 @@ class Decontaminate(BarrierOp):
         """Add ``_decontam``: null, or JSON ``{"lines": [...], "spans": [...]}`` of the matches."""
         if not hasattr(self, "sets"):
             self.setup()
-        found = [self.matches(t or "") for t in batch.column("text").to_pylist()]
+        texts = [normalize(t or "") for t in batch.column("text").to_pylist()]
+        hit = self._documents_with_hits(texts)
+        found = [
+            self.matches(t, normalized=True) if i in hit else None for i, t in enumerate(texts)
+        ]
         column = pa.array([json.dumps(f, ensure_ascii=False) if f else None for f in found])
         if MATCHES in batch.column_names:
             batch = batch.drop_columns([MATCHES])
         return batch.append_column(MATCHES, column.cast(pa.string()))
 
-    def matches(self, text: str) -> dict[str, Any] | None:
+    def _documents_with_hits(self, texts: list[str]) -> set[int]:
+        """Indices of the normalized texts holding any n-gram of any set, found for the
+        whole batch in a few array operations (:meth:`matches` then locates them)."""
+        chinese = [i for i, t in enumerate(texts) if has_cjk(t)]
+        words = [word_runs(t) for t in texts]
+        hits: set[int] = set()
+        streams = [(windows_of_documents(words, self.config.word_ngram, False), None)]
+        if chinese:
+            runs = [alnum_runs(texts[i]) for i in chinese]
+            streams.append((windows_of_documents(runs, self.config.char_ngram, True), chinese))
+        for (hashes, docs), index in streams:
+            for _, table, _, _ in self.sets:
+                if len(table) and len(hashes):
+                    pos = np.minimum(np.searchsorted(table, hashes), len(table) - 1)
+                    found = np.unique(docs[table[pos] == hashes]).tolist()
+                    hits.update(found if index is None else [index[i] for i in found])
+        return hits
+
+    def matches(self, text: str, normalized: bool = False) -> dict[str, Any] | None:
         """The lines and spans of ``text`` that hold n-grams of the sets (None: none)."""
         cfg = self.config
-        u = units(normalize(text), with_chars=True)
+        u = units(text if normalized else normalize(text), with_chars=True)
         streams = [(ngram_hashes(word_values(u.words), cfg.word_ngram), cfg.word_ngram, u.words,
                     u.word_lines, " ")]  # fmt: skip
         if len(u.chars):

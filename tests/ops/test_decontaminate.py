@@ -199,3 +199,11 @@ def test_validate_names_a_missing_eval_set(tmp_path):
         f"stages[0] (decontaminate): eval_sets[0] nope.jsonl: input "
         f"'{tmp_path / 'nope.jsonl'}' matches no file"
     ]
+
+
+def test_a_document_matches_the_same_alone_or_in_any_batch(eval_file):
+    op = make_op(eval_file)
+    docs = [EN_COMMON, ZH_QUOTE, "", EN_QUOTE, ZH_COMMON, "另一篇文章" + ZH_QUOTE]
+    together = op.prepare(batch(docs)).column(MATCHES).to_pylist()
+    alone = [op.prepare(batch([d])).column(MATCHES).to_pylist()[0] for d in docs]
+    assert together == alone and [m is not None for m in alone] == [0, 1, 0, 1, 0, 1]
