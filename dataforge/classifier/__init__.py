@@ -4,3 +4,8 @@
 training and at scoring time; :mod:`.model` loads a trained model with its card and scores
 texts; :mod:`.train` and :mod:`.cli` build a model from positive and negative inputs.
 """
+
+__all__ = ["LANGS"]
+
+LANGS = ("zh", "en", "auto")
+"""``--lang`` choices: ``zh``/``auto`` segment CJK text with jieba, ``en`` does not."""

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from dataforge.classifier.features import LANGS
+from dataforge.classifier import LANGS
 
 __all__ = ["add_subcommand", "main"]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dataforge.classifier import LANGS
 from dataforge.text.normalize import NORMALIZATION, normalize_documents
 from dataforge.tokenization.segment import MARKER, Segmenter
 
@@ -18,7 +19,6 @@ __all__ = ["FEATURES", "LANGS", "FeatureMaker"]
 
 FEATURES = f"{NORMALIZATION}+jieba-words"
 """Recorded in the model card; the op refuses a model whose card names other features."""
-LANGS = ("zh", "en", "auto")
 MAX_CHARS = 100_000
 """Characters of a document that are scored: enough for any quality judgement, and it
 bounds the cost of one pathological document."""

@@ -24,7 +24,8 @@ import numpy as np
 import pyarrow.compute as pc
 import xxhash
 
-from dataforge.classifier.features import FEATURES, LANGS, FeatureMaker
+from dataforge.classifier import LANGS
+from dataforge.classifier.features import FEATURES, FeatureMaker
 from dataforge.classifier.model import (
     CARD,
     HELDOUT,
