@@ -112,3 +112,20 @@ def test_config_errors(params, message):
 
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         QualityClassifier.Config(**params)
+
+
+def test_two_models_with_their_own_names_and_thresholds(trained, tmp_path):
+    corpus, model = trained("en")
+    keep = (
+        "min_score: 0.2}\n      - {op: quality_classifier, "
+        f'model: "{model}", name: spam, max_score: 0.9'
+    )
+    manifest, records = run(tmp_path, corpus, model, "en", keep)
+    reasons = {}
+    for counts in manifest["counts"]["by_source"].values():
+        for reason, n in counts["dropped"].items():
+            reasons[reason] = reasons.get(reason, 0) + n
+    assert set(reasons) == {"quality_classifier", "quality_classifier:spam"}
+    for r in records:
+        assert r["meta"]["quality_score"] >= 0.2 and r["meta"]["spam_score"] <= 0.9
+        assert r["meta"]["spam_score"] == r["meta"]["quality_score"]  # the same model twice
