@@ -174,15 +174,13 @@ def _collect(config: TrainConfig, maker: FeatureMaker) -> dict[str, Any]:
 
 def train_classifier(config: TrainConfig) -> dict[str, Any]:
     """Train, evaluate on the held-out share, write the model directory; return the card's
-    held-out figures.
+    held-out figures. The files are made aside and moved in with the card last (an old
+    card is removed first), so a directory with a card always holds a complete model.
 
     Raises:
         ValueError: a class has no document with text, or none left for training.
     """
-    import fasttext_new
-
-    maker = FeatureMaker(config.lang, config.engine)
-    data = _collect(config, maker)
+    data = _collect(config, FeatureMaker(config.lang, config.engine))
     ids, lines, labels = data["ids"], data["lines"], data["labels"]
     nonempty = np.array([bool(line) for line in lines], bool)
     held = is_heldout(ids, config.seed, config.heldout) & nonempty
@@ -192,24 +190,69 @@ def train_classifier(config: TrainConfig) -> dict[str, Any]:
             raise ValueError(f"{name} inputs give no document with text for training")
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out) as tmp:
+        staged = Path(tmp)
+        _train_model(staged, config, ids, lines, labels, train)
+        card = ClassifierCard(
+            lang=config.lang,
+            features=FEATURES,
+            engine=config.engine,
+            labels=(NEGATIVE, POSITIVE),
+            hyperparameters=config.hyperparameters(),
+            inputs={
+                "positive": [to_plain(s) for s in config.positive],
+                "negative": [to_plain(s) for s in config.negative],
+            },
+            counts=_class_counts(labels, nonempty, train, held),
+            heldout={},
+        )
+        (staged / CARD).write_text(card.to_json(), encoding="utf-8")
+        # held-out scores through the op's own scoring path (loaded model, same features)
+        held_idx = np.flatnonzero(held)
+        scorer = QualityModel(staged, threads=config.threads)
+        p = scorer.probabilities_of_lines([lines[i] for i in held_idx])[:, 1]
+        figures = heldout_figures(labels[held_idx], p)
+        with open(staged / HELDOUT, "w", encoding="utf-8") as f:
+            for i, score in zip(held_idx.tolist(), p.tolist(), strict=True):
+                record = {"id": ids[i], "label": int(labels[i]), "score": score}
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        card = dataclasses.replace(card, heldout=figures)
+        (staged / CARD).write_text(card.to_json(), encoding="utf-8")
+        (out / CARD).unlink(missing_ok=True)
+        for name in (MODEL, HELDOUT, CARD):
+            os.replace(staged / name, out / name)
+    return figures
+
+
+def _train_model(
+    staged: Path,
+    config: TrainConfig,
+    ids: list[str],
+    lines: list[str],
+    labels: np.ndarray,
+    train: np.ndarray,
+) -> None:
+    """Write the training lines in id-hash order and train ``staged/model.bin``."""
+    import fasttext_new
+
     order = np.argsort(
         np.fromiter((xxhash.xxh64_intdigest(i, 1) for i in ids), np.uint64, len(ids)),
         kind="stable",
     )
-    with tempfile.TemporaryDirectory(dir=out) as tmp:
-        train_file = Path(tmp) / "train.txt"
-        with open(train_file, "w", encoding="utf-8") as f:
-            for i in order[train[order]]:
-                f.write(f"{POSITIVE if labels[i] else NEGATIVE} {lines[i]}\n")
-        hp = config.hyperparameters()
-        model = fasttext_new.train_supervised(
-            input=str(train_file),
-            **{k: v for k, v in hp.items() if k != "heldout"},
-            verbose=0,
-        )
-        model.save_model(str(Path(tmp) / MODEL))
-        os.replace(Path(tmp) / MODEL, out / MODEL)
-    counts = {
+    train_file = staged / "train.txt"
+    with open(train_file, "w", encoding="utf-8") as f:
+        for i in order[train[order]]:
+            f.write(f"{POSITIVE if labels[i] else NEGATIVE} {lines[i]}\n")
+    hp = {k: v for k, v in config.hyperparameters().items() if k != "heldout"}
+    model = fasttext_new.train_supervised(input=str(train_file), **hp, verbose=0)
+    model.save_model(str(staged / MODEL))
+    train_file.unlink()
+
+
+def _class_counts(
+    labels: np.ndarray, nonempty: np.ndarray, train: np.ndarray, held: np.ndarray
+) -> dict[str, dict[str, int]]:
+    return {
         name: {
             "docs": int((labels == positive).sum()),
             "empty": int(((labels == positive) & ~nonempty).sum()),
@@ -218,29 +261,3 @@ def train_classifier(config: TrainConfig) -> dict[str, Any]:
         }
         for positive, name in ((True, "positive"), (False, "negative"))
     }
-    card = ClassifierCard(
-        lang=config.lang,
-        features=FEATURES,
-        engine=config.engine,
-        labels=(NEGATIVE, POSITIVE),
-        hyperparameters=hp,
-        inputs={
-            "positive": [to_plain(s) for s in config.positive],
-            "negative": [to_plain(s) for s in config.negative],
-        },
-        counts=counts,
-        heldout={},
-    )
-    (out / CARD).write_text(card.to_json(), encoding="utf-8")
-    # held-out scores through the op's own scoring path (loaded model, same features)
-    scorer = QualityModel(out, threads=config.threads)
-    held_idx = np.flatnonzero(held)
-    p = scorer.probabilities_of_lines([lines[i] for i in held_idx])[:, 1]
-    figures = heldout_figures(labels[held_idx], p)
-    with open(out / HELDOUT, "w", encoding="utf-8") as f:
-        for i, score in zip(held_idx.tolist(), p.tolist(), strict=True):
-            record = {"id": ids[i], "label": int(labels[i]), "score": score}
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    card = dataclasses.replace(card, heldout=figures)
-    (out / CARD).write_text(card.to_json(), encoding="utf-8")
-    return figures
