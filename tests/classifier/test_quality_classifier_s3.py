@@ -27,10 +27,10 @@ def score(model: str, texts: list[str]) -> list[float]:
 
 def test_a_model_at_an_s3_uri_scores_as_the_local_one(
     trained,
-    s3,
-    bucket,
+    s3,  # noqa: F811 - the fixture imported above
+    bucket,  # noqa: F811
     tmp_path,
-    monkeypatch,  # noqa: F811
+    monkeypatch,
 ):
     corpus, model = trained("en")
     monkeypatch.setenv("DATAFORGE_CACHE_DIR", str(tmp_path / "cache"))
