@@ -47,8 +47,25 @@ def test_building_the_cli_parser_loads_no_tokenizer_or_scorer_module() -> None:
         ("inspect", []),
         ("lm", ["dataforge.lm.cli"]),
         ("train", ["trainer.cli"]),
-        (None, ["dataforge.tokenization.cli", "dataforge.lm.cli", "trainer.cli"]),
-        ("bogus", ["dataforge.tokenization.cli", "dataforge.lm.cli", "trainer.cli"]),
+        ("classifier", ["dataforge.classifier.cli"]),
+        (
+            None,
+            [
+                "dataforge.tokenization.cli",
+                "dataforge.lm.cli",
+                "dataforge.classifier.cli",
+                "trainer.cli",
+            ],
+        ),
+        (
+            "bogus",
+            [
+                "dataforge.tokenization.cli",
+                "dataforge.lm.cli",
+                "dataforge.classifier.cli",
+                "trainer.cli",
+            ],
+        ),
     ],
 )
 def test_the_parser_imports_only_the_subcommand_module_a_command_line_names(command, loaded):
@@ -58,7 +75,8 @@ def test_the_parser_imports_only_the_subcommand_module_a_command_line_names(comm
         "import sys\n"
         "from dataforge.cli import build_parser\n"
         f"parser = build_parser({command!r})\n"
-        "modules = ('dataforge.tokenization.cli', 'dataforge.lm.cli', 'trainer.cli')\n"
+        "modules = ('dataforge.tokenization.cli', 'dataforge.lm.cli', 'dataforge.classifier.cli',\n"
+        "           'trainer.cli')\n"
         "print([m for m in modules if m in sys.modules])\n"
         "print(sorted(parser._subparsers._group_actions[0].choices))\n"
     )
@@ -67,7 +85,7 @@ def test_the_parser_imports_only_the_subcommand_module_a_command_line_names(comm
     imported, choices = out.stdout.strip().splitlines()
     assert imported == repr(loaded)
     names = {"dataforge.tokenization.cli": "tokenizer", "dataforge.lm.cli": "lm",
-             "trainer.cli": "train"}  # fmt: skip
+             "dataforge.classifier.cli": "classifier", "trainer.cli": "train"}  # fmt: skip
     assert choices == repr(
         sorted(["run", "report", "validate", "inspect", *map(names.get, loaded)])
     )

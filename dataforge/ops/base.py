@@ -207,6 +207,8 @@ OP_REGISTRY: dict[str, str] = {
     "lang_id": "dataforge.ops.lang_id:LangId",
     "quality_filter": "dataforge.ops.quality:QualityFilter",
     "perplexity_filter": "dataforge.ops.perplexity:PerplexityFilter",
+    "quality_classifier": "dataforge.ops.quality_classifier:QualityClassifier",
+    "decontaminate": "dataforge.ops.decontaminate:Decontaminate",
     "dedup": "dataforge.ops.dedup:Dedup",
     "sample": "dataforge.ops.sample:Sample",
     "tokenize": "dataforge.ops.tokenize:Tokenize",
