@@ -104,12 +104,23 @@ class LocalExecutor:
     other (tests, baselines); :meth:`close` stops the workers."""
 
     ray_available = False
+    workers = 0
+    _pool: WorkerPool | None = None
+    _placement: Placement | None = None
 
     def __init__(self, workers: int = 0) -> None:
         self.workers = workers
-        self.num_cpus = max(1, workers)
-        self.placement = Placement("local", self.num_cpus, socket.gethostname())
-        self._pool: WorkerPool | None = None
+
+    @property
+    def num_cpus(self) -> int:
+        return max(1, self.workers)
+
+    @property
+    def placement(self) -> Placement:
+        """Made on first use (subclasses that override ``__init__`` get one too)."""
+        if self._placement is None:
+            self._placement = Placement("local", self.num_cpus, socket.gethostname())
+        return self._placement
 
     def check_paths(self, config, work, tasks) -> None:
         """Workers run on this machine, which sees what the driver sees."""
