@@ -95,8 +95,9 @@ def build_corpus(by_lang: dict[str, list[str]], corpus: Path, total: int, seed: 
     return docs
 
 
-def _tree(root: int) -> dict[int, tuple[str, float, int]]:
-    """pid -> (name, CPU seconds, peak RSS bytes) of ``root`` and its descendants."""
+def _tree(root: int) -> dict[int, tuple[str, float, int, int | None]]:
+    """pid -> (command, CPU seconds, peak RSS bytes, parent) of ``root`` and its
+    descendants."""
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -136,7 +137,9 @@ def measure(pipeline: Path, out: Path, executor: str) -> dict[str, float]:
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     seen: dict[int, tuple] = {}
     while proc.poll() is None:
-        seen.update(_tree(proc.pid))
+        for pid, (cmd_, cpu, hwm, ppid) in _tree(proc.pid).items():
+            old = seen.get(pid, (cmd_, 0.0, 0, ppid))  # an exiting process reads as zeros
+            seen[pid] = (old[0] or cmd_, max(old[1], cpu), max(old[2], hwm), old[3] or ppid)
         time.sleep(0.2)
     wall = time.perf_counter() - start
     stderr = proc.stderr.read().decode(errors="replace")
