@@ -61,22 +61,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     progress = RunProgress(mode=args.progress, verbose=args.verbose)
     run_kwargs = {"overwrite": args.overwrite, "log": log, "progress": progress}
     try:
-        if chosen[0] == "local":
-            from dataforge.runtime.pipeline import run_local
-
-            manifest = run_local(config, out, **run_kwargs)
-        else:
-            embedded = not (args.address or config.ray.address or os.environ.get("RAY_ADDRESS"))
-            if embedded and "ray" not in sys.modules:
-                # Ray 2.60 turns token authentication on for a new local cluster and warns
-                # when the mode was left unset; we set it to that secure default, before Ray
-                # reads it at import. Not once Ray is imported (a program calling main()):
-                # Ray's driver would keep the mode it read then while the node it starts
-                # reads ours, and the start stalls on InvalidAuthToken retries.
-                os.environ.setdefault("RAY_AUTH_MODE", "token")
-            from dataforge.runtime.ray_runner import run_on_ray
-
-            manifest = run_on_ray(config, out, address=args.address, **run_kwargs)
+        manifest = _run_on(chosen[0], config, out, args.address, **run_kwargs)
     except (RunDirError, LeaseHeldError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -112,6 +97,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def _run_on(executor: str, config, out: str, address: str | None, **kwargs):
+    """The run on the chosen executor; returns its manifest."""
+    if executor == "local":
+        from dataforge.runtime.pipeline import run_local
+
+        return run_local(config, out, **kwargs)
+    if not (address or config.ray.address or os.environ.get("RAY_ADDRESS")):
+        if "ray" not in sys.modules:
+            # Ray 2.60 turns token authentication on for a new local cluster and warns
+            # when the mode was left unset; we set it to that secure default, before Ray
+            # reads it at import. Not once Ray is imported (a program calling main()):
+            # Ray's driver would keep the mode it read then while the node it starts
+            # reads ours, and the start stalls on InvalidAuthToken retries.
+            os.environ.setdefault("RAY_AUTH_MODE", "token")
+    from dataforge.runtime.ray_runner import run_on_ray
+
+    return run_on_ray(config, out, address=address, **kwargs)
 
 
 def _executor(args: argparse.Namespace, config) -> tuple[str, str] | None:
