@@ -200,9 +200,8 @@ def run_on_ray(
     restore = exit_on_sigterm()
 
     def start_ray() -> RayExecutor:
-        import ray  # deferred
-
-        if not ray.is_initialized():
+        # Not imported before connect(): Ray reads RAY_AUTH_MODE, which it may set, at import.
+        if "ray" not in sys.modules or not sys.modules["ray"].is_initialized():
             started.append(True)
         where = connect(config, address, verbose=progress.verbose)
         exit_on_sigterm()  # again: ray.init sets a handler of its own (exit status 15)
