@@ -137,3 +137,28 @@ def test_a_worker_pool_needs_a_worker(pipeline_file: Path, tmp_path: Path) -> No
     config = dataclasses.replace(_config(pipeline_file))
     with pytest.raises(ValueError, match="workers: 0 is not valid; valid: >= 1"):
         WorkerPool(config, str(tmp_path), 0)
+
+
+def test_with_a_remote_storage_client_the_workers_are_spawned_fresh(
+    pipeline_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver holding an S3 client does not fork it: its workers start as new
+    interpreters, with the same output."""
+    from dataforge.io import fs
+    from dataforge.runtime import local_pool
+
+    config = _config(pipeline_file)
+    monkeypatch.setattr(fs, "remote_in_use", lambda: True)
+    methods: list[str] = []
+    get_context = local_pool.multiprocessing.get_context
+    monkeypatch.setattr(
+        local_pool.multiprocessing, "get_context", lambda m: methods.append(m) or get_context(m)
+    )
+    executor = LocalExecutor(workers=2)
+    try:
+        run_pipeline(config, tmp_path / "out", executor, log=lambda m: None)
+    finally:
+        executor.close()
+    assert methods == ["spawn"]
+    run_pipeline(config, tmp_path / "ref", LocalExecutor(), log=lambda m: None)
+    assert list(iter_samples(tmp_path / "out")) == list(iter_samples(tmp_path / "ref"))
