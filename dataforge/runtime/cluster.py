@@ -162,6 +162,16 @@ def node_name() -> str:
     return f"{address} ({node_id[:8]})"
 
 
+def _auth_hint() -> str:
+    """What to try when a joined cluster's workers cannot answer this driver."""
+    if os.environ.get("RAY_AUTH_MODE") != "token":
+        return ""
+    return (
+        "; this driver uses token authentication: a cluster without it needs "
+        "RAY_AUTH_MODE=disabled here"
+    )
+
+
 def _cpus() -> int:
     import ray  # deferred, as in connect
 
@@ -250,7 +260,7 @@ def check_nodes_see_paths(
                 # minute): it will run no task of this run either.
                 found = []
             except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as exc:
-                found = [f"did not answer the path check ({type(exc).__name__})"]
+                found = [f"did not answer the path check ({type(exc).__name__}{_auth_hint()})"]
             problems += [f"node {name}: {p}" for p in found]
     finally:
         if work is not None:

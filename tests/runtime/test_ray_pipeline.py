@@ -99,6 +99,9 @@ def test_two_node_cluster(pipeline_file: Path, tmp_path: Path) -> None:
             cluster.address,
             "--set",
             "ray.actors=2",
+            # a cluster made by cluster_utils has no authentication; a token on this
+            # machine (any earlier embedded run writes one) would make the driver use it
+            env={"RAY_AUTH_MODE": "disabled"},
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert f"Ray cluster at {cluster.address}" in proc.stderr
