@@ -47,7 +47,7 @@ class RunState:
     barrier_summaries: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
     seg_stats: list[list[dict[str, Any]]] = dataclasses.field(default_factory=list)
     runtime: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """Where the tasks ran (:meth:`dataforge.runtime.pipeline.Placement.summary`)."""
+    """Where the tasks ran (:meth:`dataforge.runtime.placement.Placement.summary`)."""
 
 
 def _move_parts(config, store: RunStore, final_seg: int, task_ids: list[str]) -> list[str]:

@@ -8,7 +8,6 @@ identity checked, the dataset index and finally ``manifest.json`` written.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import os
@@ -46,35 +45,12 @@ from dataforge.runtime.ownership import (
     describe_takeover,
     output_overlaps_inputs,
 )
+from dataforge.runtime.placement import Placement
 from dataforge.runtime.progress import RunProgress
 from dataforge.runtime.segments import Segment, SegmentRunner, build_segments, make_op
 from dataforge.runtime.split_ids import settle_split_ids
 
-__all__ = ["Executor", "LocalExecutor", "Placement", "local_workers", "run_local", "run_pipeline"]
-
-
-class Placement:
-    """Where the tasks this invocation ran went: per node, and how many in the driver's own
-    process (the manifest's ``runtime``)."""
-
-    def __init__(self, executor: str, num_cpus: int, driver_node: str, nodes: int = 1) -> None:
-        self.executor, self.num_cpus, self.nodes = executor, num_cpus, nodes
-        self.driver = (driver_node, os.getpid())
-        self.by_node: collections.Counter[str] = collections.Counter()
-        self.on_driver = 0
-
-    def ran(self, node: str, pid: int) -> None:
-        self.by_node[node] += 1
-        self.on_driver += (node, pid) == self.driver
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "executor": self.executor,
-            "num_cpus": self.num_cpus,
-            "nodes": self.nodes,
-            "tasks_on_driver": self.on_driver,
-            "tasks_by_node": dict(sorted(self.by_node.items())),
-        }
+__all__ = ["Executor", "LocalExecutor", "local_workers", "run_local", "run_pipeline"]
 
 
 class Executor(Protocol):

@@ -31,7 +31,8 @@ from dataforge.runtime.cluster import (
     resolve_run_paths,
 )
 from dataforge.runtime.local_pool import exit_on_sigterm
-from dataforge.runtime.pipeline import Placement, run_pipeline
+from dataforge.runtime.pipeline import run_pipeline
+from dataforge.runtime.placement import Placement
 from dataforge.runtime.progress import RunProgress
 from dataforge.runtime.segments import Segment, SegmentRunner
 
