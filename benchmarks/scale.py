@@ -9,7 +9,7 @@ of every stage grows with the size, not just the bytes read. Files of ~16 MB (at
 Each (size, executor) is one fresh ``dataforge run --executor X`` subprocess; the script
 polls ``/proc`` every 0.2 s for the run's process tree and prints wall seconds, CPU
 seconds of the whole tree (user + system, the last reading of each process), the peak RSS
-(``VmHWM``) of the driver and of the largest worker (Ray: processes named ``ray::``;
+(``VmHWM``) of the driver and of the largest worker (Ray: its actors, named ``ray::``;
 local: the driver's children), and per executor the exponent of wall time against size
 fitted by least squares on the logs, with the Ray/local wall ratio per size. Linux only;
 not part of ``make test``.
@@ -139,7 +139,7 @@ def measure(pipeline: Path, out: Path, executor: str) -> dict[str, float]:
     while proc.poll() is None:
         for pid, (cmd_, cpu, hwm, ppid) in _tree(proc.pid).items():
             old = seen.get(pid, (cmd_, 0.0, 0, ppid))  # an exiting process reads as zeros
-            seen[pid] = (old[0] or cmd_, max(old[1], cpu), max(old[2], hwm), old[3] or ppid)
+            seen[pid] = (cmd_ or old[0], max(old[1], cpu), max(old[2], hwm), old[3] or ppid)
         time.sleep(0.2)
     wall = time.perf_counter() - start
     stderr = proc.stderr.read().decode(errors="replace")
@@ -147,7 +147,9 @@ def measure(pipeline: Path, out: Path, executor: str) -> dict[str, float]:
         raise SystemExit(f"failed: {' '.join(cmd)}\n{stderr[-3000:]}")
     driver = seen.get(proc.pid, ("", 0.0, 0, None))
     if executor == "ray":
-        workers = [v for v in seen.values() if v[0].startswith("ray::")]
+        workers = [  # actors (tasks, index shards), not Ray's own agents
+            v for v in seen.values() if v[0].startswith("ray::") and not v[0].endswith("Agent")
+        ]
     else:
         workers = [v for pid, v in seen.items() if v[3] == proc.pid]
     runtime = json.loads((out / "manifest.json").read_text())["runtime"]
