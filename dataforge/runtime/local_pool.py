@@ -82,6 +82,8 @@ class WorkerPool:
     ) -> None:
         """Run ``tasks``, one per idle worker at a time; ``on_task(stats, worker_pid)`` as
         each one commits. A task's exception is raised here (and the pool stopped)."""
+        if not self._workers:
+            raise RuntimeError("the worker pool is closed")
         queue = deque(tasks)
         try:
             while queue or any(w.task is not None for w in self._workers):

@@ -114,6 +114,8 @@ def test_an_error_or_a_dead_worker_cancels_the_task_in_flight(
     # run_segment closed the pool: "wait" saw the cancel, stopped, and its worker left
     assert (marks / "cancelled").read_text() == "True"
     assert not _alive(int((marks / "waiting").read_text()))
+    with pytest.raises(RuntimeError, match="the worker pool is closed"):
+        pool.run_segment(segment, [{"task_id": "after"}], lambda s, p: None)
 
 
 def test_results_come_back_with_the_worker_that_ran_them(
