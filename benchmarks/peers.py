@@ -3,7 +3,8 @@ in-process executor, on the demo corpus re-sharded into 16 files.
 
 Recipe: clean -> quality filter -> MinHash dedup at about 0.7 Jaccard -> jsonl.
 
-- dataforge, ``dataforge run`` on embedded Ray (``ray.num_cpus`` = ``--cpus``), and the same
+- dataforge, ``dataforge run`` on embedded Ray (``ray.num_cpus`` = ``--cpus``; with
+  ``--local`` also ``--executor local``), and the same
   pipeline through the in-process executor (``LocalExecutor``: one process, tasks one
   after the other), which then writes ``report.html`` as ``dataforge run`` does;
 - datatrove 0.10.1 (installed once into its own virtualenv, ``build/peers-venv``):
@@ -23,7 +24,7 @@ the machine's load average. Not part of ``make test``.
 
     .venv/bin/python benchmarks/peers.py [--rounds 3] [--cpus 2]
     .venv/bin/python benchmarks/peers.py --copies 6 --no-peer   # ~100 MB, Ray vs in-process
-    .venv/bin/python benchmarks/peers.py --copies 6 --no-peer --thread-lanes  # and threads
+    .venv/bin/python benchmarks/peers.py --copies 6 --no-peer --local  # and executor: local
 """
 
 from __future__ import annotations
@@ -223,10 +224,7 @@ def main() -> int:
     )
     parser.add_argument("--no-peer", action="store_true", help="only Ray vs in-process")
     parser.add_argument(
-        "--thread-lanes",
-        action="store_true",
-        help="also `dataforge run` with DATAFORGE_DRIVER_LANES=threads (the driver's lane as "
-        "two threads instead of two forked processes)",
+        "--local", action="store_true", help="also `dataforge run --executor local`"
     )
     args = parser.parse_args()
 
@@ -252,10 +250,9 @@ def main() -> int:
     }  # fmt: skip
     if args.no_peer:
         del runs["datatrove"]
+    if args.local:
+        runs["dataforge, executor local"] = [*runs["dataforge on Ray"], "--executor", "local"]
     envs = {name: env for name in runs}
-    if args.thread_lanes:
-        runs["dataforge, thread lanes"] = runs["dataforge on Ray"]
-        envs["dataforge, thread lanes"] = {**env, "DATAFORGE_DRIVER_LANES": "threads"}
     print(f"{docs} docs, {mbytes:.1f} MB of text in 16 files; {args.cpus} CPUs")
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     loads = []
@@ -283,9 +280,9 @@ def main() -> int:
         print(f"datatrove / dataforge in-process:    {peer / local:.2f}x")
     print(f"dataforge Ray run / in-process wall: {ray / local:.2f}x  (goal <= 1.0x at 25 MB, ")
     print("  <= 0.6x at 100 MB)")
-    if "dataforge, thread lanes" in median:
-        threads = median["dataforge, thread lanes"]
-        print(f"the same with thread lanes / in-process: {threads / local:.2f}x")
+    if "dataforge, executor local" in median:
+        pool = median["dataforge, executor local"]
+        print(f"dataforge Ray run / executor local:  {ray / pool:.2f}x")
     return 0
 
 

@@ -3,8 +3,7 @@
 Both run the same pipeline (the demo inputs with the ``clean`` and ``quality_filter``
 stages, MDS output) in the same process: the baseline executes every task in this process
 one after the other (``LocalExecutor``: the same reader, ops and sink code); the Ray run
-uses embedded local Ray with ``--cpus`` CPUs (the driver and ``--cpus`` - 1 actors, as ``dataforge
-run`` does). Prints MB/s of input text (UTF-8, decompressed) and the ratio.
+uses embedded local Ray with ``--cpus`` CPUs (``--cpus`` actors, as ``dataforge run`` does). Prints MB/s of input text (UTF-8, decompressed) and the ratio.
 
     .venv/bin/python benchmarks/pipeline_throughput.py [--cpus 2] [--repeat 1]
 """

@@ -4,8 +4,8 @@ A single uncompressed JSONL file is generated at run time (real text: the demo c
 news and docs records, each line made unique by its number) under ``--tmp``. The baseline
 reads it as one task in this process (``LocalExecutor``, ``read.split_bytes: null``); the
 Ray run splits it into tasks of ``--split-mb`` (default: the file / 8, at most 128 MiB, the
-default ``read.split_bytes``) on embedded local Ray with ``--cpus`` CPUs (the driver and
-``--cpus`` - 1 actors, as ``dataforge run`` does). Both write MDS;
+default ``read.split_bytes``) on embedded local Ray with ``--cpus`` CPUs (``--cpus``
+actors, as ``dataforge run`` does). Both write MDS;
 their counts must agree. Prints MB/s of input and the ratio.
 
     .venv/bin/python benchmarks/split_throughput.py              # 64 MB file

@@ -53,36 +53,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = _checked_config(args)
     if config is None:
         return 2
-    from dataforge.runtime.lane_processes import lanes_are_processes
-
-    try:
-        lanes_are_processes()
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    chosen = _executor(args, config)
+    if chosen is None:
         return 2
     out = _output_location(args, config)
-    embedded = not (args.address or config.ray.address or os.environ.get("RAY_ADDRESS"))
-    if embedded and "ray" not in sys.modules:
-        # Ray 2.60 turns token authentication on for a new local cluster and warns when the
-        # mode was left unset; we set it to that secure default, before Ray reads it at
-        # import. Not once Ray is imported (a program calling main()): Ray's driver would
-        # keep the mode it read then while the node it starts reads ours, and the start
-        # stalls on InvalidAuthToken retries (~20 s, measured).
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
+    log = lambda m: print(f"[dataforge] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    log(chosen[1])
     from dataforge.runtime.cluster import ClusterError
     from dataforge.runtime.progress import RunProgress
-    from dataforge.runtime.ray_runner import run_on_ray
 
     progress = RunProgress(mode=args.progress, verbose=args.verbose)
+    run_kwargs = {"overwrite": args.overwrite, "log": log, "progress": progress}
     try:
-        manifest = run_on_ray(
-            config,
-            out,
-            address=args.address,
-            overwrite=args.overwrite,
-            log=lambda m: print(f"[dataforge] {m}", file=sys.stderr, flush=True),
-            progress=progress,
-        )
+        manifest = _run_on(chosen[0], config, out, args.address, **run_kwargs)
     except (RunDirError, LeaseHeldError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -118,6 +101,39 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def _run_on(executor: str, config, out: str, address: str | None, **kwargs):
+    """The run on the chosen executor; returns its manifest."""
+    if executor == "local":
+        from dataforge.runtime.pipeline import run_local
+
+        return run_local(config, out, **kwargs)
+    if not (address or config.ray.address or os.environ.get("RAY_ADDRESS")):
+        if "ray" not in sys.modules:
+            # Ray 2.60 turns token authentication on for a new local cluster and warns
+            # when the mode was left unset; we set it to that secure default, before Ray
+            # reads it at import. Not once Ray is imported (a program calling main()):
+            # Ray's driver would keep the mode it read then while the node it starts
+            # reads ours, and the start stalls on InvalidAuthToken retries.
+            os.environ.setdefault("RAY_AUTH_MODE", "token")
+    from dataforge.runtime.ray_runner import run_on_ray
+
+    return run_on_ray(config, out, address=address, **kwargs)
+
+
+def _executor(args: argparse.Namespace, config) -> tuple[str, str] | None:
+    """The executor the run uses and why (``runtime.validate.executor_choice``); None (the
+    error printed) when the choice contradicts the addresses given."""
+    from dataforge.config import ConfigError
+    from dataforge.runtime.validate import executor_choice
+
+    try:
+        name, why = executor_choice(config, args.executor, getattr(args, "address", None))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+    return name, why
 
 
 def _output_location(args: argparse.Namespace, config) -> str:
@@ -169,7 +185,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from dataforge.io.splits import split_summary
 
     config = _checked_config(args)
-    if config is None:
+    chosen = None if config is None else _executor(args, config)
+    if chosen is None:
         return 2
     tasks = plan_input_tasks(config)
     splits = split_summary(tasks, config.inputs, config.read.split_bytes)
@@ -178,6 +195,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"{sum(t.bytes for t in tasks)} bytes, {splits}, "
         f"stages: {[s.op for s in config.stages]}"
     )
+    print(chosen[1])
     return 0
 
 
@@ -208,8 +226,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     run = sub.add_parser(
         "run",
-        help="run (or resume) a pipeline on Ray",
-        description="Run PIPELINE.yaml on embedded local Ray or an existing cluster. "
+        help="run (or resume) a pipeline on Ray or local worker processes",
+        description="Run PIPELINE.yaml on embedded local Ray, an existing cluster, or "
+        "(--executor local) forked worker processes. "
         "Re-running into an OUT of the same config and inputs resumes; a different config "
         "or input set is refused unless --overwrite; one run writes an OUT at a time.",
     )
@@ -217,6 +236,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("-o", "--output", metavar="OUT", help="run directory (default: output.path)")
     run.add_argument(
         "--address", help="Ray cluster address (default: ray.address, RAY_ADDRESS, else local)"
+    )
+    run.add_argument(
+        "--executor",
+        choices=("ray", "local"),
+        help="ray: every task on Ray actors (default); local: forked worker processes, no Ray "
+        "(default: the pipeline's executor key)",
     )
     run.add_argument(
         "--set",
@@ -263,6 +288,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "-o", "--output", metavar="OUT", help="check this run directory (default: output.path)"
     )
     val.add_argument("--set", action="append", default=[], metavar="key.path=value")
+    val.add_argument("--executor", choices=("ray", "local"), help="as for run")
     val.set_defaults(func=_cmd_validate)
 
     ins = sub.add_parser(

@@ -93,20 +93,15 @@ class RayConfig:
     address: str | None = None
     """None: start embedded local Ray; ``auto`` or ``host:port``: join that cluster."""
     num_cpus: int | None = None
-    """CPUs for embedded Ray (default: all detected)."""
+    """CPUs of embedded Ray, or worker processes of ``executor: local`` (default: all
+    detected); a joined cluster has its own."""
     object_store_memory: int | None = None
     """Bytes for embedded Ray's object store (default: Ray's)."""
     actors: int | None = None
-    """Size of the run's actor pool, shared by all segments (default: the cluster's CPUs;
-    embedded, one fewer, the driver running tasks as the last worker). Set, the driver
-    runs tasks only until every actor has returned one."""
+    """Size of the run's actor pool, shared by all segments (default: the cluster's CPUs
+    over ``cpus_per_actor``)."""
     cpus_per_actor: float = 1.0
     max_task_retries: int = 2
-    start: Literal["auto", "always"] = "auto"
-    """Embedded Ray only. ``auto``: the driver runs tasks from the start and starts Ray
-    once a segment's work left, at its measured pace, pays back Ray's start (a small run
-    never starts it); ``always``: start it with the run. A sized pool (``actors``) always
-    starts it."""
 
     def __post_init__(self) -> None:
         check_choices(self)
@@ -170,6 +165,9 @@ class PipelineConfig:
     output: OutputConfig
     stages: tuple[StageConfig, ...] = ()
     seed: int = 0
+    executor: Literal["ray", "local"] = "ray"
+    """Where tasks run: ``ray`` (Ray actors: embedded, or the cluster of ``ray.address``)
+    or ``local`` (forked worker processes on this machine, no Ray)."""
     ray: RayConfig = RayConfig()
     read: ReadConfig = ReadConfig()
     storage: StorageConfig = StorageConfig()
@@ -199,7 +197,8 @@ class PipelineConfig:
 
 
 _PIPELINE_KEYS = {
-    "name", "inputs", "output", "stages", "seed", "ray", "read", "storage", "max_error_rate"
+    "name", "inputs", "output", "stages", "seed", "executor", "ray", "read", "storage",
+    "max_error_rate",
 }  # fmt: skip
 _STAGE_RUNTIME_KEYS = {"op", "batch_size"}
 
@@ -280,6 +279,7 @@ def config_sha256(config: PipelineConfig) -> str:
     ``output.keep_work`` and ``ray`` placement do not change results and are excluded."""
     plain = to_plain(config)
     plain.pop("ray", None)
+    plain.pop("executor", None)  # both executors write the same bytes
     plain.pop("storage", None)  # where the bytes live does not change them
     plain.pop("base_dir", None)
     plain["output"].pop("keep_work", None)

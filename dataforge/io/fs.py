@@ -195,7 +195,7 @@ _REMOTE_USED: set[str] = set()
 def remote_in_use() -> bool:
     """Whether this process has made a client of remote storage (S3 and the like): its
     connection pool and SDK threads must not be shared with a forked child
-    (:mod:`dataforge.runtime.lane_processes`)."""
+    (:mod:`dataforge.runtime.local_pool`)."""
     return bool(_REMOTE_USED)
 
 

@@ -46,6 +46,8 @@ class RunState:
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     barrier_summaries: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
     seg_stats: list[list[dict[str, Any]]] = dataclasses.field(default_factory=list)
+    runtime: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Where the tasks ran (:meth:`dataforge.runtime.placement.Placement.summary`)."""
 
 
 def _move_parts(config, store: RunStore, final_seg: int, task_ids: list[str]) -> list[str]:
@@ -125,6 +127,7 @@ def commit_output(run: RunState) -> dict[str, Any]:
         "warnings": warnings,
         "stages": stage_report(config, seg_stats, barrier_summaries),
         "timings": timings,
+        "runtime": run.runtime,
         "distributions": merge_distributions(
             [s.get("distributions", {}) for stats in seg_stats for s in stats]
         ),

@@ -1,8 +1,8 @@
 """Driver-side orchestration, independent of where tasks run.
 
 ``run_pipeline`` plans tasks and segments, asks an *executor* to run each segment's pending
-tasks (Ray actor pools in :mod:`dataforge.runtime.ray_runner`, or in-process), runs barrier
-planners between segments, then commits the output (:mod:`dataforge.runtime.commit`): parts moved into place, the accounting
+tasks (Ray actors: :mod:`dataforge.runtime.ray_runner`; local worker processes:
+:class:`LocalExecutor`), runs barrier planners between segments, then commits the output (:mod:`dataforge.runtime.commit`): parts moved into place, the accounting
 identity checked, the dataset index and finally ``manifest.json`` written.
 """
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import socket
 import sys
 import tempfile
 import time
@@ -31,6 +33,7 @@ from dataforge.runtime.failures import (
     collect_task_failures,
     driver_failure_message,
 )
+from dataforge.runtime.local_pool import WorkerPool, exit_on_sigterm
 from dataforge.runtime.manifest import (
     AccountingError,
     check_inputs_unchanged,
@@ -43,18 +46,21 @@ from dataforge.runtime.ownership import (
     describe_takeover,
     output_overlaps_inputs,
 )
+from dataforge.runtime.placement import Placement
 from dataforge.runtime.progress import RunProgress
 from dataforge.runtime.segments import Segment, SegmentRunner, build_segments, make_op
 from dataforge.runtime.split_ids import settle_split_ids
 
-__all__ = ["Executor", "LocalExecutor", "run_pipeline"]
+__all__ = ["Executor", "LocalExecutor", "local_workers", "run_local", "run_pipeline"]
 
 
 class Executor(Protocol):
     """Runs ``SegmentRunner(config, segment, work_dir).run_task(task)`` for many tasks and
-    calls ``on_task(stats)`` as each one commits."""
+    calls ``on_task(stats)`` as each one commits; :attr:`placement` counts where."""
 
     num_cpus: int
+    ray_available: bool
+    placement: Placement
 
     def check_paths(self, config: PipelineConfig, work: Path, tasks: list[InputTask]) -> None:
         """Raise before any work if the workers cannot see the run's paths."""
@@ -70,18 +76,85 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Runs every task in this process, one after the other (tests, baselines)."""
+    """Runs tasks on this machine without Ray: on ``workers`` worker processes
+    (:class:`WorkerPool`, ``executor: local``), or with none in this process, one after the
+    other (tests, baselines); :meth:`close` stops the workers."""
 
-    num_cpus = 1
     ray_available = False
+    workers = 0
+    _pool: WorkerPool | None = None
+    _placement: Placement | None = None
+
+    def __init__(self, workers: int = 0) -> None:
+        self.workers = workers
+
+    @property
+    def num_cpus(self) -> int:
+        return max(1, self.workers)
+
+    @property
+    def placement(self) -> Placement:
+        """Made on first use (subclasses that override ``__init__`` get one too)."""
+        if self._placement is None:
+            self._placement = Placement("local", self.num_cpus, socket.gethostname())
+        return self._placement
 
     def check_paths(self, config, work, tasks) -> None:
-        """Tasks run in this process, which sees what the driver sees."""
+        """Workers run on this machine, which sees what the driver sees."""
 
     def run_segment(self, config, segment, work_dir, tasks, on_task) -> None:
-        runner = SegmentRunner(config, segment, str(work_dir))
-        for task in tasks:
-            on_task(runner.run_task(task))
+        node = self.placement.driver[0]
+        if not self.workers:
+            runner = SegmentRunner(config, segment, str(work_dir))
+            for task in tasks:
+                stats = runner.run_task(task)
+                self.placement.ran(node, os.getpid())
+                on_task(stats)
+            return
+        if self._pool is None:
+            self._pool = WorkerPool(config, str(work_dir), self.workers)
+
+        def committed(stats: dict[str, Any], pid: int) -> None:
+            self.placement.ran(node, pid)
+            on_task(stats)
+
+        self._pool.run_segment(segment, tasks, committed)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+def local_workers(config: PipelineConfig) -> int:
+    """Worker processes of ``executor: local``: ``ray.num_cpus``, else this machine's CPUs."""
+    return config.ray.num_cpus or os.cpu_count() or 1
+
+
+def run_local(
+    config: PipelineConfig,
+    out: str | Path,
+    overwrite: bool = False,
+    log: Callable[[str], None] | None = None,
+    progress: RunProgress | None = None,
+) -> dict[str, Any]:
+    """``dataforge run`` with ``executor: local``: :func:`run_pipeline` on
+    :func:`local_workers` forked processes (Ray neither started nor imported)."""
+    log = log or _log
+    executors: list[LocalExecutor] = []
+
+    def start() -> LocalExecutor:
+        executors.append(LocalExecutor(local_workers(config)))
+        log(f"running on {executors[0].workers} local worker processes")
+        return executors[0]
+
+    restore = exit_on_sigterm()
+    try:
+        return run_pipeline(config, out, start, overwrite=overwrite, log=log, progress=progress)
+    finally:
+        for executor in executors:
+            executor.close()
+        restore()
 
 
 def _log(msg: str) -> None:
@@ -185,6 +258,7 @@ def _execute(run: RunState, executor: Executor, progress: RunProgress) -> dict[s
         _run_segment(run, segment, executor, progress)
     check_inputs_unchanged(run.input_tasks)
     run.verify()
+    run.runtime = executor.placement.summary()
     return commit_output(run)
 
 
@@ -318,8 +392,7 @@ def _plan_barrier(config, stage, prev_stats, executor, parts, tmp, audit_dir) ->
         seed=config.seed,
         source_stats=source_stats,
         sources={s.name: s.lang for s in config.inputs},
-        ray_available=getattr(executor, "ray_available", False),
-        may_fork=getattr(executor, "may_fork", False),
+        ray_available=executor.ray_available,
     )
     op = make_op(stage, config)
     op.setup()

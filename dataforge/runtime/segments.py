@@ -10,7 +10,7 @@ barrier's decision for ``t``, runs the segment's ops, and commits a part:
     _work/seg<k>/<t>.done     completion marker (the stats), written after the rename
 
 This module imports no ray: the runtime decides where :class:`SegmentRunner` runs (Ray
-actors in ``dataforge run``, in-process in tests and the baseline benchmark).
+actors or local worker processes in ``dataforge run``, in-process in tests and baselines).
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class SegmentRunner:
         self.declared = declared_encodings(config) if segment.final else {}
         self._split_ids: set[str] | None = None  # what a split of a file with id_key accepted
         self._records_read = 0
-        self.cancel: threading.Event | None = None  # set: the task in flight stops (driver lanes)
+        self.cancel: threading.Event | None = None  # set: the task in flight stops (local workers)
         for _, _, op in self.ops:
             op.setup()
         for op in (self.barrier_in, self.barrier_out):

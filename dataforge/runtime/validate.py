@@ -24,7 +24,7 @@ from dataforge.runtime.ownership import output_overlaps_inputs
 from dataforge.runtime.segments import make_op
 from dataforge.typed_config import ConfigError
 
-__all__ = ["output_reached_through_links", "validate_pipeline"]
+__all__ = ["executor_choice", "output_reached_through_links", "validate_pipeline"]
 
 
 def validate_pipeline(config: PipelineConfig, out: str | None = None) -> list[str]:
@@ -72,3 +72,36 @@ def output_reached_through_links(out: Path, config: PipelineConfig) -> list[str]
                 f"{via}: a run could read its own output; choose an -o outside it"
             ]
     return []
+
+
+def executor_choice(
+    config: PipelineConfig, executor: str | None = None, address: str | None = None
+) -> tuple[str, str]:
+    """Which executor a run uses, and one line saying why: ``--executor`` (``executor``),
+    else the pipeline's ``executor`` key, else ``ray``. Ray joins the cluster named by
+    ``--address`` (``address``), ``ray.address`` or ``RAY_ADDRESS``, else starts embedded.
+
+    Raises:
+        ConfigError: ``local`` with ``--address`` or ``ray.address`` (local runs no Ray).
+    """
+    from dataforge.runtime.cluster import embedded_cpus, resolve_address
+    from dataforge.runtime.pipeline import local_workers
+
+    name = executor or config.executor
+    said = "--executor" if executor else "the pipeline's executor key"
+    if not executor and config.executor == "ray":
+        said = "the default; executor: local or --executor local runs without Ray"
+    if name == "local":
+        if address or config.ray.address:
+            given = "--address" if address else "ray.address"
+            raise ConfigError(f"executor: local runs no Ray but {given} is set; valid: one of them")
+        where = f"{local_workers(config)} forked worker processes on this machine, no Ray"
+    elif cluster := resolve_address(config, address):
+        named = "--address" if address else "ray.address" if config.ray.address else "RAY_ADDRESS"
+        where = f"the actors of the Ray cluster at {cluster} (from {named})"
+    else:
+        where = (
+            f"the actors of embedded local Ray with {embedded_cpus(config)} CPUs "
+            "(no --address, ray.address or RAY_ADDRESS)"
+        )
+    return name, f"executor: {name} ({said}): every task runs on {where}"

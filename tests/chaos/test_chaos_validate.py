@@ -24,7 +24,7 @@ BAD_VALUES = {
     "ray.cpus_per_actor=0": "ray.cpus_per_actor=0.0; valid range: >0",
     "ray.object_store_memory=1": "ray.object_store_memory=1; valid range",
     "ray.max_task_retries=-1": "ray.max_task_retries=-1; valid range: 0 to 100",
-    "ray.start=sometimes": "ray.start: 'sometimes' is not valid; valid: 'auto', 'always'",
+    "executor=sometimes": "executor: 'sometimes' is not valid; valid: 'ray', 'local'",
     "max_error_rate=1.5": "max_error_rate must be in [0, 1]",
     "stages=[{op: quality_filter, languages: {zh: {min_cjk_fraction: 2.5}}}]": (
         "quality_filter.languages.zh: min_cjk_fraction=2.5; valid range: 0 to 1"

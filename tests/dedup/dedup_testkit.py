@@ -39,7 +39,6 @@ def run_dedup(
     batch: int = 1000,
     ray_available: bool = False,
     num_cpus: int = 2,
-    may_fork: bool = False,
     **config,
 ) -> tuple[dict, pa.Table, Path]:
     """prepare per batch -> plan -> apply per task; returns (summary, output, OUT dir)."""
@@ -47,7 +46,7 @@ def run_dedup(
 
     op = Dedup(Dedup.Config(**config), OpContext(base_dir=str(tmp)))
     op.setup()
-    name = f"{batch}-{num_cpus}-{may_fork}-{json.dumps(config, sort_keys=True, default=str)}"
+    name = f"{batch}-{num_cpus}-{json.dumps(config, sort_keys=True, default=str)}"
     work = tmp / f"work-{name}"
     work.mkdir(parents=True)
     parts, batches = {}, {}
@@ -68,7 +67,6 @@ def run_dedup(
         source_stats={},
         sources={},
         ray_available=ray_available,
-        may_fork=may_fork,
     )
     summary = planner.plan(op, ctx)
     outputs = []

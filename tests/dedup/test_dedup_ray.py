@@ -21,23 +21,16 @@ def ray_session():
     ray.shutdown()
 
 
-@pytest.fixture(autouse=True)
-def index_actors_even_when_small(monkeypatch):
-    """These tables are small enough for the driver-side index; test the actors."""
-    monkeypatch.setattr(planner, "LOCAL_INDEX_MAX_DOCS", 0)
-
-
-def test_small_stages_index_in_the_driver(ray_session, table, tmp_path, monkeypatch):
-    monkeypatch.setattr(planner, "LOCAL_INDEX_MAX_DOCS", 10_000)
-
+def test_the_ray_executor_indexes_on_actors_the_local_one_in_the_driver(
+    ray_session, table, tmp_path, monkeypatch
+):
     actors_seen = []
     monkeypatch.setattr(planner, "_fault_hook", lambda phase, attempt, a: actors_seen.append(a))
-    summary, out, _ = run_dedup(tmp_path / "small", table, ray_available=True, index_shards=3)
+    summary, out, _ = run_dedup(tmp_path / "local", table, ray_available=False, index_shards=3)
     assert summary["dropped"] == 16 and len(kept_ids(out)) == 40
     assert actors_seen and all(a == [] for a in actors_seen)  # in-driver shards: no actors
-    monkeypatch.setattr(planner, "LOCAL_INDEX_MAX_DOCS", 0)
     actors_seen.clear()
-    run_dedup(tmp_path / "big", table, ray_available=True, index_shards=3)
+    run_dedup(tmp_path / "ray", table, ray_available=True, index_shards=3)
     assert actors_seen and all(len(a) == 3 for a in actors_seen)
 
 

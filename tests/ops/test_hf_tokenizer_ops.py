@@ -153,7 +153,7 @@ def test_a_run_on_the_forked_lanes_tokenizes_as_the_in_process_run(
         output: {{path: out/hf}}
     """,
     )
-    env = {k: v for k, v in os.environ.items() if k != "DATAFORGE_DRIVER_LANES"}
+    env = dict(os.environ)
     proc = subprocess.run(
         [sys.executable, "-m", "dataforge.cli", "run", str(path)],
         capture_output=True, text=True, env=env, timeout=600,

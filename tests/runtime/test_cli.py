@@ -64,13 +64,37 @@ def test_run_with_bad_config_fails_before_ray(pipeline_file: Path, capsys) -> No
     assert "unknown op 'nope'" in capsys.readouterr().err
 
 
-def test_run_with_a_bad_lane_kind_fails_before_any_work(
+def test_validate_says_which_executor_runs_and_why(
     pipeline_file: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("DATAFORGE_DRIVER_LANES", "fork")
-    assert main(["run", str(pipeline_file), "-o", str(tmp_path / "never")]) == 2
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cpus = ["--set", "ray.num_cpus=3"]
+    assert main(["validate", str(pipeline_file), *cpus]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "executor: ray (the default; executor: local or --executor local runs without Ray): "
+        "every task runs on the actors of embedded local Ray with 3 CPUs (no --address, "
+        "ray.address or RAY_ADDRESS)"
+    )
+    assert main(["validate", str(pipeline_file), *cpus, "--set", "executor=local"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "executor: local (the pipeline's executor key): every task runs on 3 forked worker "
+        "processes on this machine, no Ray"
+    )
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert main(["validate", str(pipeline_file), "--executor", "ray"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "executor: ray (--executor): every task runs on the actors of the Ray cluster at "
+        "10.0.0.1:6379 (from RAY_ADDRESS)"
+    )
+
+
+def test_run_on_local_workers_with_an_address_fails_before_any_work(
+    pipeline_file: Path, tmp_path: Path, capsys
+) -> None:
+    out = ["-o", str(tmp_path / "never")]
+    assert main(["run", str(pipeline_file), *out, "--executor", "local", "--address", "a:1"]) == 2
     err = capsys.readouterr().err
-    assert err == "error: DATAFORGE_DRIVER_LANES: 'fork' is not valid; valid: processes, threads\n"
+    assert err == ("error: executor: local runs no Ray but --address is set; valid: one of them\n")
     assert not (tmp_path / "never").exists()
 
 

@@ -31,9 +31,8 @@ class BarrierContext:
         seed: the pipeline seed.
         source_stats: per source live totals before the barrier: docs, chars, tokens.
         sources: source name -> language code, in YAML order.
-        ray_available: True when ray is initialized (inside ``dataforge run``).
-        may_fork: the planner may fork the driver now (as the driver's lanes do: Linux,
-            Ray not begun in this process, no client of remote storage).
+        ray_available: the run's executor is Ray: the planner runs its parallel work on
+            Ray actors (else in the driver's process).
     """
 
     parts: dict[str, Path]
@@ -44,7 +43,6 @@ class BarrierContext:
     source_stats: dict[str, dict[str, int]]
     sources: dict[str, str]
     ray_available: bool
-    may_fork: bool = False
 
 
 def planner_of(op: Any) -> Callable[[Any, BarrierContext], dict[str, Any]]:

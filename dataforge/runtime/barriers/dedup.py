@@ -9,10 +9,10 @@ Steps (``plan``):
    representative. (The driver holds ids and source ranks for this sort, not signatures.)
 2. **Index.** Signatures are streamed part by part (sorted task order); each record's bucket
    keys (from the method, :class:`dataforge.ops.dedup.method.DedupMethod`) go to index
-   shard ``bucket_key % N``. N = ``index_shards`` (default: cluster CPUs). Shards are Ray
-   actors (:class:`dataforge.ops.dedup.index.IndexShard`) when Ray is available and the
-   stage sees more than ``LOCAL_INDEX_MAX_DOCS`` records; below that they are objects in
-   the driver (starting index actors cost more than the whole index work there).
+   shard ``bucket_key % N``. N = ``index_shards`` (default: the run's CPUs). With the Ray
+   executor the shards are Ray actors (:class:`dataforge.ops.dedup.index.IndexShard`),
+   spread over the cluster; with the local one they are objects in the driver, each on a
+   thread of its own. Same shards, same calls, same results.
 3. **Candidates and verification.** Each shard turns its buckets into candidate pairs,
    routed to the shard that owns the first node. MinHash first screens them on the
    signatures (chance band collisions, far below the threshold, go). Verified methods
@@ -20,10 +20,7 @@ Steps (``plan``):
    sequences going to the owning shard; each pair is scored on the shard that owns its
    second node (:mod:`dataforge.ops.dedup.verify`: exact Jaccard >= ``threshold``, and not
    two documents that each have content of their own). Memory on a shard: the shingles of
-   its candidate records, not of the corpus. When the driver may fork and has more than
-   one CPU (:func:`_verification_groups`), the screened pairs are verified instead by
-   groups of connected candidates, one process each (:mod:`._dedup_groups`), with the
-   same decisions: there the shards' verification keeps one core busy.
+   its candidate records, not of the corpus.
 4. **Star clusters.** The decided pairs (few: near-duplicates only) come back to the
    driver, which builds star clusters in key order (:mod:`dataforge.ops.dedup.star`):
    every dropped record was verified against its representative, never chained.
@@ -61,30 +58,19 @@ from dataforge.ops.dedup import DECISION_REASON, Dedup
 from dataforge.ops.dedup.star import star_clusters
 from dataforge.records import ORD
 from dataforge.runtime.barriers import BarrierContext
-from dataforge.runtime.barriers._dedup_groups import verify_in_groups
 from dataforge.runtime.barriers._dedup_keys import assign_keys
 from dataforge.runtime.barriers._dedup_shards import LocalShards, RayShards
 
-__all__ = ["GROUPS_MIN_DOCS", "MAX_ATTEMPTS", "SIGNATURE_META_KEY", "load_published", "plan"]
+__all__ = ["MAX_ATTEMPTS", "SIGNATURE_META_KEY", "load_published", "plan"]
 
 MAX_ATTEMPTS = 2
-# Up to this many records (all sources) the index shards live in the driver: on the 16 MB
-# demo corpus (~25k records reach dedup) the two index actors took 1.8-2.6 s to start for
-# about 0.2 s of index work. Same shards, same results either way.
-LOCAL_INDEX_MAX_DOCS = 200_000
 SIGNATURE_META_KEY = b"dataforge.dedup"
-GROUPS_MIN_DOCS = 2_000
-"""Fewest candidate records verified in forked groups (each group reads every part's
-texts; below this the shards' one pass costs less than a fork and a second read)."""
 _INFLIGHT_PARTS = 8
+"""Parts sent to the shards between two waits: bounds the data in flight."""
 _PREPARE_THREADS = 2
-"""Threads (at most ``num_cpus``) that read parts and make their index calls (bucket keys,
-shingles) ahead of the sending thread: the verification shingles of the 112 MB peers
-corpus's 28.5k candidate records took 2.3 s on one thread, 1.7 s on two (the GIL; two
-forked processes, their results pickled back, took 2.3 s). With the compiled shingle
-hashes and the row-order scatter the screening and verification streams together take
-1.3-1.7 s on one thread or two; two forked processes gave nothing over the threads
-(1.45-1.53 s: the three English parts, the longest documents, come last, ~0.3 s each)."""
+"""Threads (at most ``num_cpus``) that read parts and make their index calls ahead of the
+sending thread: Parquet decoding and the numpy of bucket keys and shingles release the
+GIL, the rest of that work does not, so a third thread adds little."""
 
 # Tests set this to inject faults: called as hook(phase, attempt, shards) at phase ends.
 _fault_hook: Callable[[str, int, list[Any]], None] | None = None
@@ -101,9 +87,7 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
 
     last_error: Exception | None = None
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        docs = sum(pq.ParquetFile(ctx.parts[t]).metadata.num_rows for t in tasks)
-        distributed = ctx.ray_available and docs + n_prev > LOCAL_INDEX_MAX_DOCS
-        if distributed:
+        if ctx.ray_available:
             backend = RayShards(shards, op.method, n_prev)
         else:  # several CPUs: the shards' threads work side by side
             backend = LocalShards(shards, op.method, n_prev, threaded=ctx.num_cpus > 1)
@@ -266,25 +250,17 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         _stream(backend, calls_of, op, ctx, tasks, keys, previous)
         stats["screened_pairs"] = sum(backend.exchange("forward_signatures", "screen"))
         backend.exchange("emit_screened", "receive_candidates")
-    grouped: list[tuple[np.ndarray, np.ndarray]] = []
     if op.method.verified:
         # Only candidate records are read back and shingled (the driver holds their keys).
         needed = _needed(backend)
         stats["candidate_docs"] = len(needed)
-        groups = _verification_groups(ctx, previous, len(needed))
-        if groups > 1:
-            pairs = np.concatenate([np.zeros((0, 2), np.int64), *backend.call_all("pairs")])
-            grouped.append(verify_in_groups(op, ctx, tasks, keys, pairs, groups))
-            stats["verified_pairs"] = len(grouped[0][0])
-        else:
-            calls_of = functools.partial(_payload_calls, needed=needed)
-            _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text=True)
-            _hook("signatures", attempt, backend)
-            stats["verified_pairs"] = sum(backend.exchange("forward", "verify"))
-        stats["verification_groups"] = groups
+        calls_of = functools.partial(_payload_calls, needed=needed)
+        _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text=True)
+        _hook("signatures", attempt, backend)
+        stats["verified_pairs"] = sum(backend.exchange("forward", "verify"))
     _hook("edges", attempt, backend)
     stats["shard_peak_rss_mb"] = backend.call_all("peak_rss_mb")
-    decided = grouped or backend.call_all("edges")
+    decided = backend.call_all("edges")
     edges = np.concatenate([np.zeros((0, 2), np.int64), *(d[0] for d in decided)])
     sims = np.concatenate([np.zeros(0), *(d[1] for d in decided)])
     stats.update(
@@ -293,16 +269,6 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         index_bytes_per_doc=round(index_bytes / indexed, 1) if indexed else 0.0,
     )
     return edges, sims, stats
-
-
-def _verification_groups(ctx: BarrierContext, previous: pa.Table | None, docs: int) -> int:
-    """Processes that verify the candidates (:mod:`._dedup_groups`): the CPU count when
-    the driver may fork and there are enough candidates to pay for reading the parts'
-    texts in each; else 1 (the shards verify). Pairs with a record of an ``against`` run
-    are judged on signatures the groups do not read: those runs keep the shards."""
-    if not ctx.may_fork or ctx.num_cpus < 2 or previous is not None or docs < GROUPS_MIN_DOCS:
-        return 1
-    return ctx.num_cpus
 
 
 def _hook(phase: str, attempt: int, backend: Any) -> None:

@@ -1,0 +1,211 @@
+"""How the whole recipe grows with the input, on each executor.
+
+Recipe: clean -> quality_filter -> MinHash dedup -> tokenize (the demo tokenizer) -> MDS.
+Input: distinct documents built from the demo corpus (``data/demo``): each new document
+joins four quarter-length pieces of four random documents of one language, so two new
+documents share at most a piece (Jaccard ~0.14, far below dedup's threshold) and the work
+of every stage grows with the size, not just the bytes read. Files of ~16 MB (at least 16).
+
+Each (size, executor) is one fresh ``dataforge run --executor X`` subprocess; the script
+polls ``/proc`` every 0.2 s for the run's process tree and prints wall seconds, CPU
+seconds of the whole tree (user + system, the last reading of each process), the peak RSS
+(``VmHWM``) of the driver and of the largest worker (Ray: its actors, named ``ray::``;
+local: the driver's children), and per executor the exponent of wall time against size
+fitted by least squares on the logs, with the Ray/local wall ratio per size. Linux only;
+not part of ``make test``.
+
+    .venv/bin/python benchmarks/scale.py                       # 256, 512, 1024, 2048 MB
+    .venv/bin/python benchmarks/scale.py --sizes-mb 16 32 --cpus 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "build" / "scale"
+FILE_BYTES = 16 << 20
+SOURCES = {  # demo source -> (glob under data/demo, lang)
+    "news_zh": ("news_zh/*.jsonl.zst", "zh"),
+    "reviews_zh": ("reviews_zh/*.jsonl.gz", "zh"),
+    "docs_en": ("docs_en/*.jsonl", "en"),
+    "pkgdesc_en": ("pkgdesc_en/*.parquet", "en"),
+}
+PIPELINE = """\
+name: scale
+seed: 1
+inputs:
+  - {{name: zh, path: "{corpus}/zh/*.jsonl", lang: zh, id_key: id}}
+  - {{name: en, path: "{corpus}/en/*.jsonl", lang: en, id_key: id}}
+ray: {{num_cpus: {cpus}}}
+stages:
+  - {{op: clean}}
+  - {{op: quality_filter}}
+  - {{op: dedup, method: minhash}}
+  - {{op: tokenize, tokenizer: {tokenizer}, add_bos: true, add_eos: true}}
+output: {{path: {out}, format: mds, compression: zstd}}
+"""
+
+
+def demo_texts(data: Path) -> dict[str, list[str]]:
+    """The demo corpus's texts per language."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from ops_throughput import read_texts
+
+    by_lang: dict[str, list[str]] = {"zh": [], "en": []}
+    for pattern, lang in SOURCES.values():
+        for path in sorted(data.glob(pattern)):
+            by_lang[lang] += [t for t in read_texts(str(path)) if len(t) >= 8]
+    return by_lang
+
+
+def build_corpus(by_lang: dict[str, list[str]], corpus: Path, total: int, seed: int = 0) -> int:
+    """``total`` bytes of new documents, split between the languages as the demo corpus
+    is, in files of about :data:`FILE_BYTES`. Returns the number of documents."""
+    rng = random.Random(seed)
+    sizes = {lang: sum(len(t.encode()) for t in texts) for lang, texts in by_lang.items()}
+    shutil.rmtree(corpus, ignore_errors=True)
+    docs = 0
+    for lang, texts in by_lang.items():
+        want = total * sizes[lang] // sum(sizes.values())
+        files = max(8, round(want / FILE_BYTES))
+        (corpus / lang).mkdir(parents=True)
+        outs = [open(corpus / lang / f"part-{k:04d}.jsonl", "w") for k in range(files)]
+        written = 0
+        while written < want:
+            pieces = []
+            for text in rng.sample(texts, 4):
+                q = rng.randrange(4)
+                pieces.append(text[q * len(text) // 4 : (q + 1) * len(text) // 4])
+            line = json.dumps({"id": f"{lang}-{docs}", "text": "".join(pieces)}, ensure_ascii=False)
+            outs[docs % files].write(line + "\n")
+            written += len(line.encode()) + 1
+            docs += 1
+        for out in outs:
+            out.close()
+    return docs
+
+
+def _tree(root: int) -> dict[int, tuple[str, float, int, int | None]]:
+    """pid -> (command, CPU seconds, peak RSS bytes, parent) of ``root`` and its
+    descendants."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    members, frontier = {root}, [root]
+    while frontier:
+        frontier = [pid for pid, ppid in parents.items() if ppid in frontier and pid not in members]
+        members.update(frontier)
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for pid in members:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            status = Path(f"/proc/{pid}/status").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / tick
+        hwm = next((int(line.split()[1]) * 1024 for line in status.splitlines()
+                    if line.startswith("VmHWM:")), 0)  # fmt: skip
+        found[pid] = (cmd, cpu, hwm, parents.get(pid))
+    return found
+
+
+def measure(pipeline: Path, out: Path, executor: str) -> dict[str, float]:
+    """One fresh run: wall, CPU seconds of its process tree, driver and largest worker RSS."""
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "dataforge.cli", "run", str(pipeline), "-o", str(out),
+           "--executor", executor, "--progress", "off"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0"}
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    seen: dict[int, tuple] = {}
+    while proc.poll() is None:
+        for pid, (cmd_, cpu, hwm, ppid) in _tree(proc.pid).items():
+            old = seen.get(pid, (cmd_, 0.0, 0, ppid))  # an exiting process reads as zeros
+            seen[pid] = (cmd_ or old[0], max(old[1], cpu), max(old[2], hwm), old[3] or ppid)
+        time.sleep(0.2)
+    wall = time.perf_counter() - start
+    stderr = proc.stderr.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{stderr[-3000:]}")
+    driver = seen.get(proc.pid, ("", 0.0, 0, None))
+    if executor == "ray":
+        workers = [  # actors (tasks, index shards), not Ray's own agents
+            v for v in seen.values() if v[0].startswith("ray::") and not v[0].endswith("Agent")
+        ]
+    else:
+        workers = [v for pid, v in seen.items() if v[3] == proc.pid]
+    runtime = json.loads((out / "manifest.json").read_text())["runtime"]
+    return {
+        "wall_s": wall,
+        "cpu_s": sum(v[1] for v in seen.values()),
+        "driver_rss_mb": driver[2] / 2**20,
+        "worker_rss_mb": max((v[2] for v in workers), default=0) / 2**20,
+        "tasks_on_driver": runtime["tasks_on_driver"],
+    }
+
+
+def exponent(sizes: list[float], walls: list[float]) -> float:
+    """Slope of log(wall) against log(size), least squares."""
+    xs, ys = [math.log(s) for s in sizes], [math.log(w) for w in walls]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes-mb", type=int, nargs="+", default=[256, 512, 1024, 2048])
+    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--executors", nargs="+", default=["ray", "local"])
+    parser.add_argument("--data", type=Path, default=ROOT / "data" / "demo")
+    args = parser.parse_args()
+    by_lang = demo_texts(args.data)
+    results: dict[str, dict[int, dict[str, float]]] = {e: {} for e in args.executors}
+    print(f"{args.cpus} CPUs; load average {os.getloadavg()[0]:.1f}", flush=True)
+    for size in args.sizes_mb:
+        corpus = WORK / f"corpus-{size}mb"
+        docs = build_corpus(by_lang, corpus, size << 20)
+        pipeline = WORK / f"scale-{size}mb.yaml"
+        pipeline.write_text(PIPELINE.format(corpus=corpus, cpus=args.cpus, out=WORK / "out",
+                                            tokenizer=ROOT / "tokenizers" / "demo"))  # fmt: skip
+        for executor in args.executors:
+            r = measure(pipeline, WORK / f"out-{executor}", executor)
+            results[executor][size] = r
+            print(f"{size:6d} MB {docs:9d} docs  {executor:<5} wall {r['wall_s']:7.1f} s  "
+                  f"CPU {r['cpu_s']:7.1f} s  driver RSS {r['driver_rss_mb']:6.0f} MB  "
+                  f"largest worker RSS {r['worker_rss_mb']:6.0f} MB  "
+                  f"tasks on driver {r['tasks_on_driver']}", flush=True)  # fmt: skip
+        shutil.rmtree(corpus)
+    for executor, by_size in results.items():
+        if len(by_size) > 1:
+            fit = exponent(list(by_size), [r["wall_s"] for r in by_size.values()])
+            print(f"{executor}: wall time grows as size^{fit:.2f} "
+                  f"({min(by_size)}-{max(by_size)} MB; goal <= 1.05)")  # fmt: skip
+    if {"ray", "local"} <= set(results):
+        for size in args.sizes_mb:
+            ratio = results["ray"][size]["wall_s"] / results["local"][size]["wall_s"]
+            print(f"{size} MB: Ray / local wall {ratio:.2f}x (goal at 1 GB: <= 1.15x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
