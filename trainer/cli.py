@@ -59,11 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed ``train`` command; returns the exit code (0 ok, 1 failed, 2 config)."""
+    if args.stage == "export":
+        return _export(args)
     from trainer.config import load_config
     from trainer.loop import TrainingError, train
 
-    if args.stage == "export":
-        return _export(args)
     try:
         config = load_config(args.config, args.overrides)
         train(config, args.stage, resume="scratch" if args.from_scratch else "auto")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ def write_export(
     reason = unsupported_reason(model)
     if reason is None:
         special = _write_tokenizer(tmp, config.tokenizer, config.init_from)
-        save_file(hf_weights(weights, model), str(tmp / "model.safetensors"), {"format": "pt"})
+        _save_weights(hf_weights(weights, model), tmp / "model.safetensors", out_dir)
         card = hf_config(model, special) | {"dataforge": info}
         _write_json(tmp / "config.json", card)
         source_generation = Path(config.init_from or "") / "generation_config.json"
@@ -82,11 +83,23 @@ def write_export(
         if model.tie_embeddings:
             weights = {k: v for k, v in weights.items() if k != "lm_head.weight"}
         weights = {k: v.contiguous() for k, v in weights.items()}
-        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        _save_weights(weights, tmp / "model.safetensors", out_dir)
         _write_json(tmp / "config.json", {"model": to_plain(model), **info})
     if out_dir.exists():
         shutil.rmtree(out_dir)
     os.replace(tmp, out_dir)
+
+
+def _save_weights(weights: dict[str, torch.Tensor], path: Path, shown: Path) -> None:
+    """``save_file`` with a line before (size) and after (time): large exports take a while."""
+    size = sum(t.numel() * t.element_size() for t in weights.values())
+    print(
+        f"[trainer] export: writing {len(weights)} tensors ({size / 2**20:,.1f} MiB) -> {shown}",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    save_file(weights, str(path), metadata={"format": "pt"})
+    print(f"[trainer] export: weights written in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
 def _write_json(path: Path, value: Any) -> None:
