@@ -69,15 +69,10 @@ def write_export(
     if reason is None:
         special = _write_tokenizer(tmp, config.tokenizer, config.init_from)
         _save_weights(hf_weights(weights, model), tmp / "model.safetensors", out_dir)
+        end_of_turn = special.pop("end_of_turn_token_id", None)
         card = hf_config(model, special) | {"dataforge": info}
         _write_json(tmp / "config.json", card)
-        source_generation = Path(config.init_from or "") / "generation_config.json"
-        if config.init_from and source_generation.is_file():
-            shutil.copyfile(source_generation, tmp / "generation_config.json")
-        else:
-            _write_json(
-                tmp / "generation_config.json", {k: v for k, v in special.items() if v is not None}
-            )
+        _write_generation_config(tmp, config.init_from, special, end_of_turn)
     else:
         print(f"[trainer] export: trainer layout, not transformers ({reason})", flush=True)
         if model.tie_embeddings:
@@ -102,6 +97,22 @@ def _save_weights(weights: dict[str, torch.Tensor], path: Path, shown: Path) -> 
     print(f"[trainer] export: weights written in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
+def _write_generation_config(
+    out: Path, init_from: str | None, special: dict[str, Any], end_of_turn: int | None
+) -> None:
+    """``generation_config.json``: an imported model's own, else the special ids; with a
+    chat tokenizer ``eos_token_id`` lists ``<eos>`` and ``<|end|>``, so ``generate()``
+    stops at the end of an assistant turn."""
+    source = Path(init_from or "") / "generation_config.json"
+    if init_from and source.is_file() and end_of_turn is None:
+        shutil.copyfile(source, out / "generation_config.json")
+        return
+    generation = {k: v for k, v in special.items() if v is not None}
+    if end_of_turn is not None:
+        generation["eos_token_id"] = [special["eos_token_id"], end_of_turn]
+    _write_json(out / "generation_config.json", generation)
+
+
 def _write_json(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False), "utf-8")
 
@@ -113,9 +124,10 @@ def _write_tokenizer(out: Path, tokenizer: str | None, init_from: str | None) ->
 
         tokenizer = str(local_tokenizer_dir(tokenizer))  # a URI: the node's cached copy
     if tokenizer and (Path(tokenizer) / "spm.model").is_file():
-        from dataforge.tokenization.hf_export import write_hf_tokenizer
+        from dataforge.tokenization.hf_export import end_of_turn_id, write_hf_tokenizer
 
-        return write_hf_tokenizer(tokenizer, out)
+        special = write_hf_tokenizer(tokenizer, out)
+        return special | {"end_of_turn_token_id": end_of_turn_id(tokenizer)}
     source = tokenizer if tokenizer and Path(tokenizer).is_dir() else init_from
     if source is None:
         return {}

@@ -19,12 +19,28 @@ from pathlib import Path
 from dataforge.tokenization.segment import MARKER
 from dataforge.tokenization.tokenizer import read_tokenizer_json
 
-__all__ = ["REMOTE_MODULE", "bpe_tokenizer_json", "write_hf_tokenizer"]
+__all__ = [
+    "CHAT_TEMPLATE",
+    "REMOTE_MODULE",
+    "bpe_tokenizer_json",
+    "end_of_turn_id",
+    "write_hf_tokenizer",
+]
 
 REMOTE_MODULE = "tokenization_dataforge"
 """File (``<name>.py``) the export copies the remote tokenizer code into."""
 
 _CONTROL = ("<pad>", "<bos>", "<eos>", "<unk>")
+_CHAT_MARKERS = ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>")
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+"""The conversation layout of ``format_sft``/``format_dpo`` (``add_bos: true``, see
+:mod:`dataforge.ops.formatting`) as a Jinja chat template: ``apply_chat_template`` gives
+the ids those ops write; a generation prompt is the open ``<|assistant|>`` turn."""
 
 
 def bpe_tokenizer_json(spm_model: bytes) -> str:
@@ -79,6 +95,8 @@ def _pieces(spm_model: bytes) -> tuple[list[tuple[str, str]], list[str]]:
 def write_hf_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> dict[str, int]:
     """Write the remote-code tokenizer files of ``tokenizer_dir`` into ``out_dir``.
 
+    A tokenizer with the chat markers gets :data:`CHAT_TEMPLATE`.
+
     Returns:
         the special token ids (``bos_token_id``, ``eos_token_id``, ``pad_token_id``) for the
         model's ``config.json``.
@@ -118,6 +136,9 @@ def write_hf_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> dict[s
         "clean_up_tokenization_spaces": False,
         "model_max_length": 1 << 30,
     }
+    chat_ready = all(m in special for m in _CHAT_MARKERS)
+    if chat_ready:
+        config["chat_template"] = CHAT_TEMPLATE
     (out_dir / "tokenizer_config.json").write_text(
         json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8"
     )
@@ -126,3 +147,9 @@ def write_hf_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> dict[s
         "eos_token_id": special["<eos>"],
         "pad_token_id": special["<pad>"],
     }
+
+
+def end_of_turn_id(tokenizer_dir: str | Path) -> int | None:
+    """The ``<|end|>`` id of a tokenizer with the chat markers (None without them)."""
+    special = read_tokenizer_json(Path(tokenizer_dir))["special_tokens"]
+    return special["<|end|>"] if all(m in special for m in _CHAT_MARKERS) else None
