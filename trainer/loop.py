@@ -43,6 +43,7 @@ from trainer.parallel import (
 )
 from trainer.pretrained import load_exported, resolve_model
 from trainer.prometheus import live_exporter
+from trainer.stopping import Interrupted, StopRequest
 
 __all__ = ["TrainingError", "TrainResult", "build_optimizer", "lr_factor", "train", "train_step"]
 
@@ -330,7 +331,9 @@ def _train(
     metrics = MetricsWriter(config.run_dir, env.is_main, config.train.tensorboard, loop["step"])
     exporter = live_exporter(config.metrics, env)
     batches, losses, saved, start_step = _endless(source), [], None, loop["step"]
+    stop = StopRequest()
     try:
+        stop.__enter__()
         while loop["step"] < config.train.max_steps:
             if stop_after is not None and loop["step"] - start_step >= stop_after:
                 return TrainResult(loop["step"], losses, loop["skipped"], saved, None)
@@ -347,6 +350,9 @@ def _train(
             console.step(record)
             if exporter is not None:
                 exporter.update(record, int(out["tokens"]) if out["applied"] else 0)
+            signame = stop.requested(env)
+            if signame is not None:
+                _stop(run, ckpt, objects, source, loop, signame)
             if not out["applied"]:
                 continue
             losses.append(out["loss"])
@@ -358,6 +364,7 @@ def _train(
                 saved = ckpt.save(loop["step"], stage, objects, source)
                 console.checkpoint(saved, loop["step"])
     finally:
+        stop.__exit__()
         metrics.close()
         if exporter is not None:
             exporter.close()
@@ -369,6 +376,22 @@ def _train(
     console.export(export_dir)
     console.finish(loop["step"], loop["tokens"], loop["skipped"])
     return TrainResult(loop["step"], losses, loop["skipped"], saved, export_dir)
+
+
+def _stop(
+    run: Run, ckpt: Checkpointer, objects: dict, source: BatchSource, loop: dict, signame: str
+) -> None:
+    """A signal arrived during the step just finished: checkpoint it and stop.
+
+    Raises:
+        Interrupted: always, once the checkpoint is written.
+    """
+    objects["loop"], objects["config"] = dict(loop), run.config.to_json()
+    saved = ckpt.save(loop["step"], run.stage, objects, source)
+    stopped = Interrupted(signame, loop["step"], saved)
+    if run.env.is_main:
+        print(f"[trainer] {stopped}", flush=True)
+    raise stopped
 
 
 def _export_info(run: Run, loop: dict) -> dict[str, Any]:
