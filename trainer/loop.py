@@ -321,7 +321,7 @@ def _train(
     if resume == "scratch":
         ckpt.supersede_existing()
     if latest is not None:
-        loop |= ckpt.load(latest, stage, objects, source)
+        loop |= ckpt.load(latest, stage, objects, source, config.to_json())
     console = Console(config, stage, env.is_main)
     summary = startup_summary(config, unwrap(run.model), stage, env.world_size)
     console.start(summary, env.world_size, str(env.device), latest, loop["step"])
