@@ -32,6 +32,7 @@ __all__ = [
     "DistributedConfig",
     "DPOConfig",
     "EvalConfig",
+    "LoRAConfig",
     "MetricsConfig",
     "ModelConfig",
     "OptimConfig",
@@ -327,6 +328,38 @@ class DPOConfig:
             raise ValueError(f"dpo.beta must be > 0, got {self.beta}")
 
 
+LORA_TARGETS = ("qkv", "proj", "up", "down", "lm_head")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoRAConfig:
+    """Low-rank adapters (:mod:`trainer.lora`); off while ``r`` is 0."""
+
+    r: int = 0
+    """Rank of each adapter; 0: no LoRA, every weight trains."""
+    alpha: float = 16.0
+    """The update is scaled by ``alpha / r``."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input while training."""
+    targets: tuple[str, ...] = ("qkv", "proj", "up", "down")
+    """Linear layers that get adapters, by name: attention ``qkv``/``proj``, MLP
+    ``up``/``down``, output ``lm_head``."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "targets", tuple(self.targets))
+        if self.r < 0 or self.alpha <= 0 or not 0.0 <= self.dropout < 1.0:
+            raise ValueError("lora needs r >= 0, alpha > 0 and dropout in [0, 1)")
+        unknown = sorted(set(self.targets) - set(LORA_TARGETS))
+        if unknown or not self.targets:
+            raise ValueError(
+                f"lora.targets {list(self.targets)}: valid names are {', '.join(LORA_TARGETS)}"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.r > 0
+
+
 @dataclasses.dataclass(frozen=True)
 class MetricsConfig:
     """Live metrics besides ``metrics.jsonl`` (see :mod:`trainer.prometheus`)."""
@@ -358,6 +391,7 @@ class TrainerConfig:
     dpo: DPOConfig = DPOConfig()
     eval: EvalConfig = EvalConfig()
     metrics: MetricsConfig = MetricsConfig()
+    lora: LoRAConfig = LoRAConfig()
     tokenizer: str | None = None
     """Tokenizer directory; gives ``model.vocab_size`` when that is null."""
     init_from: str | None = None
@@ -369,6 +403,8 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         if self.model.vocab_size is None and self.tokenizer is None:
             raise ValueError("set model.vocab_size or tokenizer (a directory to read it from)")
+        if self.lora.enabled and "lm_head" in self.lora.targets and self.model.tie_embeddings:
+            raise ValueError("lora.targets lm_head with model.tie_embeddings: untie, or drop it")
         if self.data.source == "synthetic" and self.model.vocab_size is None:
             raise ValueError("data.source synthetic needs an explicit model.vocab_size")
         if self.train.max_steps is not None and self.optim.warmup_steps > self.train.max_steps:

@@ -29,6 +29,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from trainer.config import ConfigError, TrainerConfig, to_plain
 from trainer.hf_model import hf_config, hf_weights, is_hf_model_dir, unsupported_reason
+from trainer.lora import merge_lora
 from trainer.parallel import DistEnv, barrier
 
 __all__ = ["TOKENIZER_FILES", "export_checkpoint", "export_weights", "write_export"]
@@ -61,6 +62,7 @@ def write_export(
     weights: dict[str, torch.Tensor], config: TrainerConfig, out_dir: Path, info: dict
 ) -> None:
     """Write ``weights`` of ``config.model`` as an export directory (see the module doc)."""
+    weights = merge_lora(weights, config.lora)  # LoRA adapters folded into the weights
     model = config.model
     tmp = out_dir.with_name(f".tmp-{out_dir.name}")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -29,6 +29,7 @@ from trainer.console import Console
 from trainer.data import BatchSource, build_batch_source
 from trainer.evaluate import Evaluator, build_eval_source
 from trainer.export import export_weights
+from trainer.lora import apply_lora
 from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats, startup_summary
 from trainer.model import Transformer, flops_per_token
 from trainer.objectives import OBJECTIVES, Objective, build_objective
@@ -202,6 +203,11 @@ def _build_model(config: TrainerConfig, env: DistEnv) -> Transformer:
     if config.init_from:  # resolve_model already took the shape from it
         _, weights = load_exported(config.init_from)
         model.load_state_dict(weights)
+    if config.lora.enabled:
+        try:
+            apply_lora(model, config.lora)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
     return model.to(env.device)
 
 
