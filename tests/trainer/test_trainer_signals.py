@@ -153,3 +153,63 @@ def test_slurm_template_passes_the_signal_on_and_requeues(tmp_path, signum):
         in (tmp_path / "srun_args").read_text()
     )
     assert out.splitlines()[-1] == "job 42: requeued (exit status 75)"
+
+
+def _rank_worker(rank: int, world: int, port: int, out: str) -> None:
+    import torch
+
+    from trainer.config import config_from_mapping
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        TORCHELASTIC_USE_AGENT_STORE="True",
+    )
+    torch.set_num_threads(1)
+    config = config_from_mapping(
+        {
+            "model": {"preset": "tiny", "vocab_size": 64},
+            "train": {"max_steps": 8, "precision": "fp32", "device": "cpu", "tensorboard": False},
+            "optim": {"warmup_steps": 1},
+            "distributed": {"timeout_s": 120},
+            "checkpoint": {"dir": f"{out}/ckpt", "interval": 100},
+            "run_dir": f"{out}/run",
+        }
+    )
+    gen = torch.Generator().manual_seed(rank)
+    ids = torch.randint(1, 64, (2, 16), generator=gen)
+    batches = [{"input_ids": ids, "labels": torch.roll(ids, -1, 1)}]
+    # only rank 1 is signalled, during its third step
+    source = SignalAt(batches, at=3, signum=signal.SIGTERM) if rank == 1 else None
+    try:
+        train(config, "pretrain", source=source or ListBatchSource(batches))
+        stopped = None
+    except Interrupted as exc:
+        stopped = exc.step
+    Path(f"{out}/rank{rank}.json").write_text(json.dumps(stopped))
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+    import torch
+    import torch.multiprocessing as mp
+
+    with __import__("socket").socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    try:
+        mp.spawn(_rank_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    finally:
+        del store
+    assert [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)] == [3, 3]
+    step = tmp_path / "ckpt" / "step_00000003"
+    assert sorted(p.name for p in step.iterdir()) == [
+        "meta.json",
+        "rank_00000.pt",
+        "rank_00001.pt",
+        "train_state.pt",
+    ]
