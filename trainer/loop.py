@@ -15,7 +15,7 @@ import dataclasses
 import gc
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from torch import nn
 
 from trainer.checkpoint import Checkpointer
 from trainer.comm_timing import AllReduceTimer, time_gradient_all_reduce
-from trainer.config import ConfigError, OptimConfig, TrainerConfig
+from trainer.config import ConfigError, TrainerConfig
 from trainer.console import Console
 from trainer.data import BatchSource, build_batch_source
 from trainer.evaluate import Evaluator, build_eval_source
@@ -33,6 +33,7 @@ from trainer.lora import apply_lora
 from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats, startup_summary
 from trainer.model import Transformer, flops_per_token
 from trainer.objectives import OBJECTIVES, Objective, build_objective
+from trainer.optim import build_optimizer, lr_factor
 from trainer.parallel import (
     DTYPES,
     DistEnv,
@@ -83,37 +84,6 @@ class Run:
         if precision == "fp32":
             return contextlib.nullcontext()
         return torch.autocast(self.env.device.type, dtype=DTYPES[precision])
-
-
-def lr_factor(optim: OptimConfig, max_steps: int) -> Callable[[int], float]:
-    """LambdaLR factor: linear warmup to ``lr``, then cosine down to ``min_lr``."""
-
-    def factor(step: int) -> float:
-        if step < optim.warmup_steps:
-            return (step + 1) / optim.warmup_steps
-        progress = min(1.0, (step - optim.warmup_steps) / max(1, max_steps - optim.warmup_steps))
-        lr = optim.min_lr + (optim.lr - optim.min_lr) * 0.5 * (1 + math.cos(math.pi * progress))
-        return lr / optim.lr
-
-    return factor
-
-
-def build_optimizer(
-    model: nn.Module, optim: OptimConfig, device: torch.device
-) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices only (not norms, biases or embeddings)."""
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():  # tied weights appear once
-        if not param.requires_grad:
-            continue
-        is_matrix = param.dim() >= 2 and "embed" not in name
-        (decay if is_matrix else no_decay).append(param)
-    groups = [
-        {"params": decay, "weight_decay": optim.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    fused = device.type == "cuda" and all(p.is_cuda for p in decay + no_decay)
-    return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, eps=optim.eps, fused=fused)
 
 
 def _tokens(batch: dict) -> int:
@@ -337,9 +307,8 @@ def _train(
     metrics = MetricsWriter(config.run_dir, env.is_main, config.train.tensorboard, loop["step"])
     exporter = live_exporter(config.metrics, env)
     batches, losses, saved, start_step = _endless(source), [], None, loop["step"]
-    stop = StopRequest()
+    stop = StopRequest().install()
     try:
-        stop.__enter__()
         while loop["step"] < config.train.max_steps:
             if stop_after is not None and loop["step"] - start_step >= stop_after:
                 return TrainResult(loop["step"], losses, loop["skipped"], saved, None)
@@ -370,7 +339,7 @@ def _train(
                 saved = ckpt.save(loop["step"], stage, objects, source)
                 console.checkpoint(saved, loop["step"])
     finally:
-        stop.__exit__()
+        stop.restore()
         metrics.close()
         if exporter is not None:
             exporter.close()

@@ -41,23 +41,29 @@ class Interrupted(Exception):
 
 
 class StopRequest:
-    """Context manager: records the first of :data:`SIGNALS` while active (handlers are
-    installed on the main thread only, and the previous ones restored on exit)."""
+    """Records the first of :data:`SIGNALS` between :meth:`install` and :meth:`restore`
+    (or inside ``with``); handlers go on the main thread only, the previous ones back."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
         self._previous: dict[int, object] = {}
 
-    def __enter__(self) -> StopRequest:
+    def install(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
             for signum in SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._record)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def restore(self) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
+
+    def __enter__(self) -> StopRequest:
+        return self.install()
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
 
     def _record(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is None:
