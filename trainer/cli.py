@@ -71,8 +71,8 @@ def run_command(args: argparse.Namespace) -> int:
         train(config, args.stage, resume="scratch" if args.from_scratch else "auto")
     except Interrupted:  # the loop printed the line (rank 0)
         return EXIT_REQUEUE
-    except KeyboardInterrupt:  # before the first step: nothing to save
-        print("interrupted before training started; nothing saved", file=sys.stderr)
+    except KeyboardInterrupt:  # outside the steps, or a second Ctrl-C
+        print("interrupted: nothing saved after the last checkpoint", file=sys.stderr)
         return 130
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -4,7 +4,8 @@ While the loop runs, SIGTERM (pre-emption, ``scancel``, torchrun passing a stop 
 SIGINT (Ctrl-C) and SIGUSR1 (what SLURM's ``--signal`` sends before a time limit) only
 set a flag. The loop finishes the optimizer step in flight, every rank agrees to stop
 at the same step (a one-number all-reduce per step, on more than one rank), a
-checkpoint of that step is written and :class:`Interrupted` ends the run; the CLI prints
+checkpoint of that step is written and :class:`Interrupted` ends the run (a second
+Ctrl-C stops at once, keeping the earlier checkpoints); the CLI prints
 one line and exits with :data:`EXIT_REQUEUE`, which ``trainer/launch/slurm.sbatch``
 turns into ``scontrol requeue``. The same command then resumes from that step.
 """
@@ -68,6 +69,8 @@ class StopRequest:
     def _record(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is None:
             self.signum = signum
+        elif signum == signal.SIGINT:  # a second Ctrl-C: stop now, without the checkpoint
+            raise KeyboardInterrupt
 
     def requested(self, env: DistEnv) -> str | None:
         """The signal's name if this rank or any other got one (collective on >1 rank)."""

@@ -66,6 +66,27 @@ def test_signal_at_step_7_checkpoints_it_and_resumes_with_identical_losses(
     assert [json.loads(r)["step"] for r in records] == list(range(1, 11))
 
 
+class TwiceAt(SignalAt):
+    def __iter__(self):
+        for batch in super().__iter__():
+            if self.served == self.at:
+                os.kill(os.getpid(), self.signum)
+            yield batch
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path, make_config, make_batch):
+    config = make_config(tmp_path, train={"max_steps": 10}, checkpoint={"interval": 2})
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, "pretrain", source=TwiceAt([make_batch(0)], at=5, signum=signal.SIGINT))
+    assert signal.getsignal(signal.SIGINT) is before
+    # the step in flight was abandoned: only the interval checkpoints before it exist
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("step_*")) == [
+        "step_00000002",
+        "step_00000004",
+    ]
+
+
 def test_ctrl_c_on_the_cli_is_one_line_and_exit_75(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text(
