@@ -126,11 +126,17 @@ class Checkpointer:
         barrier(self.env)
         return final
 
-    def load(self, path: Path, stage: str, objects: dict[str, Any], source: Any) -> dict[str, Any]:
+    def load(
+        self, path: Path, stage: str, objects: dict[str, Any], source: Any, config_json: str
+    ) -> dict[str, Any]:
         """Restore everything from ``path``; returns the saved loop counters.
 
         Raises:
-            ConfigError: the checkpoint belongs to another stage or world size.
+            ConfigError: the checkpoint belongs to another stage or world size, or cannot
+                be resumed with the current config (``config_json``): a changed
+                ``train.max_steps`` (the schedule is laid out over it), a model or data
+                loader that no longer fits the saved state (the message names the keys
+                that changed).
         """
         meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
         if meta["stage"] != stage:
@@ -143,19 +149,65 @@ class Checkpointer:
             )
         # mmap: ranks on one node share the page cache instead of each holding a copy.
         state = torch.load(path / "train_state.pt", mmap=True, weights_only=True)
-        set_state_dict(
-            objects["model"],
-            objects["optimizer"],
-            model_state_dict=state["model"],
-            optim_state_dict=state["optimizer"],
-            options=StateDictOptions(full_state_dict=True),
-        )
+        saved, current = json.loads(state["config"]), json.loads(config_json)
+        _check_max_steps(path, saved, current)
+        try:
+            set_state_dict(
+                objects["model"],
+                objects["optimizer"],
+                model_state_dict=state["model"],
+                optim_state_dict=state["optimizer"],
+                options=StateDictOptions(full_state_dict=True),
+            )
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise _mismatch(path, "the model", saved, current, ("model",)) from exc
         objects["scheduler"].load_state_dict(state["scheduler"])
         objects["scaler"].load_state_dict(state["scaler"])
         rank_state = torch.load(path / f"rank_{self.env.rank:05d}.pt", weights_only=True)
         _set_rng_state(rank_state["rng"], self.env.device)
-        source.load_state_dict(rank_state["data"])
+        try:
+            source.load_state_dict(rank_state["data"])
+        except ValueError as exc:
+            raise _mismatch(path, "the data loader", saved, current, ("data",)) from exc
         return state["loop"]
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out |= _flat(item, f"{prefix}{key}.")
+        return out
+    return {prefix[:-1]: value}
+
+
+def changed_keys(saved: dict, current: dict, sections: tuple[str, ...] = ()) -> list[str]:
+    """``key: old -> new`` for every dotted config key (under ``sections``, all when empty)
+    whose value differs between two plain configs."""
+    old, new = _flat(saved), _flat(current)
+    keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    keys = [k for k in keys if not sections or k.split(".")[0] in sections]
+    return [f"{k}: {json.dumps(old.get(k))} -> {json.dumps(new.get(k))}" for k in keys]
+
+
+def _mismatch(path: Path, what: str, saved: dict, current: dict, sections: tuple) -> ConfigError:
+    changed = changed_keys(saved, current, sections) or changed_keys(saved, current)
+    shown = "; ".join(changed) if changed else "no config key, so its input files"
+    return ConfigError(
+        f"{path}: cannot resume, {what} no longer fits this checkpoint (changed since it "
+        f"was saved: {shown}); restore the old values, or start anew with --from-scratch"
+    )
+
+
+def _check_max_steps(path: Path, saved: dict, current: dict) -> None:
+    old, new = saved["train"]["max_steps"], current["train"]["max_steps"]
+    if old != new:
+        raise ConfigError(
+            f"{path}: train.max_steps is {new} but the run was saved with {old}, and its "
+            f"learning-rate schedule (warmup, cosine to optim.min_lr) spans {old} steps; "
+            f"keep max_steps {old}, or start a new run with --from-scratch (init_from "
+            "an export to continue from its weights)"
+        )
 
 
 def fsync_dir(path: Path) -> None:

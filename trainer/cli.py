@@ -58,15 +58,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Run a parsed ``train`` command; returns the exit code (0 ok, 1 failed, 2 config)."""
-    from trainer.config import load_config
-    from trainer.loop import TrainingError, train
-
+    """Run a parsed ``train`` command; returns the exit code (0 ok, 1 failed, 2 config,
+    75 stopped by a signal with a checkpoint written: run it again to resume)."""
     if args.stage == "export":
         return _export(args)
+    from trainer.config import load_config
+    from trainer.loop import TrainingError, train
+    from trainer.stopping import EXIT_REQUEUE, Interrupted
+
     try:
         config = load_config(args.config, args.overrides)
         train(config, args.stage, resume="scratch" if args.from_scratch else "auto")
+    except Interrupted:  # the loop printed the line (rank 0)
+        return EXIT_REQUEUE
+    except KeyboardInterrupt:  # outside the steps, or a second Ctrl-C
+        print("interrupted: nothing saved after the last checkpoint", file=sys.stderr)
+        return 130
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -4,9 +4,9 @@ Loading follows the shared typed-config rules (:mod:`dataforge.typed_config`): s
 with YAML 1.2 numbers (``lr: 3e-4`` is a float),
 unknown keys are errors listing the valid ones, and each dataclass checks its own
 cross-field rules in ``__post_init__``. A ``model.preset`` name expands to a size from
-:data:`MODEL_PRESETS`; keys given next to it override the preset. Relative paths resolve
-against the current working directory (where ``torchrun``/``srun`` start), because the
-shipped presets live inside the package.
+:data:`MODEL_PRESETS`; keys given next to it override the preset. Relative paths in the
+file resolve against its directory, those of ``--set`` overrides against the working
+directory (:mod:`trainer.config_paths`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ __all__ = [
     "DistributedConfig",
     "DPOConfig",
     "EvalConfig",
+    "LoRAConfig",
     "MetricsConfig",
     "ModelConfig",
     "OptimConfig",
@@ -80,8 +81,11 @@ class ModelConfig:
     vocab_size: int | None = None
     """None: read from the tokenizer directory (``TrainerConfig.tokenizer``)."""
     hidden_size: int = 256
+    """Width of the residual stream (embedding size)."""
     n_layers: int = 4
+    """Transformer blocks."""
     n_heads: int = 4
+    """Attention (query) heads; ``hidden_size / n_heads`` must be even."""
     n_kv_heads: int | None = None
     """Key/value heads (grouped-query attention); None: ``n_heads`` (multi-head)."""
     intermediate_size: int | None = None
@@ -89,9 +93,13 @@ class ModelConfig:
     max_seq_len: int = 2048
     """Longest position RoPE tables are built for."""
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    """Normalization before attention, MLP and the output layer."""
     norm_eps: float = 1e-5
+    """Epsilon added inside the normalization."""
     mlp: Literal["swiglu", "gelu"] = "swiglu"
+    """MLP kind: gated SiLU (three matrices) or GELU (two)."""
     rope_theta: float = 10000.0
+    """RoPE base frequency."""
     rope_scaling: dict[str, Any] | None = None
     """Hugging Face ``rope_scaling`` of an imported model: ``{"rope_type": "linear",
     "factor": f}`` or Llama 3's ``{"rope_type": "llama3", "factor", "low_freq_factor",
@@ -99,11 +107,13 @@ class ModelConfig:
     sliding_window: int | None = None
     """Each token attends to at most this many positions (itself included); None: all."""
     tie_embeddings: bool = False
+    """Share the input embedding with the output layer."""
     bias: bool = False
     """Biases in linear layers (and LayerNorm)."""
     qkv_bias: bool = False
     """Biases on the query/key/value projections only (Qwen2)."""
     init_std: float = 0.02
+    """Standard deviation of the normal initialization of matrices."""
 
     def __post_init__(self) -> None:
         if self.vocab_size is not None and self.vocab_size < 2:
@@ -153,12 +163,17 @@ class OptimConfig:
     """AdamW with linear warmup then cosine decay to ``min_lr``."""
 
     lr: float = 3e-4
+    """Peak learning rate, reached at the end of warmup."""
     min_lr: float = 3e-5
+    """Learning rate at the last step (end of the cosine decay)."""
     weight_decay: float = 0.1
     """Applied to matrices only: norms, biases and embeddings get none."""
     betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW's moment decay rates."""
     eps: float = 1e-8
+    """AdamW's epsilon."""
     warmup_steps: int = 100
+    """Steps of linear warmup from ``lr / warmup_steps`` to ``lr``."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this; 0 disables clipping (norm still logged)."""
 
@@ -187,16 +202,21 @@ class TrainConfig:
     init_scale: float = 16384.0
     """GradScaler's first scale (fp16 only)."""
     label_smoothing: float = 0.0
+    """Label smoothing of the LM cross-entropy, in [0, 1)."""
     max_bad_steps: int = 10
     """Stop after this many consecutive steps with a non-finite loss or gradient norm."""
     activation_checkpointing: bool = False
+    """Recompute each block's activations in the backward pass (less memory, ~1/3 more compute)."""
     compile: bool = False
     """torch.compile each transformer block."""
     seed: int = 0
+    """Seed of the initial weights and of the synthetic source."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    """``auto``: CUDA when available (rank r uses GPU ``LOCAL_RANK``), else CPU."""
     log_interval: int = 10
     """Print a line every this many steps (JSONL gets every step)."""
     tensorboard: bool = True
+    """Write TensorBoard events to ``run_dir`` besides ``metrics.jsonl``."""
     peak_tflops: float | None = None
     """Dense peak of one device for MFU; None: looked up from the device name."""
 
@@ -222,10 +242,13 @@ class DistributedConfig:
     strategy: Literal["ddp", "fsdp"] = "ddp"
     """``fsdp`` is FSDP2 (``torch.distributed.fsdp.fully_shard``), one unit per block."""
     fsdp_cpu_offload: bool = False
+    """FSDP2: keep sharded parameters, gradients and optimizer state in host memory."""
     fsdp_reshard_after_forward: bool = True
+    """FSDP2: free gathered parameters after the forward (less memory, one more all-gather)."""
     timeout_s: int = 1800
     """Process-group timeout (collectives hung longer than this fail the job)."""
     backend: Literal["auto", "nccl", "gloo"] = "auto"
+    """Process-group backend; ``auto``: NCCL on GPUs, gloo on CPU."""
 
     def __post_init__(self) -> None:
         if self.timeout_s < 1:
@@ -254,9 +277,11 @@ class DataConfig:
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
     dir: str = "checkpoints"
+    """Checkpoint directory (``step_N/`` inside); shared by all ranks."""
     interval: int = 1000
     """Save every this many optimizer steps (and always at the end)."""
     keep_last: int = 3
+    """Checkpoints kept; older ones are deleted after each save."""
     export_dir: str | None = None
     """Where final weights go as safetensors + config.json; None: ``<dir>/export``."""
 
@@ -293,6 +318,7 @@ class EvalConfig:
 @dataclasses.dataclass(frozen=True)
 class DPOConfig:
     beta: float = 0.1
+    """DPO temperature: how far the policy may move from the reference."""
     reference: Literal["model", "precomputed"] = "model"
     """``model``: a frozen copy of the starting weights; ``precomputed``: batches carry
     ``ref_chosen_logps``/``ref_rejected_logps``."""
@@ -300,6 +326,38 @@ class DPOConfig:
     def __post_init__(self) -> None:
         if self.beta <= 0:
             raise ValueError(f"dpo.beta must be > 0, got {self.beta}")
+
+
+LORA_TARGETS = ("qkv", "proj", "up", "down", "lm_head")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoRAConfig:
+    """Low-rank adapters (:mod:`trainer.lora`); off while ``r`` is 0."""
+
+    r: int = 0
+    """Rank of each adapter; 0: no LoRA, every weight trains."""
+    alpha: float = 16.0
+    """The update is scaled by ``alpha / r``."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input while training."""
+    targets: tuple[str, ...] = ("qkv", "proj", "up", "down")
+    """Linear layers that get adapters, by name: attention ``qkv``/``proj``, MLP
+    ``up``/``down``, output ``lm_head``."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "targets", tuple(self.targets))
+        if self.r < 0 or self.alpha <= 0 or not 0.0 <= self.dropout < 1.0:
+            raise ValueError("lora needs r >= 0, alpha > 0 and dropout in [0, 1)")
+        unknown = sorted(set(self.targets) - set(LORA_TARGETS))
+        if unknown or not self.targets:
+            raise ValueError(
+                f"lora.targets {list(self.targets)}: valid names are {', '.join(LORA_TARGETS)}"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.r > 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,6 +391,7 @@ class TrainerConfig:
     dpo: DPOConfig = DPOConfig()
     eval: EvalConfig = EvalConfig()
     metrics: MetricsConfig = MetricsConfig()
+    lora: LoRAConfig = LoRAConfig()
     tokenizer: str | None = None
     """Tokenizer directory; gives ``model.vocab_size`` when that is null."""
     init_from: str | None = None
@@ -344,6 +403,8 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         if self.model.vocab_size is None and self.tokenizer is None:
             raise ValueError("set model.vocab_size or tokenizer (a directory to read it from)")
+        if self.lora.enabled and "lm_head" in self.lora.targets and self.model.tie_embeddings:
+            raise ValueError("lora.targets lm_head with model.tie_embeddings: untie, or drop it")
         if self.data.source == "synthetic" and self.model.vocab_size is None:
             raise ValueError("data.source synthetic needs an explicit model.vocab_size")
         if self.train.max_steps is not None and self.optim.warmup_steps > self.train.max_steps:
@@ -387,7 +448,12 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Trainer
         ConfigError: unreadable file, invalid YAML, or an invalid config (see
             :func:`config_from_mapping`); the message names the file and key.
     """
+    from trainer.config_paths import resolve_paths, with_default_dirs
+
     path = Path(path)
     raw = read_yaml_file(path, "trainer config")
+    if isinstance(raw, dict):
+        defaults = (TrainerConfig.run_dir, CheckpointConfig.dir)
+        raw = resolve_paths(with_default_dirs(raw, *defaults), path.absolute().parent)
     raw = apply_overrides(raw if isinstance(raw, dict) else {}, overrides or [], str(path))
-    return config_from_mapping(raw, str(path))
+    return config_from_mapping(resolve_paths(raw, Path.cwd()), str(path))

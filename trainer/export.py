@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from dataforge.io.owned_output import OutputPathError, check_dir_target, owned_dir
 from trainer.config import ConfigError, TrainerConfig, to_plain
 from trainer.hf_model import hf_config, hf_weights, is_hf_model_dir, unsupported_reason
+from trainer.lora import merge_lora
 from trainer.parallel import DistEnv, barrier
 
 __all__ = [
@@ -79,9 +81,10 @@ def write_export(
     Raises:
         ConfigError: ``out_dir`` exists and is not an export (see :func:`check_export_dir`).
     """
+    weights = merge_lora(weights, config.lora)  # LoRA adapters folded into the weights
     try:
         with owned_dir(out_dir, EXPORT, legacy=_is_unmarked_export) as tmp:
-            _write_files(tmp, weights, config, info)
+            _write_files(tmp, weights, config, info, out_dir)
     except OutputPathError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -114,29 +117,52 @@ def _is_unmarked_export(path: Path) -> bool:
 
 
 def _write_files(
-    tmp: Path, weights: dict[str, torch.Tensor], config: TrainerConfig, info: dict
+    tmp: Path, weights: dict[str, torch.Tensor], config: TrainerConfig, info: dict, out_dir: Path
 ) -> None:
     model = config.model
     reason = unsupported_reason(model)
     if reason is None:
         special = _write_tokenizer(tmp, config.tokenizer, config.init_from)
-        save_file(hf_weights(weights, model), str(tmp / "model.safetensors"), {"format": "pt"})
+        _save_weights(hf_weights(weights, model), tmp / "model.safetensors", out_dir)
+        end_of_turn = special.pop("end_of_turn_token_id", None)
         card = hf_config(model, special) | {"dataforge": info}
         _write_json(tmp / "config.json", card)
-        source_generation = Path(config.init_from or "") / "generation_config.json"
-        if config.init_from and source_generation.is_file():
-            shutil.copyfile(source_generation, tmp / "generation_config.json")
-        else:
-            _write_json(
-                tmp / "generation_config.json", {k: v for k, v in special.items() if v is not None}
-            )
+        _write_generation_config(tmp, config.init_from, special, end_of_turn)
     else:
         print(f"[trainer] export: trainer layout, not transformers ({reason})", flush=True)
         if model.tie_embeddings:
             weights = {k: v for k, v in weights.items() if k != "lm_head.weight"}
         weights = {k: v.contiguous() for k, v in weights.items()}
-        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        _save_weights(weights, tmp / "model.safetensors", out_dir)
         _write_json(tmp / "config.json", {"model": to_plain(model), **info})
+
+
+def _save_weights(weights: dict[str, torch.Tensor], path: Path, shown: Path) -> None:
+    """``save_file`` with a line before (size) and after (time): large exports take a while."""
+    size = sum(t.numel() * t.element_size() for t in weights.values())
+    print(
+        f"[trainer] export: writing {len(weights)} tensors ({size / 2**20:,.1f} MiB) -> {shown}",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    save_file(weights, str(path), metadata={"format": "pt"})
+    print(f"[trainer] export: weights written in {time.perf_counter() - t0:.1f} s", flush=True)
+
+
+def _write_generation_config(
+    out: Path, init_from: str | None, special: dict[str, Any], end_of_turn: int | None
+) -> None:
+    """``generation_config.json``: an imported model's own, else the special ids; with a
+    chat tokenizer ``eos_token_id`` lists ``<eos>`` and ``<|end|>``, so ``generate()``
+    stops at the end of an assistant turn."""
+    source = Path(init_from or "") / "generation_config.json"
+    if init_from and source.is_file() and end_of_turn is None:
+        shutil.copyfile(source, out / "generation_config.json")
+        return
+    generation = {k: v for k, v in special.items() if v is not None}
+    if end_of_turn is not None:
+        generation["eos_token_id"] = [special["eos_token_id"], end_of_turn]
+    _write_json(out / "generation_config.json", generation)
 
 
 def _write_json(path: Path, value: Any) -> None:
@@ -150,9 +176,10 @@ def _write_tokenizer(out: Path, tokenizer: str | None, init_from: str | None) ->
 
         tokenizer = str(local_tokenizer_dir(tokenizer))  # a URI: the node's cached copy
     if tokenizer and (Path(tokenizer) / "spm.model").is_file():
-        from dataforge.tokenization.hf_export import write_hf_tokenizer
+        from dataforge.tokenization.hf_export import end_of_turn_id, write_hf_tokenizer
 
-        return write_hf_tokenizer(tokenizer, out)
+        special = write_hf_tokenizer(tokenizer, out)
+        return special | {"end_of_turn_token_id": end_of_turn_id(tokenizer)}
     source = tokenizer if tokenizer and Path(tokenizer).is_dir() else init_from
     if source is None:
         return {}

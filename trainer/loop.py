@@ -15,7 +15,7 @@ import dataclasses
 import gc
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,16 @@ from torch import nn
 
 from trainer.checkpoint import Checkpointer
 from trainer.comm_timing import AllReduceTimer, time_gradient_all_reduce
-from trainer.config import ConfigError, OptimConfig, TrainerConfig
+from trainer.config import ConfigError, TrainerConfig
 from trainer.console import Console
 from trainer.data import BatchSource, build_batch_source
 from trainer.evaluate import Evaluator, build_eval_source
 from trainer.export import check_export_dir, export_weights
+from trainer.lora import apply_lora
 from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats, startup_summary
 from trainer.model import Transformer, flops_per_token
 from trainer.objectives import OBJECTIVES, Objective, build_objective
+from trainer.optim import build_optimizer, lr_factor
 from trainer.parallel import (
     DTYPES,
     DistEnv,
@@ -43,6 +45,7 @@ from trainer.parallel import (
 )
 from trainer.pretrained import load_exported, resolve_model
 from trainer.prometheus import live_exporter
+from trainer.stopping import Interrupted, StopRequest
 
 __all__ = ["TrainingError", "TrainResult", "build_optimizer", "lr_factor", "train", "train_step"]
 
@@ -81,37 +84,6 @@ class Run:
         if precision == "fp32":
             return contextlib.nullcontext()
         return torch.autocast(self.env.device.type, dtype=DTYPES[precision])
-
-
-def lr_factor(optim: OptimConfig, max_steps: int) -> Callable[[int], float]:
-    """LambdaLR factor: linear warmup to ``lr``, then cosine down to ``min_lr``."""
-
-    def factor(step: int) -> float:
-        if step < optim.warmup_steps:
-            return (step + 1) / optim.warmup_steps
-        progress = min(1.0, (step - optim.warmup_steps) / max(1, max_steps - optim.warmup_steps))
-        lr = optim.min_lr + (optim.lr - optim.min_lr) * 0.5 * (1 + math.cos(math.pi * progress))
-        return lr / optim.lr
-
-    return factor
-
-
-def build_optimizer(
-    model: nn.Module, optim: OptimConfig, device: torch.device
-) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices only (not norms, biases or embeddings)."""
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():  # tied weights appear once
-        if not param.requires_grad:
-            continue
-        is_matrix = param.dim() >= 2 and "embed" not in name
-        (decay if is_matrix else no_decay).append(param)
-    groups = [
-        {"params": decay, "weight_decay": optim.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    fused = device.type == "cuda" and all(p.is_cuda for p in decay + no_decay)
-    return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, eps=optim.eps, fused=fused)
 
 
 def _tokens(batch: dict) -> int:
@@ -201,6 +173,11 @@ def _build_model(config: TrainerConfig, env: DistEnv) -> Transformer:
     if config.init_from:  # resolve_model already took the shape from it
         _, weights = load_exported(config.init_from)
         model.load_state_dict(weights)
+    if config.lora.enabled:
+        try:
+            apply_lora(model, config.lora)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
     return model.to(env.device)
 
 
@@ -321,7 +298,7 @@ def _train(
     if resume == "scratch":
         ckpt.supersede_existing()
     if latest is not None:
-        loop |= ckpt.load(latest, stage, objects, source)
+        loop |= ckpt.load(latest, stage, objects, source, config.to_json())
     console = Console(config, stage, env.is_main)
     summary = startup_summary(config, unwrap(run.model), stage, env.world_size)
     console.start(summary, env.world_size, str(env.device), latest, loop["step"])
@@ -331,6 +308,7 @@ def _train(
     metrics = MetricsWriter(config.run_dir, env.is_main, config.train.tensorboard, loop["step"])
     exporter = live_exporter(config.metrics, env)
     batches, losses, saved, start_step = _endless(source), [], None, loop["step"]
+    stop = StopRequest().install()
     try:
         while loop["step"] < config.train.max_steps:
             if stop_after is not None and loop["step"] - start_step >= stop_after:
@@ -348,6 +326,9 @@ def _train(
             console.step(record)
             if exporter is not None:
                 exporter.update(record, int(out["tokens"]) if out["applied"] else 0)
+            signame = stop.requested(env)
+            if signame is not None:
+                _stop(run, ckpt, objects, source, loop, signame)
             if not out["applied"]:
                 continue
             losses.append(out["loss"])
@@ -359,6 +340,7 @@ def _train(
                 saved = ckpt.save(loop["step"], stage, objects, source)
                 console.checkpoint(saved, loop["step"])
     finally:
+        stop.restore()
         metrics.close()
         if exporter is not None:
             exporter.close()
@@ -370,6 +352,22 @@ def _train(
     console.export(export_dir)
     console.finish(loop["step"], loop["tokens"], loop["skipped"])
     return TrainResult(loop["step"], losses, loop["skipped"], saved, export_dir)
+
+
+def _stop(
+    run: Run, ckpt: Checkpointer, objects: dict, source: BatchSource, loop: dict, signame: str
+) -> None:
+    """A signal arrived during the step just finished: checkpoint it and stop.
+
+    Raises:
+        Interrupted: always, once the checkpoint is written.
+    """
+    objects["loop"], objects["config"] = dict(loop), run.config.to_json()
+    saved = ckpt.save(loop["step"], run.stage, objects, source)
+    stopped = Interrupted(signame, loop["step"], saved)
+    if run.env.is_main:
+        print(f"[trainer] {stopped}", flush=True)
+    raise stopped
 
 
 def _export_info(run: Run, loop: dict) -> dict[str, Any]:

@@ -11,6 +11,7 @@ segmenter settings (engine, HMM, user dictionary) go to ``dataforge_segmenter.js
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -18,28 +19,39 @@ from pathlib import Path
 from dataforge.tokenization.segment import MARKER
 from dataforge.tokenization.tokenizer import read_tokenizer_json
 
-__all__ = ["REMOTE_MODULE", "bpe_tokenizer_json", "write_hf_tokenizer"]
+__all__ = [
+    "CHAT_TEMPLATE",
+    "REMOTE_MODULE",
+    "bpe_tokenizer_json",
+    "end_of_turn_id",
+    "write_hf_tokenizer",
+]
 
 REMOTE_MODULE = "tokenization_dataforge"
 """File (``<name>.py``) the export copies the remote tokenizer code into."""
 
 _CONTROL = ("<pad>", "<bos>", "<eos>", "<unk>")
+_CHAT_MARKERS = ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>")
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+"""The conversation layout of ``format_sft``/``format_dpo`` (``add_bos: true``, see
+:mod:`dataforge.ops.formatting`) as a Jinja chat template: ``apply_chat_template`` gives
+the ids those ops write; a generation prompt is the open ``<|assistant|>`` turn."""
 
 
 def bpe_tokenizer_json(spm_model: bytes) -> str:
     """The ``tokenizers`` JSON of a sentencepiece BPE model (see the module docstring)."""
-    import sentencepiece as spm
     from tokenizers import AddedToken, Tokenizer, decoders, normalizers
     from tokenizers.models import BPE
 
-    sp = spm.SentencePieceProcessor(model_proto=spm_model)
-    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
-    normal = {
-        sp.id_to_piece(i)
-        for i in range(sp.get_piece_size())
-        if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i) or sp.is_unused(i))
-        and sp.id_to_piece(i) not in _user_defined(sp)
-    }
+    # The proto is parsed once: the conversion is linear in the vocabulary.
+    pieces, user = _pieces(spm_model)
+    vocab = {piece: i for i, (piece, _) in enumerate(pieces)}
+    normal = {piece for piece, kind in pieces if kind == "normal"}
     merges = []
     for piece in normal:
         for k in range(1, len(piece)):
@@ -61,28 +73,36 @@ def bpe_tokenizer_json(spm_model: bytes) -> str:
     )
     # Only user-defined pieces are matched in text, as in sentencepiece: a literal "<unk>"
     # or "<bos>" in a document is text, not a control token.
-    user = sorted(_user_defined(sp), key=vocab.get)
     tok.add_special_tokens([AddedToken(p, normalized=False, special=True) for p in user])
     return tok.to_str()
 
 
-def _user_defined(sp) -> set[str]:
+def _pieces(spm_model: bytes) -> tuple[list[tuple[str, str]], list[str]]:
+    """Every piece of the model with its kind (``normal``, ``user``, or ``other`` for
+    control, unknown, byte and unused pieces), in id order, and the user-defined pieces."""
     from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
     proto = model_pb2.ModelProto()
-    proto.ParseFromString(sp.serialized_model_proto())
-    user = model_pb2.ModelProto.SentencePiece.USER_DEFINED
-    return {p.piece for p in proto.pieces if p.type == user}
+    proto.ParseFromString(spm_model)
+    kinds = {
+        model_pb2.ModelProto.SentencePiece.NORMAL: "normal",
+        model_pb2.ModelProto.SentencePiece.USER_DEFINED: "user",
+    }
+    pieces = [(p.piece, kinds.get(p.type, "other")) for p in proto.pieces]
+    return pieces, [piece for piece, kind in pieces if kind == "user"]
 
 
 def write_hf_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> dict[str, int]:
     """Write the remote-code tokenizer files of ``tokenizer_dir`` into ``out_dir``.
 
+    A tokenizer with the chat markers gets :data:`CHAT_TEMPLATE`.
+
     Returns:
         the special token ids (``bos_token_id``, ``eos_token_id``, ``pad_token_id``) for the
         model's ``config.json``.
     """
-    from dataforge.tokenization import hf_remote
+    # Located, not imported: importing it imports transformers (seconds).
+    remote_code = importlib.util.find_spec("dataforge.tokenization.hf_remote").origin
 
     tokenizer_dir, out_dir = Path(tokenizer_dir), Path(out_dir)
     meta = read_tokenizer_json(tokenizer_dir)
@@ -101,7 +121,7 @@ def write_hf_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> dict[s
     (out_dir / "dataforge_segmenter.json").write_text(
         json.dumps(segmenter, ensure_ascii=False), encoding="utf-8"
     )
-    shutil.copyfile(hf_remote.__file__, out_dir / f"{REMOTE_MODULE}.py")
+    shutil.copyfile(remote_code, out_dir / f"{REMOTE_MODULE}.py")
     special = meta["special_tokens"]
     chat = [p for p in special if p not in _CONTROL and p != MARKER]
     config = {
@@ -116,6 +136,9 @@ def write_hf_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> dict[s
         "clean_up_tokenization_spaces": False,
         "model_max_length": 1 << 30,
     }
+    chat_ready = all(m in special for m in _CHAT_MARKERS)
+    if chat_ready:
+        config["chat_template"] = CHAT_TEMPLATE
     (out_dir / "tokenizer_config.json").write_text(
         json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8"
     )
@@ -124,3 +147,9 @@ def write_hf_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> dict[s
         "eos_token_id": special["<eos>"],
         "pad_token_id": special["<pad>"],
     }
+
+
+def end_of_turn_id(tokenizer_dir: str | Path) -> int | None:
+    """The ``<|end|>`` id of a tokenizer with the chat markers (None without them)."""
+    special = read_tokenizer_json(Path(tokenizer_dir))["special_tokens"]
+    return special["<|end|>"] if all(m in special for m in _CHAT_MARKERS) else None

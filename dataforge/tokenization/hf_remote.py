@@ -127,7 +127,11 @@ class DataforgeTokenizer(PreTrainedTokenizer):
         return "".join(out)
 
     def tokenize(self, text: str, **kwargs) -> list[str]:
-        """Pieces of ``text`` exactly as dataforge encodes it (no BOS/EOS added)."""
+        """Pieces of ``text`` exactly as dataforge encodes it (no BOS/EOS added). A text
+        that begins with ``<bos>`` (as the chat template renders a conversation) begins
+        with the BOS piece; ``<bos>`` anywhere else is text."""
+        if text.startswith("<bos>"):
+            return ["<bos>", *self.tokenize(text[len("<bos>") :])]
         pieces: list[str] = []
         parts = _ESCAPED.split(_SURROGATE.sub("\ufffd", text))
         for k, part in enumerate(parts):

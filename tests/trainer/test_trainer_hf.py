@@ -197,9 +197,18 @@ def test_train_export_cli_writes_the_checkpoint_as_a_transformers_model(tmp_path
     batch = {"input_ids": torch.randint(64, (2, 16), generator=torch.Generator().manual_seed(0))}
     batch["labels"] = torch.roll(batch["input_ids"], -1, 1)
     train(config_from_mapping(raw), "pretrain", source=ListBatchSource([batch]))
+    capsys.readouterr()
     assert main(["export", str(tmp_path / "ck" / "step_00000002")]) == 0
     out = tmp_path / "ck" / "export-step_00000002"
-    assert f"-> {out}" in capsys.readouterr().out
+    printed = capsys.readouterr().out.splitlines()
+    # 2 layers x 9 tensors + embeddings, final norm, output layer; 4-byte floats
+    n = 2 * 9 + 3
+    size = 4 * (2 * 64 * 64 + 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 176 + 2 * 64) + 64)
+    assert printed[0] == (
+        f"[trainer] export: writing {n} tensors ({size / 2**20:,.1f} MiB) -> {out}"
+    )
+    assert printed[1].startswith("[trainer] export: weights written in ")
+    assert printed[2] == f"exported {tmp_path / 'ck' / 'step_00000002'} -> {out}"
     hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     final = _ours(tmp_path / "ck" / "export")  # the run's own final export: same weights
     ids = _ids(seed=3, width=12) % 64

@@ -40,7 +40,7 @@ __all__ = [
 OBJECTIVES: dict[str, Callable[[TrainerConfig], Objective]] = {
     "pretrain": lambda config: Pretrain(config.train.label_smoothing),
     "sft": lambda config: SFT(config.train.label_smoothing),
-    "dpo": lambda config: DPO(config.dpo),
+    "dpo": lambda config: DPO(config.dpo, base_reference=config.lora.enabled),
 }
 
 

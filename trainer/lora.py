@@ -1,0 +1,100 @@
+"""LoRA: low-rank adapters on chosen linear layers, the rest of the model frozen.
+
+``lora: {r, alpha, dropout, targets}`` replaces each targeted ``nn.Linear`` (by the last
+part of its name: ``qkv``, ``proj``, ``up``, ``down``, ``lm_head``) with
+:class:`LoRALinear`: ``y = x W^T + b + (alpha / r) * dropout(x) A^T B^T``, ``A`` random,
+``B`` zero (so training starts from the base model exactly). Only ``A`` and ``B`` train.
+The layer keeps ``weight``/``bias`` under their names, so checkpoints and exports keep the
+base layout plus ``<layer>.lora_a``/``lora_b``; :func:`merge_lora` folds the adapters into
+the weights (exports are plain merged models). :func:`adapters_disabled` runs the base
+model: DPO's reference, with no second copy of the weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from trainer.config import LoRAConfig
+
+__all__ = ["LoRALinear", "adapters_disabled", "apply_lora", "merge_lora"]
+
+
+class LoRALinear(nn.Module):
+    """A frozen linear layer plus a trainable rank-``r`` update."""
+
+    def __init__(self, base: nn.Linear, config: LoRAConfig) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(base.weight.detach(), requires_grad=False)
+        self.bias = None
+        if base.bias is not None:
+            self.bias = nn.Parameter(base.bias.detach(), requires_grad=False)
+        out_features, in_features = base.weight.shape
+        kwargs = {"device": base.weight.device, "dtype": base.weight.dtype}
+        self.lora_a = nn.Parameter(torch.empty(config.r, in_features, **kwargs))
+        self.lora_b = nn.Parameter(torch.zeros(out_features, config.r, **kwargs))
+        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+        self.scale = config.alpha / config.r
+        self.dropout = nn.Dropout(config.dropout) if config.dropout else nn.Identity()
+        self.enabled = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = nn.functional.linear(x, self.weight, self.bias)
+        if not self.enabled:
+            return out
+        return out + (self.dropout(x) @ self.lora_a.t() @ self.lora_b.t()) * self.scale
+
+
+def apply_lora(model: nn.Module, config: LoRAConfig) -> list[str]:
+    """Freeze ``model`` and put adapters on the targeted linear layers; returns their
+    names.
+
+    Raises:
+        ValueError: no linear layer matches ``config.targets``.
+    """
+    model.requires_grad_(False)
+    names = [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in config.targets
+    ]
+    if not names:
+        raise ValueError(f"lora.targets {list(config.targets)} match no linear layer")
+    for name in names:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, LoRALinear(getattr(parent, child), config))
+    return names
+
+
+@contextlib.contextmanager
+def adapters_disabled(model: nn.Module) -> Iterator[None]:
+    """Run ``model`` (wrapped or not) as its base model inside the block."""
+    layers = [m for m in model.modules() if isinstance(m, LoRALinear)]
+    for layer in layers:
+        layer.enabled = False
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.enabled = True
+
+
+def merge_lora(weights: dict[str, torch.Tensor], config: LoRAConfig) -> dict[str, torch.Tensor]:
+    """A state dict with every ``<layer>.lora_a``/``lora_b`` folded into
+    ``<layer>.weight`` (W + alpha / r * B A); unchanged without adapters."""
+    adapted = [k[: -len(".lora_a")] for k in weights if k.endswith(".lora_a")]
+    if not adapted:
+        return weights
+    out = {k: v for k, v in weights.items() if not k.endswith((".lora_a", ".lora_b"))}
+    scale = config.alpha / config.r
+    for layer in adapted:
+        a, b = weights[f"{layer}.lora_a"], weights[f"{layer}.lora_b"]
+        base = weights[f"{layer}.weight"]
+        delta = (b.double() @ a.double()) * scale
+        out[f"{layer}.weight"] = (base.double() + delta).to(base.dtype)
+    return out
