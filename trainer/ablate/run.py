@@ -154,6 +154,7 @@ def _summary_line(set_name: str, entry: dict) -> str:
 
 def run_ablation(config: AblationConfig, out: Path, log: Log) -> dict[str, Any]:
     """Run the whole ablation into ``out`` (resuming what is done); its results."""
+    out = out.absolute()  # paths written into the evaluation sets' pipeline files
     check_variants(config)
     prepare_output(out, config.name)
     sets = {s.name: run_eval_pipeline(config, s, out / "eval" / s.name, log) for s in config.eval}

@@ -74,6 +74,10 @@ def _variant_overrides(config: AblationConfig, variant: Variant) -> list[str]:
     return sets
 
 
+def _same_place(path: str) -> str:
+    return path.rstrip("/") if "://" in path else os.path.realpath(path)
+
+
 def check_variants(config: AblationConfig) -> None:
     """Every variant's pipeline loads and tokenizes with the ablation's tokenizer into MDS.
 
@@ -85,7 +89,7 @@ def check_variants(config: AblationConfig) -> None:
         pipeline = config.pipeline_of(variant)
         loaded, params = _tokenize_stage(pipeline, _variant_overrides(config, variant))
         used = loaded.locate(params["tokenizer"])
-        if used.rstrip("/") != tokenizer.rstrip("/"):
+        if _same_place(used) != _same_place(tokenizer):
             raise ConfigError(
                 f"variants.{variant.name}: {pipeline} tokenizes with {used}, not the "
                 f"ablation's tokenizer {tokenizer}; models must share one vocabulary"
