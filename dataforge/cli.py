@@ -22,7 +22,7 @@ __all__ = ["main"]
 # Subcommands contributed by other packages; a module that is absent is skipped.
 _EXTENSIONS = {"tokenizer": "dataforge.tokenization.cli", "lm": "dataforge.lm.cli",
                "classifier": "dataforge.classifier.cli",
-               "train": "trainer.cli"}  # fmt: skip
+               "train": "trainer.cli", "ablate": "trainer.ablate.cli"}  # fmt: skip
 """Subcommands other packages add (name -> module with ``add_subcommand``). Only the one a
 command line names is imported (``dataforge.lm.cli`` alone took 0.32 s to import, paid by
 every ``dataforge run``); all of them for help and unknown commands."""
