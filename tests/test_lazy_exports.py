@@ -48,6 +48,7 @@ def test_building_the_cli_parser_loads_no_tokenizer_or_scorer_module() -> None:
         ("lm", ["dataforge.lm.cli"]),
         ("train", ["trainer.cli"]),
         ("classifier", ["dataforge.classifier.cli"]),
+        ("ablate", ["trainer.ablate.cli"]),
         (
             None,
             [
@@ -55,6 +56,7 @@ def test_building_the_cli_parser_loads_no_tokenizer_or_scorer_module() -> None:
                 "dataforge.lm.cli",
                 "dataforge.classifier.cli",
                 "trainer.cli",
+                "trainer.ablate.cli",
             ],
         ),
         (
@@ -64,6 +66,7 @@ def test_building_the_cli_parser_loads_no_tokenizer_or_scorer_module() -> None:
                 "dataforge.lm.cli",
                 "dataforge.classifier.cli",
                 "trainer.cli",
+                "trainer.ablate.cli",
             ],
         ),
     ],
@@ -76,7 +79,7 @@ def test_the_parser_imports_only_the_subcommand_module_a_command_line_names(comm
         "from dataforge.cli import build_parser\n"
         f"parser = build_parser({command!r})\n"
         "modules = ('dataforge.tokenization.cli', 'dataforge.lm.cli', 'dataforge.classifier.cli',\n"
-        "           'trainer.cli')\n"
+        "           'trainer.cli', 'trainer.ablate.cli')\n"
         "print([m for m in modules if m in sys.modules])\n"
         "print(sorted(parser._subparsers._group_actions[0].choices))\n"
     )
@@ -85,7 +88,8 @@ def test_the_parser_imports_only_the_subcommand_module_a_command_line_names(comm
     imported, choices = out.stdout.strip().splitlines()
     assert imported == repr(loaded)
     names = {"dataforge.tokenization.cli": "tokenizer", "dataforge.lm.cli": "lm",
-             "dataforge.classifier.cli": "classifier", "trainer.cli": "train"}  # fmt: skip
+             "dataforge.classifier.cli": "classifier", "trainer.cli": "train",
+             "trainer.ablate.cli": "ablate"}  # fmt: skip
     assert choices == repr(
         sorted(["run", "report", "validate", "inspect", *map(names.get, loaded)])
     )

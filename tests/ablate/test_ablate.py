@@ -53,7 +53,7 @@ def _write_jsonl(path: Path, docs: list[dict]) -> None:
 
 def _pipeline(path: Path, stages: str) -> None:
     path.write_text(
-        "name: v\nseed: 3\n"
+        "name: v\nseed: 3\nexecutor: local\n"
         "inputs: [{name: docs, path: corpus/train.jsonl, lang: en, id_key: id}]\n"
         f"stages: [{stages}{{op: tokenize, tokenizer: tokenizer, add_eos: true}}]\n"
         "output: {path: unused, format: mds}\n",
