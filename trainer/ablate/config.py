@@ -14,7 +14,7 @@ train:
   recipe: {model: {preset: tiny}, data: {loader: {max_tokens: 4096, packing: true}}}
 seeds: [1]
 eval:
-  - {name: news_zh, inputs: [{path: ../data/heldout/news.jsonl, lang: zh}]}
+  - {name: news_zh, inputs: [{path: ../data/heldout/news.jsonl, lang: zh}], stages: [{op: clean}]}
   - {name: docs_en, mds: ../out/docs_heldout/mds}
 ```
 """
@@ -107,9 +107,15 @@ class EvalSet:
     name: str
     mds: str | None = None
     inputs: tuple[dict[str, Any], ...] = ()
+    stages: tuple[dict[str, Any], ...] = ()
+    """Stages run on ``inputs`` before they are tokenized, e.g. ``[{op: clean}]``: held-out
+    text normalized as the variants normalize theirs, so that a normalization difference
+    (full- vs half-width punctuation) is not scored as a quality difference."""
 
     def __post_init__(self) -> None:
         _check_name("eval.name", self.name)
+        if self.stages and self.mds is not None:
+            raise ValueError(f"eval {self.name!r}: 'stages' apply to 'inputs', not to 'mds'")
         if (self.mds is None) == (not self.inputs):
             raise ValueError(f"eval {self.name!r}: give exactly one of 'mds' or 'inputs'")
 

@@ -144,8 +144,9 @@ def run_variant_pipeline(config: AblationConfig, variant: Variant, out: Path, lo
 
 
 def run_eval_pipeline(config: AblationConfig, eval_set: EvalSet, root: Path, log: Log) -> str:
-    """The MDS folder of an evaluation set: given, or its raw inputs tokenized here by the
-    first variant's tokenize stage (so that the ids are the ones the models train on)."""
+    """The MDS folder of an evaluation set: given, or its raw inputs run through its
+    ``stages`` and tokenized here by the first variant's tokenize stage (so that the ids
+    are the ones the models train on)."""
     if eval_set.mds is not None:
         return config.resolve(eval_set.mds)
     variant = config.variants[0]
@@ -164,7 +165,7 @@ def run_eval_pipeline(config: AblationConfig, eval_set: EvalSet, root: Path, log
             else {**entry, "path": config.resolve(entry["path"])}
             for i, entry in enumerate(eval_set.inputs)
         ],
-        "stages": [{"op": "tokenize", **params}],
+        "stages": [*eval_set.stages, {"op": "tokenize", **params}],
         "output": {"path": str(root / "data"), "format": "mds"},
     }
     text = json.dumps(spec, ensure_ascii=False, indent=1)  # JSON is YAML
