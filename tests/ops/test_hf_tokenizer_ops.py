@@ -124,12 +124,11 @@ def test_a_tokenizer_without_chat_template_is_refused(hf_dir, tmp_path):
     assert errors == [f"format_sft: {bare / 'tokenizer_config.json'} has no chat_template"]
 
 
-def test_a_run_on_the_forked_lanes_tokenizes_as_the_in_process_run(
-    hf_dir, tmp_path, write_pipeline
-):
-    """``dataforge run`` on 2 CPUs: the driver loads the Hugging Face tokenizer once and its
-    two forked lanes encode with their copies (a Rust tokenizer with a thread pool of its
-    own): the same MDS samples as one process, and no fork warning from tokenizers."""
+def test_a_run_on_forked_workers_tokenizes_as_the_in_process_run(hf_dir, tmp_path, write_pipeline):
+    """``dataforge run`` with the local executor on 2 CPUs: the driver loads the Hugging Face
+    tokenizer and its two forked workers encode with their copies (a Rust tokenizer with a
+    thread pool of its own): the same MDS samples as one process, and no fork warning from
+    tokenizers."""
     import os
     import subprocess
     import sys
@@ -147,6 +146,7 @@ def test_a_run_on_the_forked_lanes_tokenizes_as_the_in_process_run(
         f"""
         name: hf
         inputs: [{{name: s, path: "corpus/*.jsonl", lang: zh}}]
+        executor: local
         ray: {{num_cpus: 2}}
         stages:
           - {{op: tokenize, tokenizer: "{hf_dir}"}}
@@ -159,7 +159,9 @@ def test_a_run_on_the_forked_lanes_tokenizes_as_the_in_process_run(
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "the driver ran 3 of the run's tasks itself" in proc.stderr
+    runtime = json.loads((tmp_path / "out" / "hf" / "manifest.json").read_text())["runtime"]
+    assert runtime["executor"] == "local" and runtime["tasks_on_driver"] == 0
+    assert sum(runtime["tasks_by_node"].values()) == 3
     assert "huggingface/tokenizers" not in proc.stderr and "Traceback" not in proc.stderr
     reference = tmp_path / "ref"
     run_pipeline(load_pipeline(path), reference, LocalExecutor(), log=lambda m: None)

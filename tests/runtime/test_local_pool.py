@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dataforge.config import load_pipeline
+from dataforge.io import fs
 from dataforge.io.mds import iter_samples
 from dataforge.runtime.failures import RunFailed
 from dataforge.runtime.local_pool import WorkerPool
@@ -24,6 +25,13 @@ stages:
   - {op: quality_filter}
   - {op: dedup, method: exact}
 """
+
+
+@pytest.fixture(autouse=True)
+def _no_remote_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers are forked only while the driver holds no remote-storage client; earlier tests
+    in the same process may have made one (the test that needs one makes its own)."""
+    monkeypatch.setattr(fs, "_REMOTE_USED", set())
 
 
 def _config(pipeline_file: Path):

@@ -214,9 +214,13 @@ def _rank_worker(rank: int, world: int, port: int, out: str) -> None:
 
 
 @pytest.mark.slow
-def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path, monkeypatch):
     import torch
     import torch.multiprocessing as mp
+
+    # The spawned ranks unpickle _rank_worker by its module, tests.trainer.<this file>: the
+    # repository root must be on the path they inherit (the pytest script does not add it).
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
 
     with __import__("socket").socket() as s:
         s.bind(("127.0.0.1", 0))
