@@ -83,9 +83,14 @@ def test_cli_main_called_by_a_program_that_imported_ray(
     assert json.loads(proc.stdout.strip().splitlines()[-1])["kept"] == 21
 
 
-def test_two_node_cluster(pipeline_file: Path, tmp_path: Path) -> None:
+def test_two_node_cluster(
+    pipeline_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from ray.cluster_utils import Cluster
 
+    # The nodes inherit this process's environment: an in-process `dataforge run` of an
+    # earlier test sets RAY_AUTH_MODE=token here, which would make this cluster require one.
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     cluster.add_node(num_cpus=1)
     try:
