@@ -44,7 +44,7 @@ __all__ = [
     "to_plain",
 ]
 
-STAGES = ("pretrain", "sft", "dpo")
+STAGES = ("pretrain", "sft", "dpo", "reward")
 """The CLI's stage commands (kept here, torch-free, for ``dataforge --help``); each is an
 entry of ``trainer.objectives.OBJECTIVES``."""
 ROPE_SCALINGS = ("default", "linear", "llama3")
