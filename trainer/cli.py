@@ -1,4 +1,4 @@
-"""``dataforge train {pretrain,sft,dpo} CONFIG.yaml`` and ``python -m trainer ...``."""
+"""``dataforge train {pretrain,sft,dpo,reward} CONFIG.yaml`` and ``python -m trainer ...``."""
 
 from __future__ import annotations
 
@@ -12,11 +12,14 @@ __all__ = ["add_arguments", "add_subcommand", "run_command"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Stage subcommands (pretrain, sft, dpo), each taking CONFIG.yaml and resume flags."""
-    stages = parser.add_subparsers(dest="stage", metavar="{pretrain,sft,dpo,export}", required=True)
+    stages = parser.add_subparsers(
+        dest="stage", metavar="{pretrain,sft,dpo,reward,export}", required=True
+    )
     helps = {
         "pretrain": "causal LM pretraining on tokenized documents",
         "sft": "supervised fine-tuning, loss on completions only",
         "dpo": "direct preference optimisation on chosen/rejected pairs",
+        "reward": "reward model (scalar head, Bradley-Terry loss) on chosen/rejected pairs",
     }
     for stage in STAGES:
         sub = stages.add_parser(stage, help=helps[stage], description=helps[stage])
@@ -103,7 +106,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction) -> None:
     """Register ``dataforge train``."""
     parser = subparsers.add_parser(
         "train",
-        help="train a model: pretrain, sft or dpo",
+        help="train a model: pretrain, sft, dpo or reward",
         description="Train a decoder-only transformer on dataforge loader output. "
         "Runs on one process, or under torchrun/SLURM (see trainer/launch/README.md).",
     )

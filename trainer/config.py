@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
 from dataforge.typed_config import (
     ConfigError,
     apply_overrides,
+    check_range,
     from_mapping,
     read_yaml_file,
     to_plain,
@@ -43,7 +45,7 @@ __all__ = [
     "to_plain",
 ]
 
-STAGES = ("pretrain", "sft", "dpo")
+STAGES = ("pretrain", "sft", "dpo", "reward")
 """The CLI's stage commands (kept here, torch-free, for ``dataforge --help``); each is an
 entry of ``trainer.objectives.OBJECTIVES``."""
 ROPE_SCALINGS = ("default", "linear", "llama3")
@@ -178,10 +180,19 @@ class OptimConfig:
     """Clip the global gradient norm to this; 0 disables clipping (norm still logged)."""
 
     def __post_init__(self) -> None:
+        # lr 0 is valid (a step that must not move the weights); NaN fails every check.
+        for name in ("lr", "min_lr", "weight_decay", "eps"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"optim.{name}={getattr(self, name)!r}; valid: a finite number")
+        check_range("optim.lr", self.lr, 0.0)
         if not 0 <= self.min_lr <= self.lr:
             raise ValueError(f"need 0 <= min_lr <= lr, got min_lr={self.min_lr} lr={self.lr}")
-        if self.warmup_steps < 0 or self.max_grad_norm < 0 or self.weight_decay < 0:
-            raise ValueError("warmup_steps, max_grad_norm and weight_decay must be >= 0")
+        check_range("optim.weight_decay", self.weight_decay, 0.0)
+        check_range("optim.warmup_steps", self.warmup_steps, 0)
+        if not self.eps > 0:
+            raise ValueError(f"optim.eps={self.eps!r}; valid range: > 0")
+        if not self.max_grad_norm >= 0:  # 0 and inf: no clipping
+            raise ValueError(f"optim.max_grad_norm={self.max_grad_norm!r}; valid: >= 0 (0: off)")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas}")
 

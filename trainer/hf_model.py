@@ -184,6 +184,8 @@ def trainer_weights(
             out[f"blocks.{i}.mlp.up.weight"] = torch.cat(up)
     except KeyError as exc:
         raise ConfigError(f"{where}: the weights lack {exc.args[0]!r}") from exc
+    if "score.weight" in hf:  # a reward model's scalar head
+        out["score.weight"] = hf["score.weight"]
     return out
 
 
@@ -206,6 +208,10 @@ def hf_weights(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str,
                 out[f"{attn}{p}_proj.bias"] = b
         gate, up = state[f"blocks.{i}.mlp.up.weight"].chunk(2)
         out[mlp + "gate_proj.weight"], out[mlp + "up_proj.weight"] = gate, up
+    if (
+        "score.weight" in state
+    ):  # a reward model's scalar head (HF's *ForSequenceClassification name)
+        out["score.weight"] = state["score.weight"]
     return {k: v.contiguous().clone() for k, v in out.items()}
 
 

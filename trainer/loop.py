@@ -172,6 +172,8 @@ def _build_model(config: TrainerConfig, env: DistEnv) -> Transformer:
     model = Transformer(config.model)
     if config.init_from:  # resolve_model already took the shape from it
         _, weights = load_exported(config.init_from)
+        if "score.weight" in weights:  # a reward model's export
+            model.add_score_head()
         model.load_state_dict(weights)
     if config.lora.enabled:
         try:

@@ -264,7 +264,10 @@ class Transformer(nn.Module):
         input_ids: torch.Tensor,
         position_ids: torch.Tensor | None = None,
         cu_seqlens: torch.Tensor | None = None,
+        head: str = "lm",
     ) -> torch.Tensor:
+        """Logits (B, T, vocab); ``head="score"``: the scalar head's value at every
+        position (B, T) (see :meth:`add_score_head`)."""
         b, t = input_ids.shape
         if t > self.config.max_seq_len:
             raise ValueError(f"sequence length {t} > model.max_seq_len {self.config.max_seq_len}")
@@ -288,7 +291,18 @@ class Transformer(nn.Module):
                 x = checkpoint(block, x, rope, layout, use_reentrant=False)
             else:
                 x = block(x, rope, layout)
+        if head == "score":
+            return self.score(self.norm(x)).squeeze(-1)
         return self.lm_head(self.norm(x))
+
+    def add_score_head(self) -> None:
+        """Add ``score``: hidden -> one scalar (a reward model's head, Hugging Face's
+        ``score.weight`` of ``*ForSequenceClassification``), zero-initialised so every
+        sequence starts at the same score. It is part of the state dict from then on."""
+        weight = self.embed.weight
+        self.score = nn.Linear(self.config.hidden_size, 1, bias=False)
+        self.score.to(device=weight.device, dtype=weight.dtype)
+        nn.init.zeros_(self.score.weight)
 
     def num_params(self, exclude_embedding: bool = False) -> int:
         """Parameter count (shared tensors once); optionally without the input embedding."""

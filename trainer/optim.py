@@ -17,6 +17,8 @@ def lr_factor(optim: OptimConfig, max_steps: int) -> Callable[[int], float]:
     """LambdaLR factor: linear warmup to ``lr``, then cosine down to ``min_lr``."""
 
     def factor(step: int) -> float:
+        if optim.lr == 0:  # lr and min_lr are 0: every step's lr is 0 (weights stay put)
+            return 1.0
         if step < optim.warmup_steps:
             return (step + 1) / optim.warmup_steps
         progress = min(1.0, (step - optim.warmup_steps) / max(1, max_steps - optim.warmup_steps))

@@ -101,10 +101,10 @@ def demo(tmp_path_factory):
 
 def _overrides(name: str, demo: dict, run: Path) -> list[str]:
     streams = {"pretrain": demo["pretrain"], "sft": demo["sft_train"], "dpo": demo["dpo_train"]}
+    streams["reward"] = demo["dpo_train"]  # the reward model reads DPO's pairs
     stage = name.split("_")[0]
-    held_out = (
-        [f"eval.streams=[{{path: '{demo[stage + '_held']}'}}]"] if stage != "pretrain" else []
-    )
+    held = "dpo" if stage == "reward" else stage
+    held_out = [f"eval.streams=[{{path: '{demo[held + '_held']}'}}]"] if stage != "pretrain" else []
     return held_out + [
         f"tokenizer={demo['tokenizer']}",
         f"data.loader.streams=[{{path: '{streams[stage]}'}}]",
@@ -119,7 +119,7 @@ def _overrides(name: str, demo: dict, run: Path) -> list[str]:
     ]
 
 
-TINY = ["pretrain_tiny", "sft_tiny", "dpo_tiny"]
+TINY = ["pretrain_tiny", "sft_tiny", "dpo_tiny", "reward_tiny"]
 BIG = sorted(p.stem for p in CONFIGS.glob("*.yaml") if p.stem not in TINY)
 
 

@@ -20,6 +20,7 @@ from trainer.objectives.losses import (
     dpo_loss,
     sequence_logps,
 )
+from trainer.objectives.reward import Reward
 
 __all__ = [
     "DPO",
@@ -30,6 +31,7 @@ __all__ = [
     "DPOStats",
     "Objective",
     "Pretrain",
+    "Reward",
     "build_objective",
     "causal_lm_loss_sum",
     "count_targets",
@@ -41,6 +43,7 @@ OBJECTIVES: dict[str, Callable[[TrainerConfig], Objective]] = {
     "pretrain": lambda config: Pretrain(config.train.label_smoothing),
     "sft": lambda config: SFT(config.train.label_smoothing),
     "dpo": lambda config: DPO(config.dpo, base_reference=config.lora.enabled),
+    "reward": lambda config: Reward(),
 }
 
 

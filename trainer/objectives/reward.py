@@ -1,0 +1,73 @@
+"""Reward model: a scalar head on the causal model, Bradley-Terry loss on preference pairs.
+
+Reads the same ``chosen_*``/``rejected_*`` batches as DPO (loader mode ``dpo``). The model
+gets a zero-initialised ``score`` head (:meth:`trainer.model.Transformer.add_score_head`);
+a sequence's reward is the head's value at its last real token, and the loss of a pair is
+``-logsigmoid(r_chosen - r_rejected)`` (log 2 at the start, when every reward is 0). The
+LM head gets no gradient and stays frozen unless it is tied to the embedding. The head is
+part of the model's state dict, so checkpoints carry it and exports write it as
+``score.weight`` beside the LM weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.objectives.base import Batch, Objective
+
+__all__ = ["Reward", "last_token_scores"]
+
+
+def last_token_scores(scores: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) per-position scores -> (B,) the score at each right-padded row's last token."""
+    last = attention_mask.sum(-1).clamp(min=1) - 1
+    return scores.gather(1, last[:, None].long()).squeeze(1)
+
+
+class Reward(Objective):
+    """Mean Bradley-Terry loss over the pairs of a step; logs pairwise accuracy."""
+
+    loader_mode: ClassVar[str] = "dpo"
+    row_prefixes = ("chosen_", "rejected_")
+    stat_names = ("correct", "margin_sum", "chosen_reward_sum", "rejected_reward_sum")
+
+    def prepare(self, model: nn.Module, wrap: Callable[[nn.Module], nn.Module]) -> None:
+        del wrap
+        if not hasattr(model, "score"):
+            model.add_score_head()
+        if not model.config.tie_embeddings:  # unused: DDP must not wait for its gradient
+            model.lm_head.requires_grad_(False)
+
+    def weight(self, batch: Batch) -> int:
+        return int(batch["chosen_input_ids"].shape[0])
+
+    def loss(
+        self, model: nn.Module, batch: Batch, training: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.cat([batch["chosen_input_ids"], batch["rejected_input_ids"]])
+        pos = torch.cat([batch["chosen_position_ids"], batch["rejected_position_ids"]])
+        mask = torch.cat([batch["chosen_attention_mask"], batch["rejected_attention_mask"]])
+        rewards = last_token_scores(model(ids, pos, None, head="score"), mask).float()
+        chosen, rejected = rewards.chunk(2)
+        margin = chosen - rejected
+        losses = -F.logsigmoid(margin)
+        extra = torch.stack(
+            [(margin > 0).sum(), margin.sum(), chosen.sum(), rejected.sum()]
+        ).detach()
+        return losses.sum(), extra.double()
+
+    def metrics(self, loss_sum: float, stats: list[float], weight: float) -> dict[str, float]:
+        pairs = max(weight, 1.0)
+        correct, margin, chosen, rejected = stats
+        return {
+            "loss": loss_sum / pairs,
+            "accuracy": correct / pairs,
+            "reward_margin": margin / pairs,
+            "chosen_reward": chosen / pairs,
+            "rejected_reward": rejected / pairs,
+        }
