@@ -64,20 +64,29 @@ class Texts:
     """The configured shingles (Jaccard)."""
     chars: ShingleSet
     """Character n-grams, one per position (own content)."""
+    blocks: np.ndarray | None = None
+    """Per document, the run of unshared ``chars`` from which they are its own content
+    (int64; None: the ``block`` the verification is given, for every document)."""
 
     def take(self, rows: np.ndarray) -> Texts:
-        return Texts(self.shingles.take(rows), self.chars.take(rows))
+        blocks = None if self.blocks is None else self.blocks[np.asarray(rows, np.int64)]
+        return Texts(self.shingles.take(rows), self.chars.take(rows), blocks)
 
     @staticmethod
     def concat(parts: list[Texts]) -> Texts:
+        with_blocks = [p.blocks is not None for p in parts]
+        if any(with_blocks) and not all(with_blocks):
+            raise ValueError("Texts.concat: parts with and without per-document blocks")
+        blocks = np.concatenate([np.zeros(0, np.int64), *(p.blocks for p in parts)])
         return Texts(
             ShingleSet.concat([p.shingles for p in parts]),
             ShingleSet.concat([p.chars for p in parts]),
+            blocks if all(with_blocks) and parts else None,
         )
 
     @staticmethod
     def empty(docs: int = 0) -> Texts:
-        return Texts(ShingleSet.empty(docs), ShingleSet.empty(docs))
+        return Texts(ShingleSet.empty(docs), ShingleSet.empty(docs), np.ones(docs, np.int64))
 
 
 def verify_pairs(
@@ -112,8 +121,8 @@ def verify_rows(
         right: the other side's documents.
         right_rows: per pair, its document of ``right``.
         threshold: the Jaccard a duplicate reaches.
-        block: a run of this many consecutive characters missing from the other side is
-            content of its own.
+        block: a run of this many consecutive character n-grams missing from the other
+            side is content of its own (for documents without their own ``Texts.blocks``).
         max_own: the most own content the less original side of a duplicate may have.
 
     Returns:
@@ -148,8 +157,9 @@ def verify_rows(
 
 
 def _own_of(sides: tuple, pairs: np.ndarray, side: np.ndarray, block: int) -> np.ndarray:
-    """Own content of the left (``side`` 1) or right (-1) document of ``pairs``;
-    ``sides``: ``(left, left_rows, right, right_rows)`` as :func:`verify_rows` has them."""
+    """Own content of the left (``side`` 1) or right (-1) document of ``pairs``, each
+    with its document's block (``Texts.blocks``, else ``block``); ``sides``: ``(left,
+    left_rows, right, right_rows)`` as :func:`verify_rows` has them."""
     left, left_rows, right, right_rows = sides
     first = np.where(side > 0, 0, 1)
     own = np.zeros(len(pairs))
@@ -163,11 +173,16 @@ def _own_of(sides: tuple, pairs: np.ndarray, side: np.ndarray, block: int) -> np
             else (right, right_rows, left, left_rows)
         )
         mine_rows, other_rows = mine_rows[pairs[sel]], other_rows[pairs[sel]]
+        blocks = (
+            np.full(len(sel), block, np.int64)
+            if mine.blocks is None
+            else np.ascontiguousarray(mine.blocks[mine_rows], dtype=np.int64)
+        )
         if _verify is not None:
-            own[sel] = _native(_verify.own, mine.chars, mine_rows, other.chars, other_rows, block)
+            own[sel] = _native(_verify.own, mine.chars, mine_rows, other.chars, other_rows, blocks)
         else:
             a, b = mine.chars.take(mine_rows), other.chars.take(other_rows)
-            own[sel] = _chunked(a.counts + b.counts, functools.partial(_own, a, b, block=block))
+            own[sel] = _chunked(a.counts + b.counts, functools.partial(_own, a, b, blocks=blocks))
     return own
 
 
@@ -236,14 +251,14 @@ def _found(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
     return after_equal[is_needle]
 
 
-def _own_share(tagged: np.ndarray, shared: np.ndarray, pairs: int, block: int) -> np.ndarray:
-    """Per pair, the share of positions in runs of >= ``block`` unshared shingles."""
+def _own_share(tagged: np.ndarray, shared: np.ndarray, pairs: int, blocks) -> np.ndarray:
+    """Per pair, the share of positions in runs of >= ``blocks[pair]`` unshared shingles."""
     pair = (tagged >> np.uint64(40)).astype(np.int64)
     if len(pair) == 0:
         return np.zeros(pairs)
     change = np.concatenate([[True], (shared[1:] != shared[:-1]) | (pair[1:] != pair[:-1])])
     run = np.cumsum(change) - 1
-    long_run = (np.bincount(run) >= block)[run] & ~shared
+    long_run = (np.bincount(run)[run] >= np.asarray(blocks)[pair]) & ~shared
     total = np.bincount(pair, minlength=pairs)
     own = np.bincount(pair, weights=long_run, minlength=pairs)
     return np.divide(own, total, out=np.zeros(pairs), where=total > 0)
@@ -263,8 +278,9 @@ def _jaccard(left: ShingleSet, right: ShingleSet, start: int, stop: int) -> np.n
     return np.divide(inter, union, out=np.zeros(pairs), where=union > 0)
 
 
-def _own(mine: ShingleSet, other: ShingleSet, start: int, stop: int, block: int):
-    """Own-content share of ``mine`` against ``other`` for the pairs ``[start, stop)``."""
+def _own(mine: ShingleSet, other: ShingleSet, start: int, stop: int, blocks: np.ndarray):
+    """Own-content share of ``mine`` against ``other`` for the pairs ``[start, stop)``
+    (``blocks``: per pair of all of them)."""
     seq, _ = _tagged(mine, start, stop, distinct=False)
     other_seq, _ = _tagged(other, start, stop, distinct=False)
-    return _own_share(seq, _present(other_seq, seq), stop - start, block)
+    return _own_share(seq, _present(other_seq, seq), stop - start, blocks[start:stop])
