@@ -79,13 +79,13 @@ class DedupConfig:
     """Verification of word-shingled texts: a run of this many consecutive character
     8-grams that the other document lacks is content of its own (scattered edits leave
     shorter runs)."""
-    char_block: int = 8
+    char_block: int = 9
     """Verification of character-shingled texts (Chinese, Japanese, Korean; and jieba):
-    a run of this many consecutive character 3-grams the other document lacks, i.e. about
-    6 characters of its own, is content of its own: what a short line of a manual page,
-    a spec sheet or a post has, and what scattered edits of a copy rarely leave (chosen
-    on template families in benchmarks/dedup_quality.py)."""
-    max_own: float = 0.03
+    a run of this many consecutive character 3-grams the other document lacks (7
+    characters of its own) is content of its own: what a short line of a manual page, a
+    spec sheet or a post has, and what scattered edits of a copy rarely leave (chosen on
+    template families in benchmarks/dedup_quality.py)."""
+    max_own: float = 0.02
     """Verification: a pair is a duplicate only when one of the two has at most this
     share of own content (two pages of one template each have their own body; chosen
     with ``char_block`` on template families in benchmarks/dedup_quality.py)."""
