@@ -164,13 +164,15 @@ def test_templated_manual_pages_are_kept_and_their_copy_is_removed(dedup_runner)
     assert audit["p3-copy"]["similarity"] == pytest.approx(jaccard[1])
 
 
-def test_own_content_block_per_kind(reviews_zh, docs_en):
-    """Character-shingled texts get ``char_block``, word-shingled ones ``block``."""
-    op = Dedup(Dedup.Config(block=20, char_block=7), OpContext())
-    texts = op.verification_texts(
+def test_own_content_rule_per_kind(reviews_zh, docs_en):
+    """Character-shingled texts get ``char_block`` and ``char_max_own``, word-shingled
+    ones ``block`` and ``max_own``."""
+    cfg = Dedup.Config(block=20, char_block=7, max_own=0.05, char_max_own=0.02)
+    texts = Dedup(cfg, OpContext()).verification_texts(
         pa.array([reviews_zh[0], docs_en[0], reviews_zh[1]]), pa.array(["zh", "en", "zh"])
     )
     assert texts.blocks.tolist() == [7, 20, 7]
+    assert texts.max_owns.tolist() == [0.02, 0.05, 0.02]
     assert texts.take(np.array([1, 2])).blocks.tolist() == [20, 7]
     assert Texts.concat([texts, texts.take(np.array([1]))]).blocks.tolist() == [7, 20, 7, 20]
 

@@ -85,10 +85,13 @@ class DedupConfig:
     characters of its own) is content of its own: what a short line of a manual page, a
     spec sheet or a post has, and what scattered edits of a copy rarely leave (chosen on
     template families in benchmarks/dedup_quality.py)."""
-    max_own: float = 0.02
-    """Verification: a pair is a duplicate only when one of the two has at most this
-    share of own content (two pages of one template each have their own body; chosen
-    with ``char_block`` on template families in benchmarks/dedup_quality.py)."""
+    max_own: float = 0.05
+    """Verification of word-shingled texts: a pair is a duplicate only when one of the
+    two has at most this share of own content (two pages of one template each have their
+    own body)."""
+    char_max_own: float = 0.02
+    """``max_own`` of character-shingled texts (chosen with ``char_block`` on template
+    families in benchmarks/dedup_quality.py)."""
     max_partners: int = 16
     """In one bucket, each document is paired with up to this many members before it
     (all pairs of buckets up to ``max_partners + 1``; star-shaped beyond)."""
@@ -165,11 +168,15 @@ class DedupConfig:
         if self.max_chars < 1 or self.max_shingles < 1:
             raise ValueError("max_chars and max_shingles must be >= 1")
         if min(self.block, self.char_block, self.max_partners) < 1 or not (
-            0.0 <= self.max_own <= 1.0
+            0.0
+            <= min(self.max_own, self.char_max_own)
+            <= max(self.max_own, self.char_max_own)
+            <= 1.0
         ):
             raise ValueError(
-                "need block >= 1, char_block >= 1, max_partners >= 1, 0 <= max_own <= 1; got "
-                f"{self.block}, {self.char_block}, {self.max_partners}, {self.max_own}"
+                "need block >= 1, char_block >= 1, max_partners >= 1, 0 <= max_own <= 1, "
+                f"0 <= char_max_own <= 1; got {self.block}, {self.char_block}, "
+                f"{self.max_partners}, {self.max_own}, {self.char_max_own}"
             )
 
 
@@ -303,19 +310,22 @@ class Dedup(BarrierOp):
         configured shingles and the character n-grams (``OWN_CONTENT_NGRAM``), both in
         text order."""
         rows, shingles, chars = [], [], []
-        blocks = np.ones(len(texts), np.int64)
+        blocks, max_owns = np.ones(len(texts), np.int64), np.zeros(len(texts))
         for kind, idx, group in self._kind_groups(texts, langs):
             points = self._normalized(group, "char" if kind == "exact" else kind)
             shingles.append(self._shingles_of(points, "char" if kind == "exact" else kind))
             # Word texts keep their single spaces: the n-grams run over those characters.
             n = OWN_CONTENT_NGRAM["word" if kind == "word" else "char"]
             chars.append(shingle_hashes(points, "char", n, max_shingles=self.config.max_shingles))
-            blocks[idx] = self.config.block if kind == "word" else self.config.char_block
+            words = kind == "word"
+            blocks[idx] = self.config.block if words else self.config.char_block
+            max_owns[idx] = self.config.max_own if words else self.config.char_max_own
             rows.append(idx)
         return Texts(
             _in_row_order(shingles, rows, len(texts)),
             _in_row_order(chars, rows, len(texts)),
             blocks,
+            max_owns,
         )
 
     def _signatures(self, texts: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:

@@ -67,26 +67,35 @@ class Texts:
     blocks: np.ndarray | None = None
     """Per document, the run of unshared ``chars`` from which they are its own content
     (int64; None: the ``block`` the verification is given, for every document)."""
+    max_owns: np.ndarray | None = None
+    """Per document, the most own content it may have as the less original side of a
+    duplicate (float64; None: the ``max_own`` the verification is given)."""
 
     def take(self, rows: np.ndarray) -> Texts:
-        blocks = None if self.blocks is None else self.blocks[np.asarray(rows, np.int64)]
-        return Texts(self.shingles.take(rows), self.chars.take(rows), blocks)
+        rows = np.asarray(rows, np.int64)
+        rules = [None if r is None else r[rows] for r in (self.blocks, self.max_owns)]
+        return Texts(self.shingles.take(rows), self.chars.take(rows), *rules)
 
     @staticmethod
     def concat(parts: list[Texts]) -> Texts:
-        with_blocks = [p.blocks is not None for p in parts]
-        if any(with_blocks) and not all(with_blocks):
-            raise ValueError("Texts.concat: parts with and without per-document blocks")
-        blocks = np.concatenate([np.zeros(0, np.int64), *(p.blocks for p in parts)])
+        with_rules = [p.blocks is not None and p.max_owns is not None for p in parts]
+        if any(with_rules) and not all(with_rules):
+            raise ValueError("Texts.concat: parts with and without per-document rules")
+        rules = [None, None]
+        if parts and all(with_rules):
+            rules = [np.concatenate([p.blocks for p in parts]),
+                     np.concatenate([p.max_owns for p in parts])]  # fmt: skip
         return Texts(
             ShingleSet.concat([p.shingles for p in parts]),
             ShingleSet.concat([p.chars for p in parts]),
-            blocks if all(with_blocks) and parts else None,
+            *rules,
         )
 
     @staticmethod
     def empty(docs: int = 0) -> Texts:
-        return Texts(ShingleSet.empty(docs), ShingleSet.empty(docs), np.ones(docs, np.int64))
+        return Texts(
+            ShingleSet.empty(docs), ShingleSet.empty(docs), np.ones(docs, np.int64), np.zeros(docs)
+        )
 
 
 def verify_pairs(
@@ -123,7 +132,8 @@ def verify_rows(
         threshold: the Jaccard a duplicate reaches.
         block: a run of this many consecutive character n-grams missing from the other
             side is content of its own (for documents without their own ``Texts.blocks``).
-        max_own: the most own content the less original side of a duplicate may have.
+        max_own: the most own content the less original side of a duplicate may have
+            (for documents without their own ``Texts.max_owns``).
 
     Returns:
         ``(jaccard, duplicate)`` per pair.
@@ -145,15 +155,27 @@ def verify_rows(
         sides = (left, left_rows, right, right_rows)
         swap = left.chars.counts[left_rows[unsure]] > right.chars.counts[right_rows[unsure]]
         shorter = np.where(swap, -1, 1)
-        own = _own_of(sides, unsure, shorter, block)
-        longer_needed = own > max_own
-        if longer_needed.any():
-            rows = unsure[longer_needed]
-            own[longer_needed] = np.minimum(
-                own[longer_needed], _own_of(sides, rows, -shorter[longer_needed], block)
+        copied = _own_of(sides, unsure, shorter, block) <= _max_own_of(
+            sides, unsure, shorter, max_own
+        )
+        longer_needed = np.flatnonzero(~copied)
+        if len(longer_needed):
+            rows, longer = unsure[longer_needed], -shorter[longer_needed]
+            copied[longer_needed] = _own_of(sides, rows, longer, block) <= _max_own_of(
+                sides, rows, longer, max_own
             )
-        duplicate[unsure] = own <= max_own
+        duplicate[unsure] = copied
     return jaccard, duplicate
+
+
+def _max_own_of(sides: tuple, pairs: np.ndarray, side: np.ndarray, max_own: float) -> np.ndarray:
+    """The ``max_own`` of the left (``side`` 1) or right (-1) document of ``pairs``."""
+    left, left_rows, right, right_rows = sides
+    out = np.full(len(pairs), max_own)
+    for texts, rows, pick in ((left, left_rows, side > 0), (right, right_rows, side < 0)):
+        if texts.max_owns is not None:
+            out[pick] = texts.max_owns[rows[pairs[pick]]]
+    return out
 
 
 def _own_of(sides: tuple, pairs: np.ndarray, side: np.ndarray, block: int) -> np.ndarray:
