@@ -13,7 +13,10 @@ taken on the shingle sequences themselves, two measures per pair:
   truncated tail); two distinct pages of one template (sibling manual pages, reviews of one
   product, items of one news agency) each have a body of their own. A pair is kept only
   when at least one of the two documents has at most ``max_own`` own content: overlap in
-  boilerplate alone never merges two documents, however long the boilerplate.
+  boilerplate alone never merges two documents, however long the boilerplate. Both are
+  per document (``Texts.blocks``, ``Texts.max_owns``): Chinese pages of one template
+  share headers and phrasing line by line, so their own content comes in runs of a short
+  line (9 character 3-grams count), where English prose needs 20 character 8-grams.
 
 Vectorized over a chunk of pairs: every shingle (a 32-bit hash) is tagged with its pair's
 number in the high 23 bits. Membership is a merge, never a binary search (which costs a
