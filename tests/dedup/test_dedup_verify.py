@@ -307,6 +307,9 @@ def test_native_kernels_equal_numpy_on_generated_sets(pairs, block, max_own, hig
     lb = np.array(blocks[:n], np.int64) if per_doc else None
     rb = np.array(blocks[16 : 16 + n], np.int64) if per_doc else None
     with pytest.MonkeyPatch.context() as mp:
+        from dataforge.ops.dedup import verify
+
+        mp.setattr(verify, "_CHUNK_ELEMENTS", 24)  # the numpy kernels in several chunks
         (j1, d1), (j2, d2) = _both(
             mp, Texts(left, left, lb), Texts(right, right, rb), 0.0, block, max_own
         )
