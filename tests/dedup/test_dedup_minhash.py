@@ -101,6 +101,8 @@ def test_apply_marks_decided_rows():
         ({"shingle": "bpe"}, "'auto', 'char', 'word', 'jieba'"),
         ({"normalize": {"s2t": True}}, "unknown key"),
         ({"max_own": 1.5}, "max_own"),
+        ({"char_max_own": -0.1}, r"0 <= char_max_own <= 1; got .*, -0.1$"),
+        ({"char_block": 0}, r"char_block >= 1.*; got 20, 0, 16,"),
     ],
 )
 def test_config_errors_name_the_valid_choices(raw, message):

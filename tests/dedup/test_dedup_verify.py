@@ -91,6 +91,92 @@ def test_template_siblings_are_not_duplicates_but_copies_are(reviews_zh):
     assert duplicate.tolist() == [want for _, _, want in cases]  # ... but not verification
 
 
+def _manual_page(command: str, obj: str, own: list[str]) -> str:
+    """A page of a Chinese SQL reference: the site's headers and phrasing, and one short
+    line of the page's own after each of them."""
+    shared = [
+        f"{command} -- 删除一个{obj}",
+        f"{command} [ IF EXISTS ] name [, ...] [ CASCADE | RESTRICT ]",
+        f"{command} 从数据库中删除一个已有的{obj}。",
+        f"要执行这个命令，当前用户必须是{obj}的拥有者。",
+        f"如果指定的{obj}不存在，那么发出一个通知而不是抛出一个错误。",
+        f"要删除的{obj}的名称（可以是模式限定的）。",
+        f"级联删除依赖于{obj}的对象，然后删除所有依赖于那些对象的对象。",
+        f"如果有任何对象依赖于{obj}，则拒绝删除它。这是默认值。",
+        f"{command} 语句符合 SQL 标准。",
+    ]
+    lines = [command, "名称"]
+    for header, line, mine in zip(
+        ["大纲", "描述", "权限", "IF EXISTS", "name", "CASCADE", "RESTRICT", "兼容性", "例子"],
+        shared,
+        own,
+        strict=True,
+    ):
+        lines += [line, header, mine]
+    return "\n".join([*lines, "参见", f"CREATE {command[5:]}, ALTER {command[5:]}"])
+
+
+SEQUENCE_OWN = [
+    "序列数字生成器",
+    "丢弃它的当前值",
+    "所有者或超级用户",
+    "不报错只提示",
+    "序列名",
+    "连同列默认值",
+    "被列引用时失败",
+    "一次只删一个",
+    "DROP SEQUENCE serial;",
+]
+OPCLASS_OWN = [
+    "索引方法的策略",
+    "指定索引方法",
+    "操作符族保留",
+    "仅给出通知",
+    "操作符类名",
+    "连同使用它的索引",
+    "有索引在用时拒绝",
+    "标准中没有此语句",
+    "DROP OPERATOR CLASS widget_ops USING btree;",
+]
+
+
+def test_templated_manual_pages_are_kept_and_their_copy_is_removed(dedup_runner):
+    """Two pages of one Chinese SQL manual (same headers and phrasing, different command
+    and content, lines too short for a long own run) are both kept; an edited copy of one
+    of them with a footer added is removed, naming its page and the similarity."""
+    sequence = _manual_page("DROP SEQUENCE", "序列", SEQUENCE_OWN)
+    opclass = _manual_page("DROP OPERATOR CLASS", "操作符类", OPCLASS_OWN)
+    copy = _edit(sequence, 0.05, 3) + "\n本文档最后更新于 2024 年 1 月。"
+    op = Dedup(Dedup.Config(), OpContext())
+    texts = _texts(op, [sequence, sequence], "zh")
+    others = _texts(op, [opclass, copy], "zh")
+    cfg = op.config
+    jaccard, duplicate = verify_pairs(texts, others, cfg.threshold, cfg.block, cfg.max_own)
+    assert jaccard[0] >= cfg.threshold  # the two pages pass Jaccard on the template alone
+    assert duplicate.tolist() == [False, True]
+    table = make_table(
+        [sequence, opclass, copy], ["zh"] * 3, ids=["p1-seq", "p2-opclass", "p3-copy"]
+    )
+    summary, out, root = dedup_runner(table)
+    assert kept_ids(out) == {"p1-seq", "p2-opclass"} and summary["dropped"] == 1
+    audit = {r["id"]: r for r in pq.read_table(root / "dedup" / "clusters.parquet").to_pylist()}
+    assert audit["p3-copy"]["cluster"] == "p1-seq" and not audit["p3-copy"]["kept"]
+    assert audit["p3-copy"]["similarity"] == pytest.approx(jaccard[1])
+
+
+def test_own_content_rule_per_kind(reviews_zh, docs_en):
+    """Character-shingled texts get ``char_block`` and ``char_max_own``, word-shingled
+    ones ``block`` and ``max_own``."""
+    cfg = Dedup.Config(block=20, char_block=7, max_own=0.05, char_max_own=0.02)
+    texts = Dedup(cfg, OpContext()).verification_texts(
+        pa.array([reviews_zh[0], docs_en[0], reviews_zh[1]]), pa.array(["zh", "en", "zh"])
+    )
+    assert texts.blocks.tolist() == [7, 20, 7]
+    assert texts.max_owns.tolist() == [0.02, 0.05, 0.02]
+    assert texts.take(np.array([1, 2])).blocks.tolist() == [20, 7]
+    assert Texts.concat([texts, texts.take(np.array([1]))]).blocks.tolist() == [7, 20, 7, 20]
+
+
 def _greedy_reference(edges, sims, fixed=0):
     """The sequential definition: nodes in key order join the most similar earlier
     representative they have an edge to, else become one."""
@@ -207,15 +293,26 @@ def _both(monkeypatch, left: Texts, right: Texts, threshold, block, max_own):
     st.integers(1, 6),
     st.sampled_from([0.0, 0.3, 0.5, 1.0]),
     st.booleans(),
+    st.lists(st.integers(1, 6), min_size=32, max_size=32),
 )
-def test_native_kernels_equal_numpy_on_generated_sets(pairs, block, max_own, high_bits):
-    # high_bits: values that differ only above bit 40 are one shingle to both kernels
+def test_native_kernels_equal_numpy_on_generated_sets(pairs, block, max_own, high_bits, blocks):
+    # high_bits: values that differ only above bit 40 are one shingle to both kernels;
+    # blocks: a run length per document, or (odd blocks[0]) the one ``block`` for all
     shift = np.uint64(1 << 41) if high_bits else np.uint64(0)
     left = _sets([a for a, _ in pairs])
     right = _sets([b for _, b in pairs])
     right = ShingleSet(right.hashes + shift, right.offsets)
+    n = len(pairs)
+    per_doc = blocks[0] % 2 == 0
+    lb = np.array(blocks[:n], np.int64) if per_doc else None
+    rb = np.array(blocks[16 : 16 + n], np.int64) if per_doc else None
     with pytest.MonkeyPatch.context() as mp:
-        (j1, d1), (j2, d2) = _both(mp, Texts(left, left), Texts(right, right), 0.0, block, max_own)
+        from dataforge.ops.dedup import verify
+
+        mp.setattr(verify, "_CHUNK_ELEMENTS", 24)  # the numpy kernels in several chunks
+        (j1, d1), (j2, d2) = _both(
+            mp, Texts(left, left, lb), Texts(right, right, rb), 0.0, block, max_own
+        )
     assert j1.tolist() == j2.tolist()  # bit for bit, not approximately
     assert d1.tolist() == d2.tolist()
     for (a, b), got in zip(pairs, j1, strict=True):
@@ -238,6 +335,16 @@ def test_native_own_content_counts_long_unshared_runs():
     assert got.tolist() == [0.0]
     got = np.frombuffer(native.own(*_pool(mine), np.array([1]), *_pool(other), zero, 1))
     assert got.tolist() == [0.0]  # an empty document has no own content
+    # one block per pair: the same document measured with 4 and with 5
+    got = native.own(*_pool(mine), np.array([0, 0]), *_pool(other), np.array([0, 0]),
+                     np.array([4, 5], np.int64))  # fmt: skip
+    assert np.frombuffer(got).tolist() == [0.4, 0.0]
+    with pytest.raises(ValueError, match="block: 1 values for 2 pairs"):
+        native.own(*_pool(mine), np.array([0, 0]), *_pool(other), np.array([0, 0]),
+                   np.array([4], np.int64))  # fmt: skip
+    with pytest.raises(ValueError, match="block: pair 1 has 0"):
+        native.own(*_pool(mine), np.array([0, 0]), *_pool(other), np.array([0, 0]),
+                   np.array([4, 0], np.int64))  # fmt: skip
 
 
 @settings(max_examples=60, deadline=None)

@@ -76,11 +76,22 @@ class DedupConfig:
     candidate pair of MinHash and SimHash is checked against it on the texts, and MinHash
     banding is tuned for it (chosen across domains in benchmarks/dedup_quality.py)."""
     block: int = 20
-    """Verification: a run of this many consecutive characters that the other document
-    lacks is content of its own (scattered edits leave shorter runs)."""
+    """Verification of word-shingled texts: a run of this many consecutive character
+    8-grams that the other document lacks is content of its own (scattered edits leave
+    shorter runs)."""
+    char_block: int = 9
+    """Verification of character-shingled texts (Chinese, Japanese, Korean; and jieba):
+    a run of this many consecutive character 3-grams the other document lacks (7
+    characters of its own) is content of its own: what a short line of a manual page, a
+    spec sheet or a post has, and what scattered edits of a copy rarely leave (chosen on
+    template families in benchmarks/dedup_quality.py)."""
     max_own: float = 0.05
-    """Verification: a pair is a duplicate only when one of the two has at most this
-    share of own content (two pages of one template each have their own body)."""
+    """Verification of word-shingled texts: a pair is a duplicate only when one of the
+    two has at most this share of own content (two pages of one template each have their
+    own body)."""
+    char_max_own: float = 0.02
+    """``max_own`` of character-shingled texts (chosen with ``char_block`` on template
+    families in benchmarks/dedup_quality.py)."""
     max_partners: int = 16
     """In one bucket, each document is paired with up to this many members before it
     (all pairs of buckets up to ``max_partners + 1``; star-shaped beyond)."""
@@ -156,10 +167,16 @@ class DedupConfig:
             raise ValueError(f"index_shards must be >= 1, got {self.index_shards}")
         if self.max_chars < 1 or self.max_shingles < 1:
             raise ValueError("max_chars and max_shingles must be >= 1")
-        if self.block < 1 or self.max_partners < 1 or not 0.0 <= self.max_own <= 1.0:
+        if min(self.block, self.char_block, self.max_partners) < 1 or not (
+            0.0
+            <= min(self.max_own, self.char_max_own)
+            <= max(self.max_own, self.char_max_own)
+            <= 1.0
+        ):
             raise ValueError(
-                f"need block >= 1, max_partners >= 1, 0 <= max_own <= 1; got {self.block}, "
-                f"{self.max_partners}, {self.max_own}"
+                "need block >= 1, char_block >= 1, max_partners >= 1, 0 <= max_own <= 1, "
+                f"0 <= char_max_own <= 1; got {self.block}, {self.char_block}, "
+                f"{self.max_partners}, {self.max_own}, {self.char_max_own}"
             )
 
 
@@ -293,15 +310,22 @@ class Dedup(BarrierOp):
         configured shingles and the character n-grams (``OWN_CONTENT_NGRAM``), both in
         text order."""
         rows, shingles, chars = [], [], []
+        blocks, max_owns = np.ones(len(texts), np.int64), np.zeros(len(texts))
         for kind, idx, group in self._kind_groups(texts, langs):
             points = self._normalized(group, "char" if kind == "exact" else kind)
             shingles.append(self._shingles_of(points, "char" if kind == "exact" else kind))
             # Word texts keep their single spaces: the n-grams run over those characters.
             n = OWN_CONTENT_NGRAM["word" if kind == "word" else "char"]
             chars.append(shingle_hashes(points, "char", n, max_shingles=self.config.max_shingles))
+            words = kind == "word"
+            blocks[idx] = self.config.block if words else self.config.char_block
+            max_owns[idx] = self.config.max_own if words else self.config.char_max_own
             rows.append(idx)
         return Texts(
-            _in_row_order(shingles, rows, len(texts)), _in_row_order(chars, rows, len(texts))
+            _in_row_order(shingles, rows, len(texts)),
+            _in_row_order(chars, rows, len(texts)),
+            blocks,
+            max_owns,
         )
 
     def _signatures(self, texts: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,8 @@
 //   are empty.
 // * own(mine, mine_offsets, mine_rows, other, other_offsets, other_rows, block): per pair,
 //   the share of mine's positions (text order, repeats kept) in runs of at least `block`
-//   consecutive positions whose value the other side lacks; 0 for an empty side.
+//   consecutive positions whose value the other side lacks; 0 for an empty side. `block`
+//   is one int for every pair, or an array of 8-byte integers with one per pair.
 //
 // Both divide in double precision as numpy does, so the values are identical. The GIL is
 // released while they run (the index shards verify side by side on threads).
@@ -202,8 +203,16 @@ void FillJaccard(const Side &left, const Side &right, Py_ssize_t pairs, double *
   }
 }
 
+// The run length from which unshared positions are own content: one for all pairs, or one
+// per pair.
+struct Blocks {
+  int64_t all = 0;
+  const int64_t *each = nullptr;
+  int64_t operator[](Py_ssize_t i) const { return each ? each[i] : all; }
+};
+
 template <typename M, typename O>
-void FillOwn(const Side &mine, const Side &other, Py_ssize_t pairs, int64_t block, double *out) {
+void FillOwn(const Side &mine, const Side &other, Py_ssize_t pairs, Blocks blocks, double *out) {
   ValueSet theirs;
   const M *values = mine.data<M>();
   const uint64_t mask = CompareMask(mine, other);
@@ -214,6 +223,7 @@ void FillOwn(const Side &mine, const Side &other, Py_ssize_t pairs, int64_t bloc
       continue;
     }
     theirs.Fill(other.data<O>(), other.begin(i), other.end(i), mask);
+    const int64_t block = blocks[i];
     int64_t own = 0, run = 0;  // unshared positions in long runs; the current run
     for (int64_t k = first; k < last; ++k) {
       if (theirs.Contains(values[k] & mask)) {
@@ -242,21 +252,49 @@ PyObject *Jaccard(PyObject *, PyObject *args) {
                      });
 }
 
+// `block` (an int, or an array with one per pair of `pairs`) into `blocks`; each >= 1.
+bool ParseBlocks(PyObject *block, Py_ssize_t pairs, Buffer &per_pair, Blocks &blocks) {
+  if (PyLong_Check(block)) {
+    blocks.all = PyLong_AsLongLong(block);
+    if (blocks.all == -1 && PyErr_Occurred()) return false;
+    if (blocks.all < 1) {
+      PyErr_Format(PyExc_ValueError, "block: %lld; valid: >= 1", static_cast<long long>(blocks.all));
+      return false;
+    }
+    return true;
+  }
+  if (!per_pair.Get(block, "block", "qlQL")) return false;
+  if (per_pair.size() != pairs) {
+    PyErr_Format(PyExc_ValueError, "block: %zd values for %zd pairs (need one per pair)",
+                 per_pair.size(), pairs);
+    return false;
+  }
+  blocks.each = per_pair.data<int64_t>();
+  for (Py_ssize_t i = 0; i < pairs; ++i) {
+    if (blocks.each[i] < 1) {
+      PyErr_Format(PyExc_ValueError, "block: pair %zd has %lld; valid: >= 1", i,
+                   static_cast<long long>(blocks.each[i]));
+      return false;
+    }
+  }
+  return true;
+}
+
 PyObject *Own(PyObject *, PyObject *args) {
   PyObject *objs[6];
-  Py_ssize_t block;
-  if (!PyArg_ParseTuple(args, "OOOOOOn", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+  PyObject *block;
+  if (!PyArg_ParseTuple(args, "OOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
                         &objs[5], &block)) {
     return nullptr;
   }
-  if (block < 1) {
-    PyErr_Format(PyExc_ValueError, "block: %zd; valid: >= 1", block);
-    return nullptr;
-  }
+  Buffer rows, per_pair;  // the pair count (mine's rows), and the blocks' buffer if any
+  if (!rows.Get(objs[2], "mine rows", "qlQL")) return nullptr;
+  Blocks blocks;
+  if (!ParseBlocks(block, rows.size(), per_pair, blocks)) return nullptr;
   return ForAllPairs(objs, "mine", "other",
-                     [block](const Side &mine, const Side &other, Py_ssize_t pairs, double *out) {
+                     [blocks](const Side &mine, const Side &other, Py_ssize_t pairs, double *out) {
                        WithValueTypes(mine, other, [&](auto m, auto o) {
-                         FillOwn<decltype(m), decltype(o)>(mine, other, pairs, block, out);
+                         FillOwn<decltype(m), decltype(o)>(mine, other, pairs, blocks, out);
                        });
                      });
 }
@@ -267,7 +305,7 @@ PyMethodDef kMethods[] = {
      "of float64 per pair"},
     {"own", Own, METH_VARARGS,
      "own(mine, mine_offsets, mine_rows, other, other_offsets, other_rows, block) -> "
-     "bytearray of float64 per pair"},
+     "bytearray of float64 per pair (block: an int, or one 8-byte integer per pair)"},
     {nullptr, nullptr, 0, nullptr},
 };
 

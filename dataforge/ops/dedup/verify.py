@@ -13,7 +13,10 @@ taken on the shingle sequences themselves, two measures per pair:
   truncated tail); two distinct pages of one template (sibling manual pages, reviews of one
   product, items of one news agency) each have a body of their own. A pair is kept only
   when at least one of the two documents has at most ``max_own`` own content: overlap in
-  boilerplate alone never merges two documents, however long the boilerplate.
+  boilerplate alone never merges two documents, however long the boilerplate. Both are
+  per document (``Texts.blocks``, ``Texts.max_owns``): Chinese pages of one template
+  share headers and phrasing line by line, so their own content comes in runs of a short
+  line (9 character 3-grams count), where English prose needs 20 character 8-grams.
 
 Vectorized over a chunk of pairs: every shingle (a 32-bit hash) is tagged with its pair's
 number in the high 23 bits. Membership is a merge, never a binary search (which costs a
@@ -64,20 +67,38 @@ class Texts:
     """The configured shingles (Jaccard)."""
     chars: ShingleSet
     """Character n-grams, one per position (own content)."""
+    blocks: np.ndarray | None = None
+    """Per document, the run of unshared ``chars`` from which they are its own content
+    (int64; None: the ``block`` the verification is given, for every document)."""
+    max_owns: np.ndarray | None = None
+    """Per document, the most own content it may have as the less original side of a
+    duplicate (float64; None: the ``max_own`` the verification is given)."""
 
     def take(self, rows: np.ndarray) -> Texts:
-        return Texts(self.shingles.take(rows), self.chars.take(rows))
+        rows = np.asarray(rows, np.int64)
+        rules = [None if r is None else r[rows] for r in (self.blocks, self.max_owns)]
+        return Texts(self.shingles.take(rows), self.chars.take(rows), *rules)
 
     @staticmethod
     def concat(parts: list[Texts]) -> Texts:
+        with_rules = [p.blocks is not None and p.max_owns is not None for p in parts]
+        if any(with_rules) and not all(with_rules):
+            raise ValueError("Texts.concat: parts with and without per-document rules")
+        rules = [None, None]
+        if parts and all(with_rules):
+            rules = [np.concatenate([p.blocks for p in parts]),
+                     np.concatenate([p.max_owns for p in parts])]  # fmt: skip
         return Texts(
             ShingleSet.concat([p.shingles for p in parts]),
             ShingleSet.concat([p.chars for p in parts]),
+            *rules,
         )
 
     @staticmethod
     def empty(docs: int = 0) -> Texts:
-        return Texts(ShingleSet.empty(docs), ShingleSet.empty(docs))
+        return Texts(
+            ShingleSet.empty(docs), ShingleSet.empty(docs), np.ones(docs, np.int64), np.zeros(docs)
+        )
 
 
 def verify_pairs(
@@ -112,9 +133,10 @@ def verify_rows(
         right: the other side's documents.
         right_rows: per pair, its document of ``right``.
         threshold: the Jaccard a duplicate reaches.
-        block: a run of this many consecutive characters missing from the other side is
-            content of its own.
-        max_own: the most own content the less original side of a duplicate may have.
+        block: a run of this many consecutive character n-grams missing from the other
+            side is content of its own (for documents without their own ``Texts.blocks``).
+        max_own: the most own content the less original side of a duplicate may have
+            (for documents without their own ``Texts.max_owns``).
 
     Returns:
         ``(jaccard, duplicate)`` per pair.
@@ -136,20 +158,33 @@ def verify_rows(
         sides = (left, left_rows, right, right_rows)
         swap = left.chars.counts[left_rows[unsure]] > right.chars.counts[right_rows[unsure]]
         shorter = np.where(swap, -1, 1)
-        own = _own_of(sides, unsure, shorter, block)
-        longer_needed = own > max_own
-        if longer_needed.any():
-            rows = unsure[longer_needed]
-            own[longer_needed] = np.minimum(
-                own[longer_needed], _own_of(sides, rows, -shorter[longer_needed], block)
+        copied = _own_of(sides, unsure, shorter, block) <= _max_own_of(
+            sides, unsure, shorter, max_own
+        )
+        longer_needed = np.flatnonzero(~copied)
+        if len(longer_needed):
+            rows, longer = unsure[longer_needed], -shorter[longer_needed]
+            copied[longer_needed] = _own_of(sides, rows, longer, block) <= _max_own_of(
+                sides, rows, longer, max_own
             )
-        duplicate[unsure] = own <= max_own
+        duplicate[unsure] = copied
     return jaccard, duplicate
 
 
+def _max_own_of(sides: tuple, pairs: np.ndarray, side: np.ndarray, max_own: float) -> np.ndarray:
+    """The ``max_own`` of the left (``side`` 1) or right (-1) document of ``pairs``."""
+    left, left_rows, right, right_rows = sides
+    out = np.full(len(pairs), max_own)
+    for texts, rows, pick in ((left, left_rows, side > 0), (right, right_rows, side < 0)):
+        if texts.max_owns is not None:
+            out[pick] = texts.max_owns[rows[pairs[pick]]]
+    return out
+
+
 def _own_of(sides: tuple, pairs: np.ndarray, side: np.ndarray, block: int) -> np.ndarray:
-    """Own content of the left (``side`` 1) or right (-1) document of ``pairs``;
-    ``sides``: ``(left, left_rows, right, right_rows)`` as :func:`verify_rows` has them."""
+    """Own content of the left (``side`` 1) or right (-1) document of ``pairs``, each
+    with its document's block (``Texts.blocks``, else ``block``); ``sides``: ``(left,
+    left_rows, right, right_rows)`` as :func:`verify_rows` has them."""
     left, left_rows, right, right_rows = sides
     first = np.where(side > 0, 0, 1)
     own = np.zeros(len(pairs))
@@ -163,11 +198,16 @@ def _own_of(sides: tuple, pairs: np.ndarray, side: np.ndarray, block: int) -> np
             else (right, right_rows, left, left_rows)
         )
         mine_rows, other_rows = mine_rows[pairs[sel]], other_rows[pairs[sel]]
+        blocks = (
+            np.full(len(sel), block, np.int64)
+            if mine.blocks is None
+            else np.ascontiguousarray(mine.blocks[mine_rows], dtype=np.int64)
+        )
         if _verify is not None:
-            own[sel] = _native(_verify.own, mine.chars, mine_rows, other.chars, other_rows, block)
+            own[sel] = _native(_verify.own, mine.chars, mine_rows, other.chars, other_rows, blocks)
         else:
             a, b = mine.chars.take(mine_rows), other.chars.take(other_rows)
-            own[sel] = _chunked(a.counts + b.counts, functools.partial(_own, a, b, block=block))
+            own[sel] = _chunked(a.counts + b.counts, functools.partial(_own, a, b, blocks=blocks))
     return own
 
 
@@ -236,14 +276,14 @@ def _found(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
     return after_equal[is_needle]
 
 
-def _own_share(tagged: np.ndarray, shared: np.ndarray, pairs: int, block: int) -> np.ndarray:
-    """Per pair, the share of positions in runs of >= ``block`` unshared shingles."""
+def _own_share(tagged: np.ndarray, shared: np.ndarray, pairs: int, blocks) -> np.ndarray:
+    """Per pair, the share of positions in runs of >= ``blocks[pair]`` unshared shingles."""
     pair = (tagged >> np.uint64(40)).astype(np.int64)
     if len(pair) == 0:
         return np.zeros(pairs)
     change = np.concatenate([[True], (shared[1:] != shared[:-1]) | (pair[1:] != pair[:-1])])
     run = np.cumsum(change) - 1
-    long_run = (np.bincount(run) >= block)[run] & ~shared
+    long_run = (np.bincount(run)[run] >= np.asarray(blocks)[pair]) & ~shared
     total = np.bincount(pair, minlength=pairs)
     own = np.bincount(pair, weights=long_run, minlength=pairs)
     return np.divide(own, total, out=np.zeros(pairs), where=total > 0)
@@ -263,8 +303,9 @@ def _jaccard(left: ShingleSet, right: ShingleSet, start: int, stop: int) -> np.n
     return np.divide(inter, union, out=np.zeros(pairs), where=union > 0)
 
 
-def _own(mine: ShingleSet, other: ShingleSet, start: int, stop: int, block: int):
-    """Own-content share of ``mine`` against ``other`` for the pairs ``[start, stop)``."""
+def _own(mine: ShingleSet, other: ShingleSet, start: int, stop: int, blocks: np.ndarray):
+    """Own-content share of ``mine`` against ``other`` for the pairs ``[start, stop)``
+    (``blocks``: per pair of all of them)."""
     seq, _ = _tagged(mine, start, stop, distinct=False)
     other_seq, _ = _tagged(other, start, stop, distinct=False)
-    return _own_share(seq, _present(other_seq, seq), stop - start, block)
+    return _own_share(seq, _present(other_seq, seq), stop - start, blocks[start:stop])
