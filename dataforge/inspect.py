@@ -247,7 +247,7 @@ def local_dataset(location: str) -> Iterator[Path]:
             store.download(rel, scratch / rel if rel else scratch)
         yield scratch
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)  # ours: a fresh scratch_dir made above
 
 
 def inspect_path(path: Path, head: int = 0, verify: bool = False, as_json: bool = False) -> int:

@@ -165,7 +165,7 @@ class ObjectLease:
         except ClientError:
             return
         if held.get("id") == self.holder["id"]:
-            self._call("delete_object")
+            self._call("delete_object")  # ours: the lease still names our holder id
 
     def __enter__(self) -> ObjectLease:
         return self

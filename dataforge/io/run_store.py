@@ -125,7 +125,7 @@ class RunStore:
                 )  # fmt: skip
             yield target
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)  # ours: a fresh scratch_dir made above
 
     def download(self, rel: str, dest: Path) -> None:
         """Copy the file or directory ``rel`` to the local path ``dest``."""
@@ -158,7 +158,7 @@ class RunStore:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
             tmp.write_bytes(data)
-            os.replace(tmp, path)
+            os.replace(tmp, path)  # ours: tmp uniquely named above; path inside the run dir
             return
         with (
             storage_errors(self.location(rel)),
@@ -172,9 +172,9 @@ class RunStore:
         if self.local:
             path = Path(self._path(rel))
             if path.is_symlink() or path.is_file():
-                path.unlink()
+                path.unlink()  # ours: callers pass entries of the run dir they claimed
             elif path.is_dir():
-                shutil.rmtree(path)
+                shutil.rmtree(path)  # ours: likewise (_work, owned entries)
             return
         info = self._info(rel)
         with storage_errors(self.location(rel)):
@@ -197,7 +197,7 @@ class RunStore:
         try:
             yield tmp
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)  # ours: made above (unique name, mkdir)
 
     def commit_dir(self, tmp: Path, rel: str) -> None:
         """Put the staged directory ``tmp`` at ``rel``, replacing what was there. On an object
@@ -205,8 +205,8 @@ class RunStore:
         if self.local:
             dest = Path(self._path(rel))
             if dest.exists():  # an earlier attempt got this far but died before its marker
-                shutil.rmtree(dest)
-            os.replace(tmp, dest)
+                shutil.rmtree(dest)  # ours: a part of the claimed run dir an attempt left
+            os.replace(tmp, dest)  # ours: tmp staged by staging(); dest absent now
             return
         self.remove(rel)
         with storage_errors(self.location(rel)):
@@ -222,9 +222,9 @@ class RunStore:
             s, d = Path(self._path(src)), Path(self._path(dest))
             if s.exists():
                 if d.exists():
-                    shutil.rmtree(d)
+                    shutil.rmtree(d)  # ours: a move of the claimed run dir a kill cut short
                 d.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(s, d)
+                os.replace(s, d)  # ours: both inside the claimed run dir
             return
         if self.exists(src + _MOVED):
             self.remove(src)

@@ -40,7 +40,7 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         json.dump(obj, f, ensure_ascii=False, indent=2, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    os.replace(tmp, path)  # ours: tmp written above; callers pass paths in their run dir
 
 
 def _json_line(row: dict[str, Any]) -> str:

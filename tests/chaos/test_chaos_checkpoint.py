@@ -228,3 +228,16 @@ def test_a_kill_while_saving_or_rotating_leaves_no_step_that_looks_complete(
     assert done.steps == 4 and len(done.losses) == 2  # resumed from step 2
     assert _complete_steps(ck) == ["step_00000004"]
     assert sorted(p.name for p in ck.iterdir() if p.name.startswith(".")) == [OUTPUT_MARKER]
+
+
+@pytest.mark.parametrize(
+    "content", ["my notes\n", '{"step": 1, "loss": 2.0}\n[1, 2]\n'], ids=["text", "json-lines"]
+)
+def test_a_users_metrics_file_in_run_dir_is_never_rewritten(tmp_path: Path, content: str) -> None:
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    metrics.parent.mkdir()
+    metrics.write_text(content)
+    with pytest.raises(ConfigError, match="metrics.jsonl: not a metrics file dataforge train"):
+        train(_config(tmp_path), "pretrain", source=ListBatchSource(_batches()))
+    assert metrics.read_text() == content
+    assert sorted(p.name for p in metrics.parent.iterdir()) == ["metrics.jsonl"]

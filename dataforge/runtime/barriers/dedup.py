@@ -384,13 +384,13 @@ def _write_outputs(op, ctx, tasks, keys, n_prev, stars) -> dict[str, Any]:
 
 def _write_decision(path: Path, table: pa.Table, dropped: np.ndarray, reason: str) -> None:
     if not dropped.any():
-        path.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)  # ours: a decision file in the run's _work
         return
     ords = table.column(ORD).filter(pa.array(dropped))
     decision = pa.table({ORD: ords, DECISION_REASON: pa.array([reason] * len(ords), pa.string())})
     tmp = path.with_suffix(".parquet.tmp")
     pq.write_table(decision, tmp)
-    os.replace(tmp, path)
+    os.replace(tmp, path)  # ours: tmp written above, path in the run's _work
 
 
 class _AtomicParquet:
@@ -411,9 +411,9 @@ class _AtomicParquet:
     def __exit__(self, exc_type, exc, tb) -> None:
         self.writer.close()
         if exc_type is None:
-            os.replace(self.tmp, self.path)
+            os.replace(self.tmp, self.path)  # ours: tmp written here, path in the run dir
         else:
-            self.tmp.unlink(missing_ok=True)
+            self.tmp.unlink(missing_ok=True)  # ours: written by this writer
 
 
 # -- against ---------------------------------------------------------------------------

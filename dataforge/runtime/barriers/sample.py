@@ -194,7 +194,7 @@ def _write_decisions(
             target = ctx.decision_dir / f"{task}.parquet"
             tmp = target.with_name(f".{target.name}.tmp")
             pq.write_table(pa.concat_tables(tables), tmp)
-            os.replace(tmp, target)  # a reader never sees a half-written decision
+            os.replace(tmp, target)  # ours: written above, in the run's _work; never half
     return counts
 
 
