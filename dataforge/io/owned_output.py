@@ -133,7 +133,7 @@ def write_file(
         os.replace(tmp, path)  # ours: tmp from mkstemp, path checked on the line above
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)  # made by mkstemp above: ours
+            os.unlink(tmp)  # ours: made by mkstemp above
         if isinstance(exc, OSError):  # a full disk, a read-only folder
             raise _cannot_write(path, exc) from None
         raise
@@ -210,7 +210,7 @@ def owned_dir(
         yield tmp
         _swap(tmp, check_dir_target(path, what, legacy))
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # made by mkdtemp above: ours
+        shutil.rmtree(tmp, ignore_errors=True)  # ours: made by mkdtemp above
         raise
 
 
@@ -228,11 +228,11 @@ def _swap(new: Path, path: Path) -> None:
     try:
         os.rename(path, old)  # ours: path checked by the caller, old the empty mkdtemp
     except BaseException:
-        old.rmdir()  # still the empty folder made above
+        old.rmdir()  # ours: still the empty folder made above
         raise
     try:
         os.rename(new, path)  # ours: path moved aside just above
     except BaseException:
         os.rename(old, path)  # ours: putting the checked output back
         raise
-    shutil.rmtree(old)  # the checked output, under the name made above
+    shutil.rmtree(old)  # ours: the checked output, under the name made above

@@ -242,7 +242,7 @@ def train_lm(
         )
         write_card(out, card)
     finally:
-        shutil.rmtree(work, ignore_errors=True)  # made by mkdtemp above: ours
+        shutil.rmtree(work, ignore_errors=True)  # ours: made by mkdtemp above
     return card
 
 
