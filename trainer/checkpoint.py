@@ -141,6 +141,11 @@ def check_checkpoint_dir(root: Path) -> None:
     try:
         check_dir_target(folder, WHAT, legacy=_holds_checkpoints)
     except OutputPathError as exc:
+        if folder.is_dir() and not folder.is_symlink():
+            raise ConfigError(
+                f"checkpoint.dir {folder}: a non-empty folder dataforge train did not write (no "
+                f"{OUTPUT_MARKER}, no checkpoints); choose another checkpoint.dir"
+            ) from None
         raise ConfigError(f"checkpoint.dir {exc}") from None
     for entry in folder.iterdir() if folder.is_dir() else ():
         if entry.name.startswith(STEP_PREFIX) and not is_checkpoint(entry):

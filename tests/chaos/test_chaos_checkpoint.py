@@ -148,7 +148,7 @@ def _user_tmp(ck: Path) -> None:
 @pytest.mark.parametrize(
     "make, named",
     [
-        (_project, "ck: is a folder that dataforge train did not write"),
+        (_project, "ck: a non-empty folder dataforge train did not write"),
         (_step_symlink, "step_00000001: is not a checkpoint dataforge train wrote"),
         (_checkpoints_and_a_user_step, "step_00000002: is not a checkpoint dataforge train"),
         (_user_tmp, ".tmp-step_00000002: is not a partial checkpoint"),
