@@ -250,7 +250,7 @@ def local_dataset(location: str) -> Iterator[Path]:
             store.download("manifest.json", scratch / "manifest.json")
         yield scratch
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)  # ours: a fresh scratch_dir made above
 
 
 def _download_dataset(store: Any, prefix: str, dest: Path) -> None:

@@ -10,6 +10,15 @@ A checkpoint is a directory ``<dir>/step_<N>/``:
 It is written under ``.tmp-step_<N>`` and renamed into place by rank 0 after every rank
 has written its part, so a crash never leaves a directory that looks complete. The
 checkpoint directory must be shared by all ranks (one filesystem across nodes).
+
+Only what the trainer wrote is ever removed: ``checkpoint.dir`` and every checkpoint hold
+the output marker of :mod:`dataforge.io.owned_output` (a checkpoint from before markers is
+recognised by its files: only ``meta.json`` naming its step, ``train_state.pt`` and one
+``rank_<r>.pt`` per rank). A ``checkpoint.dir`` that is a non-empty folder the trainer did
+not write, or that holds a ``step_*`` / ``.tmp-step_*`` entry it did not write, is refused
+before any work (:func:`check_checkpoint_dir`). A checkpoint is removed by renaming it into
+a fresh marked ``.trash-*`` folder first, so a kill while deleting leaves no partial
+``step_*``; the next start empties such folders.
 """
 
 from __future__ import annotations
@@ -17,7 +26,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,12 +40,24 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from dataforge.io.owned_output import (
+    OUTPUT_MARKER,
+    OutputPathError,
+    check_dir_target,
+    is_owned_dir,
+)
 from trainer.config import CheckpointConfig, ConfigError
 from trainer.parallel import DistEnv, barrier
 
-__all__ = ["Checkpointer", "fsync_dir"]
+__all__ = ["Checkpointer", "check_checkpoint_dir", "fsync_dir"]
 
 STEP_PREFIX = "step_"
+TMP_PREFIX = ".tmp-step_"
+TRASH_PREFIX = ".trash-"
+WHAT = "dataforge train"
+"""The writer's name in the output markers and in the errors."""
+_STEP_NAME = re.compile(r"step_(\d+)")
+_STATE_FILE = re.compile(r"meta\.json|train_state\.pt|rank_\d{5}\.pt")
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -51,22 +74,133 @@ def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
+def _mark(folder: Path) -> None:
+    marker = json.dumps({"dataforge_output": WHAT}) + "\n"
+    (folder / OUTPUT_MARKER).write_text(marker, encoding="utf-8")
+
+
+def _state_files_only(path: Path) -> set[str] | None:
+    """The names in folder ``path`` if it is a real folder holding only regular files a
+    save writes (the marker, ``meta.json``, ``train_state.pt``, ``rank_<r>.pt``), else None."""
+    if path.is_symlink() or not path.is_dir():
+        return None
+    names = set()
+    for entry in path.iterdir():
+        allowed = entry.name == OUTPUT_MARKER or _STATE_FILE.fullmatch(entry.name)
+        if not allowed or entry.is_symlink() or not entry.is_file():
+            return None
+        names.add(entry.name)
+    return names
+
+
+def _is_unmarked_checkpoint(path: Path, names: set[str]) -> bool:
+    """A complete checkpoint from before markers: ``meta.json`` naming the folder's step,
+    ``train_state.pt`` and the rank files of its world size."""
+    try:
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        step, ranks = int(meta["step"]), int(meta["world_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    match = _STEP_NAME.fullmatch(path.name)
+    needed = {"meta.json", "train_state.pt"} | {f"rank_{r:05d}.pt" for r in range(ranks)}
+    return match is not None and int(match[1]) == step and needed <= names
+
+
+def is_checkpoint(path: Path) -> bool:
+    """``path`` is a checkpoint folder a save wrote (marked, or from before markers)."""
+    if path.is_symlink() or not path.is_dir() or not _STEP_NAME.fullmatch(path.name):
+        return False
+    if is_owned_dir(path):
+        return True
+    names = _state_files_only(path)
+    return names is not None and _is_unmarked_checkpoint(path, names)
+
+
+def _holds_checkpoints(root: Path) -> bool:
+    """A ``checkpoint.dir`` from before markers: it holds a checkpoint or an export (marked),
+    directly, or a checkpoint in a ``superseded-*`` folder."""
+    for entry in root.iterdir():
+        if is_checkpoint(entry) or (is_owned_dir(entry) and not entry.is_symlink()):
+            return True
+        if entry.name.startswith("superseded-") and entry.is_dir() and not entry.is_symlink():
+            if any(is_checkpoint(p) for p in entry.iterdir()):
+                return True
+    return False
+
+
+def check_checkpoint_dir(root: Path) -> None:
+    """Refuse a ``checkpoint.dir`` the trainer did not write, before any work (a symlink
+    to a folder is checked at its target).
+
+    Raises:
+        ConfigError: ``root`` is a file or device, a non-empty folder without the output
+            marker and without checkpoints, or holds a ``step_*`` or ``.tmp-step_*`` entry
+            that is not a checkpoint the trainer wrote.
+    """
+    folder = root.resolve() if root.is_symlink() else root
+    try:
+        check_dir_target(folder, WHAT, legacy=_holds_checkpoints)
+    except OutputPathError as exc:
+        if folder.is_dir() and not folder.is_symlink():
+            raise ConfigError(
+                f"checkpoint.dir {folder}: a non-empty folder dataforge train did not write (no "
+                f"{OUTPUT_MARKER}, no checkpoints); choose another checkpoint.dir"
+            ) from None
+        raise ConfigError(f"checkpoint.dir {exc}") from None
+    for entry in folder.iterdir() if folder.is_dir() else ():
+        if entry.name.startswith(STEP_PREFIX) and not is_checkpoint(entry):
+            why = "is not a checkpoint dataforge train wrote"
+        elif entry.name.startswith(TMP_PREFIX) and _state_files_only(entry) is None:
+            why = "is not a partial checkpoint dataforge train wrote"
+        else:
+            continue
+        raise ConfigError(
+            f"checkpoint.dir {entry}: {why}; move it out of {folder} or choose another "
+            "checkpoint.dir"
+        )
+
+
+def _empty_trash(trash: Path) -> None:
+    """Remove a ``.trash-*`` folder: its contents first, the marker that proves it ours last."""
+    for entry in trash.iterdir():
+        if entry.name != OUTPUT_MARKER:
+            shutil.rmtree(entry)  # ours: moved into our marked trash by _discard
+    (trash / OUTPUT_MARKER).unlink(missing_ok=True)  # ours: written by _discard
+    trash.rmdir()  # ours: made by mkdtemp in _discard, empty now
+
+
 class Checkpointer:
-    """Saves, finds and restores checkpoints under ``config.dir``."""
+    """Saves, finds and restores checkpoints under ``config.dir``.
+
+    Raises:
+        ConfigError: ``config.dir`` may not hold checkpoints (:func:`check_checkpoint_dir`).
+    """
 
     def __init__(self, config: CheckpointConfig, env: DistEnv) -> None:
         self.config, self.env = config, env
         self.root = Path(config.dir)
+        check_checkpoint_dir(self.root)
+        if env.is_main:
+            self.root.mkdir(parents=True, exist_ok=True)
+            if not is_owned_dir(self.root):
+                _mark(self.root)
+            for trash in self.root.glob(f"{TRASH_PREFIX}*"):
+                if is_owned_dir(trash) and not trash.is_symlink():
+                    _empty_trash(trash)  # a removal a kill cut short
+
+    def _discard(self, path: Path) -> None:
+        """Remove checkpoint ``path`` (proved ours by the caller) so that a kill midway
+        leaves no partial ``step_*``: renamed into a fresh marked folder, then removed."""
+        trash = Path(tempfile.mkdtemp(prefix=TRASH_PREFIX, dir=self.root))
+        _mark(trash)
+        os.rename(path, trash / path.name)  # ours: a checkpoint, proved by the caller
+        _empty_trash(trash)
 
     def checkpoints(self) -> list[Path]:
-        """Complete checkpoints, oldest first."""
+        """Complete checkpoints this trainer wrote, oldest first."""
         if not self.root.is_dir():
             return []
-        found = [
-            p
-            for p in self.root.iterdir()
-            if p.name.startswith(STEP_PREFIX) and (p / "meta.json").is_file()
-        ]
+        found = [p for p in self.root.iterdir() if is_checkpoint(p) and (p / "meta.json").is_file()]
         return sorted(found, key=lambda p: int(p.name[len(STEP_PREFIX) :]))
 
     def latest(self) -> Path | None:
@@ -85,7 +219,7 @@ class Checkpointer:
         if self.env.is_main and found:
             target.mkdir(parents=True)
             for path in found:
-                path.rename(target / path.name)
+                path.rename(target / path.name)  # ours: a checkpoint (is_checkpoint); moved
         barrier(self.env)
         return target if found else None
 
@@ -97,8 +231,9 @@ class Checkpointer:
         final = self.root / f"{STEP_PREFIX}{step:08d}"
         tmp = self.root / f".tmp-{final.name}"
         if self.env.is_main:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
+            self._clear_tmp(tmp)
+            tmp.mkdir(parents=True)  # exclusive: fails if anything is there
+            _mark(tmp)
         barrier(self.env)
         rank_state = {"rng": _rng_state(self.env.device), "data": source.state_dict()}
         torch.save(rank_state, tmp / f"rank_{self.env.rank:05d}.pt")
@@ -117,14 +252,24 @@ class Checkpointer:
             meta = {"step": step, "stage": stage, "world_size": self.env.world_size}
             (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
             fsync_dir(tmp)
-            if final.exists():  # an earlier run's step of the same number (--from-scratch)
-                shutil.rmtree(final)
-            os.replace(tmp, final)
+            if final.exists() or final.is_symlink():  # an earlier run's step of this number
+                if not is_checkpoint(final):
+                    raise ConfigError(f"{final}: not a checkpoint dataforge train wrote; move it")
+                self._discard(final)
+            os.replace(tmp, final)  # ours: tmp made above; final absent now
             fsync_dir(self.root)
             for old in self.checkpoints()[: -self.config.keep_last]:
-                shutil.rmtree(old)
+                self._discard(old)  # ours: checkpoints() lists only is_checkpoint folders
         barrier(self.env)
         return final
+
+    def _clear_tmp(self, tmp: Path) -> None:
+        """Remove a killed save's ``tmp`` if it holds only what a save writes."""
+        if not (tmp.exists() or tmp.is_symlink()):
+            return
+        if _state_files_only(tmp) is None:
+            raise ConfigError(f"{tmp}: not a partial checkpoint dataforge train wrote; move it")
+        shutil.rmtree(tmp)  # ours: only the marker and state files a save writes
 
     def load(
         self, path: Path, stage: str, objects: dict[str, Any], source: Any, config_json: str

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.checkpoint import Checkpointer
+from trainer.checkpoint import Checkpointer, check_checkpoint_dir
 from trainer.comm_timing import AllReduceTimer, time_gradient_all_reduce
 from trainer.config import ConfigError, TrainerConfig
 from trainer.console import Console
@@ -227,6 +227,7 @@ def train(
     if config.train.precision == "fp16" and config.distributed.strategy == "fsdp":
         raise ConfigError("precision fp16 with fsdp is not supported (no sharded scaler); use bf16")
     config = resolve_model(config)
+    check_checkpoint_dir(Path(config.checkpoint.dir))
     check_export_dir(Path(config.checkpoint.export_dir or Path(config.checkpoint.dir) / "export"))
     env = init_distributed(config)
     run: Run | None = None

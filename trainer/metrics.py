@@ -6,13 +6,14 @@ import json
 import os
 import resource
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainer.config import TrainerConfig
+from trainer.config import ConfigError, TrainerConfig
 
 __all__ = ["MetricsWriter", "device_peak_flops", "memory_stats", "startup_summary"]
 
@@ -64,21 +65,35 @@ def memory_stats(device: torch.device) -> dict[str, float]:
 
 def _truncate(path: Path, keep_until_step: int) -> None:
     """Keep the records of steps <= ``keep_until_step`` (a resumed run rewrites the rest);
-    replaced atomically, so a crash here leaves the old file."""
-    if not path.is_file():
+    replaced atomically, so a crash here leaves the old file.
+
+    Raises:
+        ConfigError: ``path`` is not a metrics file the trainer wrote (a symlink, not a
+            regular file, or a line that is not a record with a step, except a last line
+            a kill cut short).
+    """
+    if not (path.exists() or path.is_symlink()):
         return
-    kept = []
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            try:
-                step = json.loads(line).get("step", 0)
-            except ValueError:  # a line cut short by the kill
-                continue
-            if step <= keep_until_step:
-                kept.append(line if line.endswith("\n") else line + "\n")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(kept), encoding="utf-8")
-    os.replace(tmp, path)
+    refuse = f"{path}: not a metrics file dataforge train wrote; choose another run_dir"
+    if path.is_symlink() or not path.is_file():
+        raise ConfigError(refuse)
+    kept, lines = [], path.read_text(encoding="utf-8", errors="replace").splitlines(True)
+    for n, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if n == len(lines) and not line.endswith("\n"):
+                continue  # a line cut short by the kill
+            raise ConfigError(f"{refuse} (line {n})") from None
+        if not (isinstance(record, dict) and isinstance(record.get("step"), int)):
+            raise ConfigError(f"{refuse} (line {n})")
+        if record["step"] <= keep_until_step:
+            kept.append(line if line.endswith("\n") else line + "\n")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("".join(kept))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)  # ours: tmp from mkstemp; path checked above to be our records
 
 
 class MetricsWriter:

@@ -76,10 +76,10 @@ def fetch_to_cache(location: str, companions: tuple[str, ...] = ()) -> Path:
                 ):
                     shutil.copyfileobj(src, out, 1 << 20)
             try:
-                os.rename(tmp, dest.parent)
+                os.rename(tmp, dest.parent)  # ours: tmp from mkdtemp; never replaces a full folder
             except OSError:
                 if not dest.exists():  # not a lost race with another actor of this node
                     raise
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)  # ours: made by mkdtemp above
     return dest

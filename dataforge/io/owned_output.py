@@ -130,10 +130,10 @@ def write_file(
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
         check_file_target(path, what, is_ours)  # the path may have changed meanwhile
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # ours: tmp from mkstemp, path checked on the line above
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)  # made by mkstemp above: ours
+            os.unlink(tmp)  # ours: made by mkstemp above
         if isinstance(exc, OSError):  # a full disk, a read-only folder
             raise _cannot_write(path, exc) from None
         raise
@@ -210,14 +210,14 @@ def owned_dir(
         yield tmp
         _swap(tmp, check_dir_target(path, what, legacy))
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # made by mkdtemp above: ours
+        shutil.rmtree(tmp, ignore_errors=True)  # ours: made by mkdtemp above
         raise
 
 
 def _swap(new: Path, path: Path) -> None:
     """Put folder ``new`` at ``path`` (absent, empty, or checked to be ours)."""
     try:
-        os.rename(new, path)  # absent or empty: replaced in one step
+        os.rename(new, path)  # ours: new from mkdtemp; path absent or empty (checked)
         return
     except OSError:
         if not path.is_dir() or not any(path.iterdir()):
@@ -226,13 +226,13 @@ def _swap(new: Path, path: Path) -> None:
     # fresh empty folder of our own, the new one renamed in, then the old one removed.
     old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
     try:
-        os.rename(path, old)
+        os.rename(path, old)  # ours: path checked by the caller, old the empty mkdtemp
     except BaseException:
-        old.rmdir()  # still the empty folder made above
+        old.rmdir()  # ours: still the empty folder made above
         raise
     try:
-        os.rename(new, path)
+        os.rename(new, path)  # ours: path moved aside just above
     except BaseException:
-        os.rename(old, path)
+        os.rename(old, path)  # ours: putting the checked output back
         raise
-    shutil.rmtree(old)  # the checked output, under the name made above
+    shutil.rmtree(old)  # ours: the checked output, under the name made above

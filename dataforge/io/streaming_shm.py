@@ -52,7 +52,7 @@ def unlink_shm(prefix: int) -> int:
             continue
         segment.close()
         try:
-            segment.unlink()
+            segment.unlink()  # ours: the caller proved the prefix its own (shm_locals)
         except FileNotFoundError:
             continue  # another rank of this node unlinked it between the open and here
         removed += 1

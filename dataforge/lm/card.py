@@ -7,9 +7,11 @@ exactly which data it saw (sha256 of the tokenized training text), and tool vers
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +126,14 @@ def read_card(model_path: str | Path) -> ModelCard:
 def write_card(model_path: str | Path, card: ModelCard) -> Path:
     """Write the card beside ``model_path`` atomically; returns its path."""
     path = card_path(model_path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(card.to_json(), encoding="utf-8")
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(card.to_json())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)  # ours: tmp made by mkstemp; the caller checked path
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # ours: made by mkstemp above
+        raise
     return path

@@ -242,7 +242,7 @@ def train_lm(
         )
         write_card(out, card)
     finally:
-        shutil.rmtree(work, ignore_errors=True)  # made by mkdtemp above: ours
+        shutil.rmtree(work, ignore_errors=True)  # ours: made by mkdtemp above
     return card
 
 
@@ -312,7 +312,7 @@ def _build_model(
     tmp_model = work / "model.bin"
     _run([str(build_binary), binary_type, str(arpa), str(tmp_model)], log)
     _check_outputs(out)  # it may have changed while lmplz ran
-    os.replace(tmp_model, out)
+    os.replace(tmp_model, out)  # ours: out checked just above, tmp_model in our mkdtemp
 
 
 def _heldout_quantiles(model: Path, tok, heldout: list[str]) -> dict:

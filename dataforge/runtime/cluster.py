@@ -211,7 +211,7 @@ def _output_dir_problems(work: Path, probe: str, node: str) -> list[str]:
             raise OSError("it holds another run's probe")
         mine = work / f"{_PROBE}-{node}"
         mine.write_text(probe)
-        mine.unlink()
+        mine.unlink()  # ours: written on the line above
     except OSError as exc:
         return [
             f"cannot see or write the output directory {work.parent} as the driver does ({exc})"
@@ -264,7 +264,7 @@ def check_nodes_see_paths(
             problems += [f"node {name}: {p}" for p in found]
     finally:
         if work is not None:
-            (work / _PROBE).unlink(missing_ok=True)
+            (work / _PROBE).unlink(missing_ok=True)  # ours: the probe written above
     if problems:
         raise ClusterError(
             "some nodes cannot see the run's paths (inputs, output, models and tokenizers "

@@ -184,7 +184,7 @@ def commit_output(run: RunState) -> dict[str, Any]:
     run.verify()
     store.write_json("manifest.json", manifest)
     if not config.output.keep_work:
-        store.remove("_work")
+        store.remove("_work")  # ours: _work of the run dir this run claimed (.dataforge-run)
     log(
         f"done: {counts['total']['kept']} of {counts['total']['input']} records kept "
         f"(+{counts['total']['repeated']} repeated) -> {store.root}"

@@ -69,13 +69,13 @@ def record_task_failure(
     try:
         marker.write_text(json.dumps({"message": message, "trace": str(trace) if trace else None}))
     except OSError:  # a full disk: the exception itself carries the message to the driver
-        marker.unlink(missing_ok=True)
+        marker.unlink(missing_ok=True)  # ours: the marker this call began to write
     return message
 
 
 def clear_task_failure(seg_dir: Path, task_id: str) -> None:
     """Forget a previous attempt's failure (the task runs again)."""
-    _marker(seg_dir, task_id).unlink(missing_ok=True)
+    _marker(seg_dir, task_id).unlink(missing_ok=True)  # ours: a failure marker in _work
 
 
 def collect_task_failures(seg_dir: Path, task_ids: list[str]) -> list[dict[str, Any]]:

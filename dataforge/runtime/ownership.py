@@ -265,7 +265,7 @@ def remove_owned_entries(store: RunStore | Path) -> list[str]:
     removed = []
     for name in OWNED_ENTRIES:
         if store.exists(name) or (store.local and (Path(store.root) / name).is_symlink()):
-            store.remove(name)  # a symlink is unlinked, never followed
+            store.remove(name)  # ours: an owned entry of a marked run; links not followed
             removed.append(name)
     return removed
 

@@ -117,7 +117,7 @@ def settle_split_ids(
         for t in tasks
     ]
     for task_id in known:
-        (seg0 / f"{task_id}.done").unlink(missing_ok=True)
-        shutil.rmtree(seg0 / task_id, ignore_errors=True)
+        (seg0 / f"{task_id}.done").unlink(missing_ok=True)  # ours: in the run's _work/seg0
+        shutil.rmtree(seg0 / task_id, ignore_errors=True)  # ours: a task part in _work/seg0
     rerun([t for t in tasks if t.task_id in known])
     return tasks

@@ -124,6 +124,7 @@ def test_two_processes_equal_one_with_same_global_batch(tmp_path, strategy, monk
         torch.testing.assert_close(two[key], one[key], rtol=0, atol=1e-5)
     _check_all_reduce_time(tmp_path / "single" / "run", out / "run", strategy)
     assert sorted(p.name for p in (out / "ckpt" / "step_00000004").iterdir()) == [
+        ".dataforge-output",
         "meta.json",
         "rank_00000.pt",
         "rank_00001.pt",
