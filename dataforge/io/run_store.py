@@ -139,7 +139,7 @@ class RunStore:
                 )  # fmt: skip
             yield target
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)  # ours: a fresh scratch_dir made above
 
     def download(self, rel: str, dest: Path) -> None:
         """Copy the file or directory ``rel`` to the local path ``dest``."""
@@ -194,7 +194,7 @@ class RunStore:
             if path.is_symlink() or path.is_file():
                 path.unlink()
             elif path.is_dir():
-                shutil.rmtree(path)
+                shutil.rmtree(path)  # ours: likewise (_work, owned entries)
             return
         info = self._info(rel)
         with storage_errors(self.location(rel)):
@@ -217,7 +217,7 @@ class RunStore:
         try:
             yield tmp
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)  # ours: made above (unique name, mkdir)
 
     def commit_dir(self, tmp: Path, rel: str) -> None:
         """Put the staged directory ``tmp`` at ``rel``, replacing what was there. On an object
@@ -226,7 +226,7 @@ class RunStore:
         if self.local:
             dest = Path(self._path(rel))
             if dest.exists():  # an earlier attempt got this far but died before its marker
-                shutil.rmtree(dest)
+                shutil.rmtree(dest)  # ours: a part of the claimed run dir an attempt left
             os.replace(tmp, dest)
             return
         self.remove(rel)
@@ -244,7 +244,7 @@ class RunStore:
             s, d = Path(self._path(src)), Path(self._path(dest))
             if s.exists():
                 if d.exists():
-                    shutil.rmtree(d)
+                    shutil.rmtree(d)  # ours: a move of the claimed run dir a kill cut short
                 d.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(s, d)
             return

@@ -92,7 +92,7 @@ def cleanup_dead_runs(cache_dir: Path) -> int:
         if owner.get("shm_prefix") is not None:
             n = _unlink_run_shm(int(owner["shm_prefix"]), run_dir)
             log.info("removed %d stale shm segments of dead loader run %s", n, run_dir.name)
-        shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)  # ours: a loader's owner.json, no link
         removed += 1
     return removed
 
@@ -271,4 +271,4 @@ class StreamSource:
         while self._readers:
             self._readers.popitem()[1].close()
         if self._owner:
-            shutil.rmtree(self.run_dir, ignore_errors=True)
+            shutil.rmtree(self.run_dir, ignore_errors=True)  # ours: made by this owner
