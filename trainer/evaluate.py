@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from trainer.config import ConfigError, TrainerConfig
-from trainer.data import BatchSource
+from trainer.data import BatchSource, LoaderBatchSource
 from trainer.objectives import Objective
 from trainer.parallel import DistEnv, all_reduce_sum
 
@@ -38,10 +38,11 @@ def build_eval_source(config: TrainerConfig, objective: Objective, env: DistEnv)
     raw = {k: v for k, v in config.data.loader.items() if k not in ("epoch_size",)}
     raw |= {"streams": list(config.eval.streams), "mode": objective.loader_mode, "shuffle": False}
     raw.setdefault("max_seq_len", config.model.max_seq_len)
+    raw.setdefault("vocab_size", config.model.vocab_size)  # ids past the embeddings: one line
     raw |= dict(config.eval.loader)
     loader_config = from_mapping(LoaderConfig, raw, "eval")
     try:
-        return build_dataloader(loader_config)
+        return LoaderBatchSource(build_dataloader(loader_config))
     except (FileNotFoundError, ValueError) as exc:
         raise ConfigError(f"eval.streams: {exc}") from exc
 

@@ -351,6 +351,17 @@ def test_train_on_token_ids_past_the_model_is_one_line_naming_the_sample(tmp_pat
     assert "vocabulary of 1000 ids" in err[0]
 
 
+def test_eval_streams_with_token_ids_past_the_model_are_one_line(tmp_path, capsys) -> None:
+    """The held-out loader checks ids against the model too (a bad eval set)."""
+    good = write_dataset(tmp_path / "mds")
+    bad = write_dataset(tmp_path / "heldout", bad=(3, 4000))
+    config = _train_config(tmp_path, good)
+    config.write_text(config.read_text() + f"eval: {{streams: [{{path: '{bad}'}}], interval: 1}}\n")
+    code, err = _train(config, capsys)
+    assert code == 2 and len(err) == 1, err
+    assert "tokens holds token id 4000" in err[0] and "vocabulary of 1000 ids" in err[0], err
+
+
 @pytest.mark.parametrize("manifest", ['{"config": []}', '{"config": {"stages": ["tokenize"]}}',
                                       '{"config": {"stages": [{"op": "tokenize", "tokenizer": 7}]}}',
                                       "[1]"])  # fmt: skip
