@@ -15,8 +15,10 @@ $(DEMO_TOKENIZER_STAMP): tokenizers/demo.yaml data/demo/.done | $(VENV_STAMP)
 	$(PY) -m dataforge.cli tokenizer train tokenizers/demo.yaml --out $(DEMO_TOKENIZER_DIR) --overwrite
 	touch $@
 
-# `make demo` trains (or reuses) the demo tokenizer before its pipeline tokenizes.
+# `make demo` trains (or reuses) the demo tokenizer before its pipeline tokenizes; the tests
+# of the executors and of the web recipe tokenize with it (a few seconds to train).
 DEMO_DEPS += demo-tokenizer
+TEST_DEPS += demo-tokenizer
 
 # dataforge.tokenization._spm_bpe: sentencepiece's BPE algorithm over a whole batch in C++
 # (dataforge/tokenization/native_bpe.py), the same ids; without it sentencepiece encodes.
