@@ -6,11 +6,14 @@ Real text only, rearranged into chat records (deterministic: inputs sorted, no r
   label as the answer (prompt/response + system); docs_en -> two-turn ``messages``
   conversations about a Python module (its summary, then more of its documentation).
 * ``dpo.jsonl``: reviews_zh -> "write a positive/negative review", chosen = a review with
-  that label, rejected = one with the other label; docs_en -> "what is module X for?",
-  chosen = X's summary, rejected = another module's summary.
+  that label; docs_en -> "what is module X for?", chosen = X's summary. The rejected answer
+  is the chosen one corrupted (its characters / words shuffled, seeded by the record's id),
+  so the preference (fluent over scrambled) holds for any response and no pair shares text
+  with another. Reviews with the same text are used once.
 
-Every tenth record (by position) goes to ``sft_heldout.jsonl`` / ``dpo_heldout.jsonl``
-instead: the held-out sets the tiny SFT and DPO configs evaluate on (``eval:``).
+A stable hash of each record's id (crc32, one in ``HELD_OUT_EVERY``) sends it to
+``sft_heldout.jsonl`` / ``dpo_heldout.jsonl`` instead: the held-out sets the tiny SFT and
+DPO configs evaluate on (``eval:``).
 
 Every record has ``id`` and ``prompt`` (the reader's ``text_key``), plus ``response`` /
 ``system`` / ``messages`` (SFT) or ``chosen`` / ``rejected`` (DPO) for ``meta_keys``.
@@ -23,6 +26,8 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import random
+import zlib
 from pathlib import Path
 
 HELD_OUT_EVERY = 10
@@ -83,30 +88,50 @@ def sft_records(reviews: dict[str, list[dict]], modules: list, limit: int) -> li
     return out
 
 
+def held_out(record_id: str) -> bool:
+    """Whether a record goes to the held-out set: a stable hash of its id, not its position."""
+    return zlib.crc32(record_id.encode("utf-8")) % HELD_OUT_EVERY == 0
+
+
+def scramble(text: str, record_id: str) -> str:
+    """``text`` with its words (or, without spaces, its characters) shuffled, seeded by the id."""
+    words = text.split()
+    parts, sep = (words, " ") if len(words) > 1 else (list(text), "")
+    rng = random.Random(zlib.crc32(record_id.encode("utf-8")))
+    for _ in range(10):
+        rng.shuffle(parts)
+        if sep.join(parts) != text:
+            break
+    return sep.join(parts)
+
+
 def dpo_records(reviews: dict[str, list[dict]], modules: list, limit: int) -> list[dict]:
-    out = []
-    pos, neg = reviews["pos"][: limit // 2], reviews["neg"][: limit // 2]
-    for i, (p, n) in enumerate(zip(pos, neg, strict=False)):
-        want, chosen, rejected = ("pos", p, n) if i % 2 == 0 else ("neg", n, p)
-        prompt = f"写一条{LABEL_ZH[want]}的商品评论。"
-        out.append(
-            {
-                "id": f"dpo:review:{i}",
-                "prompt": prompt,
-                "chosen": chosen["text"],
-                "rejected": rejected["text"],
-            }
-        )
-    for i, (name, summary, _) in enumerate(modules):
-        other = modules[(i + len(modules) // 2) % len(modules)][1]
-        if other == summary:
+    out, seen = [], set()
+    for want in ("pos", "neg"):
+        for r in reviews[want][: limit // 2]:
+            if r["text"] in seen:
+                continue
+            seen.add(r["text"])
+            record_id = f"dpo:review:{r['id']}"
+            out.append(
+                {
+                    "id": record_id,
+                    "prompt": f"写一条{LABEL_ZH[want]}的商品评论。",
+                    "chosen": r["text"],
+                    "rejected": scramble(r["text"], record_id),
+                }
+            )
+    for name, summary, _ in modules:
+        record_id = f"dpo:pydoc:{name}"
+        rejected = scramble(summary, record_id)
+        if rejected == summary:
             continue
         out.append(
             {
-                "id": f"dpo:pydoc:{name}",
+                "id": record_id,
                 "prompt": f"What is the Python module `{name}` for?",
                 "chosen": summary,
-                "rejected": other,
+                "rejected": rejected,
             }
         )
     return out
@@ -138,11 +163,11 @@ def main() -> int:
     )
     counts = {}
     for name, records in (("sft", sft), ("dpo", dpo)):
-        held_out = records[::HELD_OUT_EVERY]
-        kept = [r for i, r in enumerate(records) if i % HELD_OUT_EVERY]
+        held = [r for r in records if held_out(r["id"])]
+        kept = [r for r in records if not held_out(r["id"])]
         write_jsonl(args.out / f"{name}.jsonl", kept)
-        write_jsonl(args.out / f"{name}_heldout.jsonl", held_out)
-        counts |= {name: len(kept), f"{name}_heldout": len(held_out)}
+        write_jsonl(args.out / f"{name}_heldout.jsonl", held)
+        counts |= {name: len(kept), f"{name}_heldout": len(held)}
     (args.out / ".done").write_text(json.dumps(counts) + "\n")
     print(f"{args.out}: " + ", ".join(f"{k} {v} records" for k, v in counts.items()))
     return 0
