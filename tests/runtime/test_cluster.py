@@ -110,7 +110,7 @@ def test_address_job_submit_and_embedded_give_identical_output(
 
     reference = fingerprint(tmp_path / "embedded")
     shards, counts = reference
-    assert counts["total"]["input"] > 1000 and counts["total"]["dropped"]["dedup:minhash"] > 0
+    assert counts["total"]["input"] > 1000
     assert {"001-000000-000000", "001-000000-000001"} <= {n.split("/")[0] for n, *_ in shards}
     assert fingerprint(tmp_path / "joined") == reference
     assert fingerprint(tmp_path / "job") == reference

@@ -233,6 +233,7 @@ def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path, monkey
     assert [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)] == [3, 3]
     step = tmp_path / "ckpt" / "step_00000003"
     assert sorted(p.name for p in step.iterdir()) == [
+        ".dataforge-output",
         "meta.json",
         "rank_00000.pt",
         "rank_00001.pt",
