@@ -5,7 +5,8 @@ streaming keeps a dataset's coordination state in POSIX shared memory named
 that share the prefix. Removing a dead run's segments needs three of streaming's private
 helpers (``_get_path``, ``_unpack_locals`` and ``StreamingDataset._shm_prefix_int``); this
 module is the only place that touches them, so a streaming upgrade that changes them breaks
-one tested module (``tests/io/test_streaming_shm.py``) instead of the loader.
+one tested module (``tests/loader/test_loader_shm_cleanup.py``, ``tests/io/test_mds_reader.py``)
+instead of the loader.
 """
 
 from __future__ import annotations

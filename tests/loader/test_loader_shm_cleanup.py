@@ -5,6 +5,7 @@ one process builds and closes several loaders (``dataforge ablate``)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -42,7 +43,10 @@ def test_three_loaders_in_one_process_leave_no_tracker_warnings(tmp_path, cache_
 
 
 @pytest.mark.slow
-def test_two_local_ranks_leave_no_tracker_warnings(tmp_path, cache_dir):
+@pytest.mark.parametrize("creator", ["any", "rank1"])
+def test_two_local_ranks_leave_no_tracker_warnings(tmp_path, cache_dir, creator):
+    # "rank1": local rank 1 creates streaming's per-dataset segments and the owner (rank 0)
+    # unlinks them, the case that made rank 1's resource_tracker warn at exit.
     write_mds(tmp_path / "mds", np.random.default_rng(0).integers(1, 128, 101).tolist())
     import torch.distributed as dist
 
@@ -56,6 +60,7 @@ def test_two_local_ranks_leave_no_tracker_warnings(tmp_path, cache_dir):
         subprocess.Popen(
             [sys.executable, str(script), str(r), "2", *args],
             cwd=REPO,
+            env={**os.environ, "LOADER_TEST_OTHERS_CREATE": "1" if creator == "rank1" else "0"},
             stderr=subprocess.PIPE,
             text=True,
         )
