@@ -2,8 +2,9 @@
 
 streaming keeps a dataset's coordination state in POSIX shared memory named
 ``<prefix:06>_<name>``; the ``locals`` segment lists the local directories of the datasets
-that share the prefix. Removing a dead run's segments needs three of streaming's private
-helpers (``_get_path``, ``_unpack_locals`` and ``StreamingDataset._shm_prefix_int``); this
+that share the prefix. Removing a dead run's segments, and handing the ones a rank created
+to the owner's unlink, needs streaming's private helpers (``_get_path``, ``_unpack_locals``,
+``StreamingDataset._shm_prefix_int``, the dataset's segment attributes); this
 module is the only place that touches them, so a streaming upgrade that changes them breaks
 one tested module (``tests/loader/test_loader_shm_cleanup.py``, ``tests/io/test_mds_reader.py``)
 instead of the loader.
