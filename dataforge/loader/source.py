@@ -28,7 +28,12 @@ from typing import Any
 import numpy as np
 
 from dataforge.io.mds import MDSCorruptError, decode_sample, int_column
-from dataforge.io.streaming_shm import dataset_shm_prefix, shm_locals, unlink_shm
+from dataforge.io.streaming_shm import (
+    dataset_shm_prefix,
+    release_created_shm,
+    shm_locals,
+    unlink_shm,
+)
 from dataforge.loader.config import MODE_COLUMNS, LoaderConfig
 from dataforge.loader.order import Layout
 from dataforge.loader.shard_files import ShardReader, StreamFiles
@@ -264,10 +269,11 @@ class StreamSource:
     def close(self) -> None:
         """Drop the dataset and remove this run's directory (the owner process only)."""
         dataset = getattr(self, "dataset", None)
-        if dataset is not None and self._owner:
-            prefix = dataset_shm_prefix(dataset)
+        if dataset is not None:
+            release_created_shm(dataset)  # every rank: the owner alone unlinks (below)
+            if self._owner:  # the live dataset holds the prefix: ours, no locals check
+                unlink_shm(dataset_shm_prefix(dataset))
             del self.dataset
-            _unlink_run_shm(prefix, self.run_dir)
         while self._readers:
             self._readers.popitem()[1].close()
         if self._owner:
