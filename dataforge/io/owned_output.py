@@ -76,6 +76,20 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def _existing_mode(path: Path, what: str, make_parents: bool) -> int | None:
+    """The ``st_mode`` of ``path`` (not followed), or None when it is absent and its folder
+    exists (made first with ``make_parents``)."""
+    try:
+        return os.lstat(path).st_mode
+    except FileNotFoundError:
+        _check_parent(path, what, make_parents)
+        return None
+    except NotADirectoryError:
+        raise OutputPathError(
+            f"{path}: {path.parent} is not a folder; choose another path"
+        ) from None
+
+
 def check_file_target(
     path: str | Path, what: str, is_ours: Callable[[Path], bool], make_parents: bool = False
 ) -> Path:
@@ -88,15 +102,9 @@ def check_file_target(
             False) or not a folder.
     """
     path = Path(path)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        _check_parent(path, what, make_parents)
+    mode = _existing_mode(path, what, make_parents)
+    if mode is None:
         return path
-    except NotADirectoryError:
-        raise OutputPathError(
-            f"{path}: {path.parent} is not a folder; choose another path"
-        ) from None
     if not stat.S_ISREG(mode):
         raise _refuse(path, what, f"is {_kind(mode)}, not a file {what} wrote")
     if not is_ours(path):
@@ -168,15 +176,9 @@ def check_dir_target(
             non-empty folder this writer did not make.
     """
     path = Path(path)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        _check_parent(path, what, make_parents)
+    mode = _existing_mode(path, what, make_parents)
+    if mode is None:
         return path
-    except NotADirectoryError:
-        raise OutputPathError(
-            f"{path}: {path.parent} is not a folder; choose another path"
-        ) from None
     if not stat.S_ISDIR(mode):
         raise _refuse(path, what, f"is {_kind(mode)}, not a folder {what} wrote")
     if is_owned_dir(path) or not any(path.iterdir()) or (legacy is not None and legacy(path)):
