@@ -187,9 +187,13 @@ def test_output_folder_not_written_by_an_ablation_is_refused(tmp_path: Path) -> 
     with pytest.raises(ConfigError, match="no ablation wrote"):
         prepare_output(mine, "x")
     assert (mine / "notes.txt").read_text(encoding="utf-8") == "keep me"
-    prepare_output(tmp_path / "fresh", "x")
-    with pytest.raises(ConfigError, match="holds ablation 'x'"):
-        prepare_output(tmp_path / "fresh", "y")
+    with prepare_output(tmp_path / "fresh", "x"):
+        with pytest.raises(ConfigError, match="holds ablation 'x'"):
+            prepare_output(tmp_path / "fresh", "y")
+        # A second run of the same ablation into the same folder, while the first runs.
+        with pytest.raises(ConfigError, match=r"fresh is being written by another .* pid"):
+            prepare_output(tmp_path / "fresh", "x")
+    prepare_output(tmp_path / "fresh", "x").release()  # free again once the first ended
     (tmp_path / "file").write_text("", encoding="utf-8")
     with pytest.raises(ConfigError, match="not a directory"):
         prepare_output(tmp_path / "file", "x")

@@ -19,6 +19,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from dataforge.runtime.ownership import LocalRunLock, RunLockedError, acquire_run_lock
 from dataforge.typed_config import ConfigError
 from trainer.ablate.config import AblationConfig
 from trainer.ablate.scoring import bootstrap_difference, bootstrap_interval, perplexity
@@ -39,11 +40,13 @@ __all__ = ["MARKER", "prepare_output", "run_ablation", "verdict"]
 MARKER = ".dataforge-ablation"
 
 
-def prepare_output(out: Path, name: str) -> None:
-    """Create ``out`` or accept it as this ablation's earlier output (which resumes).
+def prepare_output(out: Path, name: str) -> LocalRunLock:
+    """Create ``out`` or accept it as this ablation's earlier output (which resumes), and
+    take its run lock (release it when the ablation ends).
 
     Raises:
-        ConfigError: ``out`` is a file, or a non-empty folder the ablation did not make.
+        ConfigError: ``out`` is a file, a non-empty folder the ablation did not make, or
+            another live ablation is writing it.
     """
     marker = out / MARKER
     if out.exists() and not out.is_dir():
@@ -60,6 +63,10 @@ def prepare_output(out: Path, name: str) -> None:
             )
     out.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps({"name": name}), encoding="utf-8")
+    try:
+        return acquire_run_lock(out)
+    except RunLockedError as exc:
+        raise ConfigError(f"-o {exc}") from None
 
 
 def _write_json(path: Path, value: Any) -> None:
@@ -156,7 +163,15 @@ def run_ablation(config: AblationConfig, out: Path, log: Log) -> dict[str, Any]:
     """Run the whole ablation into ``out`` (resuming what is done); its results."""
     out = out.absolute()  # paths written into the evaluation sets' pipeline files
     check_variants(config)
-    prepare_output(out, config.name)
+    with prepare_output(out, config.name):  # one ablation at a time writes ``out``
+        runs, data, sets = _train_and_score(config, out, log)
+        return _write_results(config, out, runs, data, sets)
+
+
+def _train_and_score(
+    config: AblationConfig, out: Path, log: Log
+) -> tuple[dict[str, list[dict]], dict[str, dict], dict[str, Any]]:
+    """Every variant's data, model and scores (each step resumes what is done)."""
     sets = {s.name: run_eval_pipeline(config, s, out / "eval" / s.name, log) for s in config.eval}
     data = {
         v.name: run_variant_pipeline(config, v, out / "variants" / v.name / "data", log)
@@ -179,6 +194,16 @@ def run_ablation(config: AblationConfig, out: Path, log: Log) -> dict[str, Any]:
                     f"{variant.name} seed {seed}: {scored['tokens_trained']} tokens trained "
                     f"over {data[variant.name]['tokens_kept']} kept: the data was repeated"
                 )
+    return runs, data, sets
+
+
+def _write_results(
+    config: AblationConfig,
+    out: Path,
+    runs: dict[str, list[dict]],
+    data: dict[str, dict],
+    sets: dict[str, Any],
+) -> dict[str, Any]:
     variants = [_variant_result(config, n, data[n], runs[n]) for n in data]
     result = {
         "name": config.name,
