@@ -6,29 +6,30 @@ the entries dataforge writes (:data:`OWNED_ENTRIES`), never a folder without the
 and the output may never be equal to, inside, or above an input (checked by ``validate``
 and ``run`` before Ray starts).
 
-One writer per run directory: :func:`acquire_run_lock` returns a :class:`RunLock` held for
-the whole run. The local implementation is an exclusive ``flock`` on ``OUT/.dataforge-lock``;
-the kernel drops it when the holder dies, so a lock left by a killed run is taken over by
-the next run, which says whose it was (the holder's host, pid and start time stay in the
-file until a clean release). Object storage gets a lease behind the same interface
-(:func:`acquire_lock` picks; :class:`dataforge.io.lease.ObjectLease`).
+One writer per run directory: a :class:`RunLock` held for the whole run, the ``flock`` of
+:mod:`dataforge.io.run_lock` on local disks, a lease behind the same interface on object
+storage (:func:`acquire_lock` picks; :class:`dataforge.io.lease.ObjectLease`).
 """
 
 from __future__ import annotations
 
-import datetime
-import fcntl
 import json
 import os
-import socket
-import time
 from pathlib import Path
-from typing import Any, Protocol
 
 from dataforge.config import PipelineConfig
 from dataforge.io.globbing import may_match_below
 from dataforge.io.lease import acquire_object_lease
 from dataforge.io.readers import InputTask
+from dataforge.io.run_lock import (
+    LOCK_FILE,
+    LocalRunLock,
+    RunDirError,
+    RunLock,
+    RunLockedError,
+    acquire_run_lock,
+    describe_holder,
+)
 from dataforge.io.run_store import RunStore
 
 __all__ = [
@@ -49,7 +50,6 @@ __all__ = [
 
 RUN_MARKER = ".dataforge-run"
 MARKER_BODY = b'{"dataforge_run": 1}\n'
-LOCK_FILE = ".dataforge-lock"
 # Everything dataforge writes at the top of a run directory (the barrier ops add their audit
 # folders, named after the op). The marker and the lock file stay through --overwrite.
 OWNED_ENTRIES = (
@@ -58,137 +58,11 @@ OWNED_ENTRIES = (
 )  # fmt: skip
 
 
-class RunDirError(ValueError):
-    """OUT holds something this run must not touch (another config or input set, a
-    folder that is not a run, an input)."""
-
-
-class RunLockedError(RunDirError):
-    """Another live run holds OUT."""
-
-
-class RunLock(Protocol):
-    """An exclusive hold on one run directory, for the whole run.
-
-    Attributes:
-        holder: who holds it (``host``, ``pid``, ``started``).
-        previous: the holder recorded by a run that died without releasing, else None.
-    """
-
-    holder: dict[str, Any]
-    previous: dict[str, Any] | None
-
-    def release(self) -> None: ...
-
-
-def _describe(holder: dict[str, Any]) -> str:
-    return (
-        f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
-        f"started {holder.get('started', '?')}"
-    )
-
-
-class LocalRunLock:
-    """``flock`` on ``OUT/.dataforge-lock`` (local disks; NFS v4 maps it to a lease)."""
-
-    def __init__(self, fd: int, holder: dict[str, Any], previous: dict[str, Any] | None):
-        self._fd: int | None = fd
-        self.holder = holder
-        self.previous = previous
-
-    def release(self) -> None:
-        """Clear the holder record, then unlock (idempotent)."""
-        if self._fd is None:
-            return
-        os.ftruncate(self._fd, 0)
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
-        os.close(self._fd)
-        self._fd = None
-
-    def __enter__(self) -> LocalRunLock:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-_HOLDER_WAIT_S = 2.0
-
-
-def _settled_holder(fd: int) -> dict[str, Any] | None:
-    """The record of the run that holds the lock. A run writes its record just after it
-    takes the lock, so a run refused in that instant reads an empty record, or the one its
-    predecessor left; it reads again for up to :data:`_HOLDER_WAIT_S` until the record
-    names a live process (on another host: any record)."""
-    deadline = time.monotonic() + _HOLDER_WAIT_S
-    while True:
-        holder = _read_holder(fd)
-        if holder is not None and _names_live_process(holder):
-            return holder
-        if time.monotonic() >= deadline:
-            return holder
-        time.sleep(0.01)
-
-
-def _names_live_process(holder: dict[str, Any]) -> bool:
-    if holder.get("host") != socket.gethostname():
-        return holder.get("pid") != "?"  # another host: cannot check; unreadable: retry
-    try:
-        os.kill(int(holder["pid"]), 0)
-    except (KeyError, ValueError, TypeError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True  # alive, another user's
-    return True
-
-
-def _read_holder(fd: int) -> dict[str, Any] | None:
-    os.lseek(fd, 0, os.SEEK_SET)
-    data = os.read(fd, 4096)
-    if not data.strip():
-        return None
-    try:
-        holder = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return {"host": "?", "pid": "?", "started": "? (unreadable lock record)"}
-    return holder if isinstance(holder, dict) else None
-
-
-def acquire_run_lock(out: Path) -> RunLock:
-    """Take the exclusive lock on run directory ``out`` (which must exist).
-
-    Raises:
-        RunLockedError: another live run holds it; the message names its host, pid and
-            start time.
-    """
-    fd = os.open(Path(out) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = _settled_holder(fd) or {}
-        os.close(fd)
-        raise RunLockedError(
-            f"{out} is being written by another dataforge run ({_describe(holder)}); wait for "
-            "it to finish or choose another -o"
-        ) from None
-    previous = _read_holder(fd)
-    holder = {
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    }
-    os.ftruncate(fd, 0)
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.write(fd, json.dumps(holder).encode())
-    os.fsync(fd)
-    return LocalRunLock(fd, holder, previous)
-
-
 def describe_takeover(lock: RunLock) -> str | None:
     """A log line when ``lock`` was left behind by a run that is no longer running."""
     if lock.previous is None:
         return None
-    return f"taking over the lock of a run that is no longer running ({_describe(lock.previous)})"
+    return f"taking over the lock of a run that is no longer running ({describe_holder(lock.previous)})"
 
 
 def claim_run_dir(store: RunStore | Path) -> None:
