@@ -10,7 +10,8 @@ tokenizers, ``trust_remote_code=True``) or copied (Hugging Face tokenizers, or t
 the model ``init_from`` imported). A model outside those architectures (LayerNorm, GELU,
 biases) is exported in the trainer's own layout (``model`` config + its tensor names),
 which ``init_from`` also reads
-(:mod:`trainer.pretrained`).
+(:mod:`trainer.pretrained`). A LoRA run's export is the merged model plus ``adapter/``, the
+adapters alone in PEFT's layout, whose base is the run's ``init_from``.
 
 The export directory is built in a sibling temporary folder and renamed into place
 (:func:`dataforge.io.owned_output.owned_dir`); an existing directory is replaced only if it
@@ -35,7 +36,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from dataforge.io.owned_output import OutputPathError, check_dir_target, owned_dir
 from trainer.config import ConfigError, TrainerConfig, to_plain
 from trainer.hf_model import hf_config, hf_weights, is_hf_model_dir, unsupported_reason
-from trainer.lora import merge_lora
+from trainer.lora import merge_lora, peft_adapter
 from trainer.parallel import DistEnv, barrier
 
 __all__ = [
@@ -81,10 +82,15 @@ def write_export(
     Raises:
         ConfigError: ``out_dir`` exists and is not an export (see :func:`check_export_dir`).
     """
+    adapter = None
+    if config.lora.enabled and unsupported_reason(config.model) is None:
+        adapter = peft_adapter(weights, config.model, config.lora, config.init_from)
     weights = merge_lora(weights, config.lora)  # LoRA adapters folded into the weights
     try:
         with owned_dir(out_dir, EXPORT, legacy=_is_unmarked_export) as tmp:
             _write_files(tmp, weights, config, info, out_dir)
+            if adapter is not None:
+                _write_adapter(tmp / "adapter", *adapter)
     except OutputPathError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -135,6 +141,13 @@ def _write_files(
         weights = {k: v.contiguous() for k, v in weights.items()}
         _save_weights(weights, tmp / "model.safetensors", out_dir)
         _write_json(tmp / "config.json", {"model": to_plain(model), **info})
+
+
+def _write_adapter(out: Path, tensors: dict[str, torch.Tensor], card: dict) -> None:
+    """``adapter/``: the LoRA update alone, in PEFT's layout (``init_from`` is its base)."""
+    out.mkdir()
+    save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    _write_json(out / "adapter_config.json", card)
 
 
 def _save_weights(weights: dict[str, torch.Tensor], path: Path, shown: Path) -> None:

@@ -6,8 +6,10 @@ part of its name: ``qkv``, ``proj``, ``up``, ``down``, ``lm_head``) with
 ``B`` zero (so training starts from the base model exactly). Only ``A`` and ``B`` train.
 The layer keeps ``weight``/``bias`` under their names, so checkpoints and exports keep the
 base layout plus ``<layer>.lora_a``/``lora_b``; :func:`merge_lora` folds the adapters into
-the weights (exports are plain merged models). :func:`adapters_disabled` runs the base
-model: DPO's reference, with no second copy of the weights.
+the weights (exports are plain merged models) and :func:`peft_adapter` gives the same
+update in PEFT's layout (an export's ``adapter/``, for ``PeftModel.from_pretrained`` on the
+``init_from`` model). :func:`adapters_disabled` runs the base model: DPO's reference, with
+no second copy of the weights.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from trainer.config import LoRAConfig
+from trainer.config import LoRAConfig, ModelConfig
 
-__all__ = ["LoRALinear", "adapters_disabled", "apply_lora", "merge_lora"]
+__all__ = ["LoRALinear", "adapters_disabled", "apply_lora", "merge_lora", "peft_adapter"]
 
 
 class LoRALinear(nn.Module):
@@ -98,3 +100,53 @@ def merge_lora(weights: dict[str, torch.Tensor], config: LoRAConfig) -> dict[str
         delta = (b.double() @ a.double()) * scale
         out[f"{layer}.weight"] = (base.double() + delta).to(base.dtype)
     return out
+
+
+def _hf_modules(layer: str, config: ModelConfig) -> list[tuple[str, slice]]:
+    """The Hugging Face modules one of our adapted layers stands for, each with its rows
+    of the fused output (q/k/v and gate/up are one linear layer here)."""
+    if layer == "lm_head":
+        return [("lm_head", slice(None))]
+    block, i, part, name = layer.split(".")  # blocks.<i>.attn|mlp.<name>
+    prefix = f"model.layers.{i}." + ("self_attn." if part == "attn" else "mlp.")
+    if name == "qkv":
+        q, kv = config.n_heads * config.head_dim, config.kv_heads * config.head_dim
+        bounds = [("q_proj", 0, q), ("k_proj", q, q + kv), ("v_proj", q + kv, q + 2 * kv)]
+        return [(prefix + n, slice(lo, hi)) for n, lo, hi in bounds]
+    if name == "up":
+        width = config.intermediate_size
+        return [(prefix + "gate_proj", slice(0, width)), (prefix + "up_proj", slice(width, None))]
+    return [(prefix + {"proj": "o_proj", "down": "down_proj"}[name], slice(None))]
+
+
+def peft_adapter(
+    weights: dict[str, torch.Tensor], model: ModelConfig, config: LoRAConfig, base: str | None
+) -> tuple[dict[str, torch.Tensor], dict]:
+    """The adapters of ``weights`` as PEFT saves them (``adapter_model.safetensors``
+    tensors, ``adapter_config.json``) for the transformers model of ``model``: a fused
+    layer's ``A`` goes to each of its modules, ``B`` is cut by their rows, so every module's
+    update is the fused one's rows exactly."""
+    tensors: dict[str, torch.Tensor] = {}
+    for key in sorted(k for k in weights if k.endswith(".lora_a")):
+        layer = key[: -len(".lora_a")]
+        a, b = weights[key], weights[f"{layer}.lora_b"]
+        for module, rows in _hf_modules(layer, model):
+            name = f"base_model.model.{module}"
+            tensors[f"{name}.lora_A.weight"] = a.contiguous().clone()
+            tensors[f"{name}.lora_B.weight"] = b[rows].contiguous().clone()
+    targets = sorted({k.split(".")[-3] for k in tensors})
+    card = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base,
+        "r": config.r,
+        "lora_alpha": config.alpha,
+        "lora_dropout": config.dropout,
+        "target_modules": targets,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+        "use_rslora": False,
+        "modules_to_save": None,
+    }
+    return tensors, card

@@ -143,3 +143,41 @@ def test_merge_folds_the_update_and_bad_settings_are_refused(make_config, tmp_pa
             | {"model": {"preset": "tiny", "vocab_size": 64, "tie_embeddings": True}}
             | {"lora": {"r": 4, "targets": ["lm_head"]}}
         )
+
+
+def test_export_holds_a_peft_adapter_that_gives_the_merged_logits(
+    tmp_path, make_config, make_batch
+):
+    import peft
+    import transformers
+
+    from trainer.export import write_export
+
+    base_config = make_config(tmp_path / "base")
+    torch.manual_seed(0)
+    base_state = Transformer(base_config.model).state_dict()
+    write_export(base_state, base_config, tmp_path / "base_export", {"stage": "pretrain", "step": 0})
+    batches = [make_batch(i) for i in range(4)]
+    config = make_config(
+        tmp_path,
+        init_from=str(tmp_path / "base_export"),
+        lora={**LORA, "targets": ["qkv", "proj", "up", "down", "lm_head"]},
+        model={"preset": "tiny", "vocab_size": 64, "tie_embeddings": False},
+        train={"max_steps": 6},
+    )
+    train(config, "sft", source=ListBatchSource(batches))
+    export = tmp_path / "ckpt" / "export"
+    card = json.loads((export / "adapter" / "adapter_config.json").read_text())
+    assert card["target_modules"] == sorted(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
+    )
+    assert card["base_model_name_or_path"] == str(tmp_path / "base_export")
+    base = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base_export")
+    adapted = peft.PeftModel.from_pretrained(base, export / "adapter").eval()
+    merged = transformers.AutoModelForCausalLM.from_pretrained(export).eval()
+    ids = make_batch(7)["input_ids"]
+    with torch.no_grad():
+        expected = merged(ids).logits
+        torch.testing.assert_close(adapted(ids).logits, expected, atol=1e-5, rtol=0)
+        with adapted.disable_adapter():  # the adapters carry the whole update
+            assert (adapted(ids).logits - expected).abs().max() > 1e-3
