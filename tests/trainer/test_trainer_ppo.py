@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -225,7 +226,8 @@ def models(tmp_path_factory):
     return {"reward": reward.export_dir, "policy": policy, "prompts": prompts}
 
 
-def _ppo_config(tmp_path, make_config, models, max_steps=20, interval=1000, **ppo):
+def _ppo_config(tmp_path, make_config, models, max_steps=20, interval=1000, data=None, **ppo):
+    extra = {"data": data} if data else {}
     return make_config(
         tmp_path, model={"vocab_size": VOCAB}, init_from=str(models["policy"]),
         train={"max_steps": max_steps},
@@ -234,6 +236,7 @@ def _ppo_config(tmp_path, make_config, models, max_steps=20, interval=1000, **pp
         ppo={"reward_model": str(models["reward"]), "prompts": str(models["prompts"]),
              "stop_token_ids": [STOP], "max_new_tokens": 8, "rollout_batch_size": 16,
              "mini_batch_size": 8, "ppo_epochs": 2, "kl_coef": 0.05, **ppo},
+        **extra,
     )  # fmt: skip
 
 
@@ -265,9 +268,32 @@ def test_adaptive_kl_moves_the_coefficient_toward_the_target(tmp_path, make_conf
         assert after == pytest.approx(before * (1 + error * 16 / 50))
 
 
+def _prompt_shards(out: Path) -> dict:
+    """DPO-format MDS shards (the format_dpo op's columns): 40 pairs of random prompts."""
+    from streaming import MDSWriter
+
+    rng = np.random.default_rng(3)
+    columns = {"prompt_tokens": "ndarray:uint16", "chosen_tokens": "ndarray:uint16",
+               "rejected_tokens": "ndarray:uint16", "num_tokens": "int"}  # fmt: skip
+    with MDSWriter(out=str(out), columns=columns, size_limit=1 << 10) as writer:
+        for _ in range(40):
+            prompt = rng.integers(3, VOCAB, rng.integers(3, 7)).astype(np.uint16)
+            chosen, rejected = np.array([KEYWORD, STOP], np.uint16), np.array([9, STOP], np.uint16)
+            writer.write({"prompt_tokens": prompt, "chosen_tokens": chosen,
+                          "rejected_tokens": rejected, "num_tokens": len(prompt) + 2})  # fmt: skip
+    loader = {"streams": [{"path": str(out)}], "mode": "dpo", "max_tokens": 96,
+              "max_seq_len": 16, "num_workers": 0, "pin_memory": False}  # fmt: skip
+    return {"source": "loader", "loader": loader}
+
+
 def test_ppo_resume_after_a_kill_gives_the_same_next_metrics(tmp_path, make_config, models):
-    full = train_ppo(_ppo_config(tmp_path / "a", make_config, models, max_steps=6))
-    config = _ppo_config(tmp_path / "b", make_config, models, max_steps=6, interval=3)
+    """Prompts from MDS shards: the loader's position and the prompts left over from its
+    last batch are in the checkpoint."""
+    data = _prompt_shards(tmp_path / "mds")
+    common = {"max_steps": 6, "data": data, "prompts": None, "rollout_batch_size": 10,
+              "mini_batch_size": 5}  # fmt: skip
+    full = train_ppo(_ppo_config(tmp_path / "a", make_config, models, **common))
+    config = _ppo_config(tmp_path / "b", make_config, models, interval=3, **common)
     first = train_ppo(config, stop_after=4)  # "killed" after step 4: checkpoint 3 remains
     assert first.steps == 4 and first.checkpoint.name == "step_00000003"
     resumed = train_ppo(config)

@@ -147,7 +147,12 @@ def _setup(config: TrainerConfig, device: torch.device) -> PPORun:
         optimizer, lr_factor(config.optim, config.train.max_steps)
     )
     kl = AdaptiveKLController(config.ppo.kl_coef, config.ppo.target_kl, config.ppo.kl_horizon)
-    return PPORun(config, joint, reference, reward, optimizer, scheduler, kl, _stop_ids(config))
+    sampling = torch.Generator(device).manual_seed(config.train.seed)
+    shuffling = torch.Generator().manual_seed(config.train.seed + 1)
+    stop_ids = _stop_ids(config)
+    return PPORun(
+        config, joint, reference, reward, optimizer, scheduler, kl, stop_ids, sampling, shuffling
+    )
 
 
 def train_ppo(
@@ -209,6 +214,9 @@ def _train(
     if latest is not None:
         loop |= ckpt.load(latest, STAGE, objects, prompts, config.to_json())
     run.kl.coef = loop["kl_coef"]
+    if "sampling_rng" in loop:
+        run.sampling.set_state(loop["sampling_rng"])
+        run.shuffling.set_state(loop["shuffling_rng"])
     console = Console(config, STAGE, env.is_main)
     console.start(_summary(config, run), 1, str(env.device), latest, loop["step"])
     metrics = MetricsWriter(config.run_dir, env.is_main, config.train.tensorboard, loop["step"])
@@ -226,6 +234,8 @@ def _train(
             loop["step"] += 1
             loop["tokens"] += int(out.pop("tokens"))
             loop["kl_coef"] = run.kl.coef
+            loop["sampling_rng"] = run.sampling.get_state()
+            loop["shuffling_rng"] = run.shuffling.get_state()
             record = out | {
                 "step": loop["step"],
                 "applied": 1.0,

@@ -88,7 +88,7 @@ class LoaderPrompts(_Prompts):
     def state_dict(self) -> dict[str, Any]:
         return {
             "source": self.source.state_dict(),
-            "pending": self.pending,
+            "pending": [list(p) for p in self.pending],
             "dropped": self.dropped,
         }
 

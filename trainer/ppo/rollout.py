@@ -81,12 +81,15 @@ class Rollout:
         return (ids, *sequence_layout(self.pad_lens[rows], ids.shape[1]))
 
 
-def _sample(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
+def _sample(
+    logits: torch.Tensor, temperature: float, top_k: int, generator: torch.Generator | None
+) -> torch.Tensor:
     logits = logits.float() / temperature
     if 0 < top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(torch.softmax(logits, dim=-1), 1).squeeze(1)
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
 
 @torch.no_grad()
@@ -99,9 +102,10 @@ def generate(
     top_k: int = 0,
     pad_id: int = 0,
     autocast: Autocast | None = None,
+    generator: torch.Generator | None = None,
 ) -> Rollout:
-    """Sample a response to each prompt (global torch RNG) until a stop id or
-    ``max_new_tokens``; the columns after a row's stop hold ``pad_id``."""
+    """Sample a response to each prompt (from ``generator``, else the global torch RNG)
+    until a stop id or ``max_new_tokens``; the columns after a row's stop hold ``pad_id``."""
     device = next(policy.parameters()).device
     width = max(len(p) for p in prompts)
     pad_lens = torch.tensor([width - len(p) for p in prompts], device=device)
@@ -113,7 +117,7 @@ def generate(
         positions, cu = sequence_layout(pad_lens, sequences.shape[1])
         with autocast() if autocast else torch.autocast("cpu", enabled=False):
             logits = policy(sequences, positions, cu)[:, -1]
-        token = torch.where(done, pad_id, _sample(logits, temperature, top_k))
+        token = torch.where(done, pad_id, _sample(logits, temperature, top_k, generator))
         sequences = torch.cat([sequences, token[:, None]], dim=1)
         done = done | (torch.isin(token, stops) & ~done)
         if bool(done.all()):

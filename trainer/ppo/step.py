@@ -43,6 +43,11 @@ class PPORun:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     kl: AdaptiveKLController
     stop_ids: tuple[int, ...]
+    sampling: torch.Generator
+    """Draws the responses; its own stream (a data loader's iterator also draws from the
+    global RNG), saved in checkpoints."""
+    shuffling: torch.Generator
+    """Orders the mini-batches (CPU)."""
     pad_id: int = 0
 
     def autocast(self) -> contextlib.AbstractContextManager:
@@ -112,7 +117,7 @@ def ppo_step(run: PPORun, prompts: list[list[int]]) -> dict[str, float]:
     model.eval()  # no dropout in sampling or scoring
     rollout = generate(
         model.policy, prompts, ppo.max_new_tokens, run.stop_ids, ppo.temperature, ppo.top_k,
-        run.pad_id, run.autocast,
+        run.pad_id, run.autocast, run.sampling,
     )  # fmt: skip
     score_rollout(
         rollout, model.policy, run.reference, model.value, run.reward, ppo.temperature,
@@ -124,7 +129,7 @@ def ppo_step(run: PPORun, prompts: list[list[int]]) -> dict[str, float]:
     lr = run.optimizer.param_groups[0]["lr"]
     totals, updates, bad = torch.zeros(7, dtype=torch.float64), 0, 0
     for _ in range(ppo.ppo_epochs):
-        order = torch.randperm(len(prompts))
+        order = torch.randperm(len(prompts), generator=run.shuffling)
         for rows in order.split(ppo.mini_batch_size):
             sums = _update(run, rollout, rows.to(rollout.mask.device), advantages, returns)
             bad += 0 if math.isfinite(sums[6]) else 1
