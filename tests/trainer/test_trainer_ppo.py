@@ -349,3 +349,41 @@ def test_ppo_refuses_missing_models_and_a_reward_model_without_a_head(tmp_path, 
     missing = f"{{reward_model: {tmp_path / 'nowhere'}}}"
     err = _fails(tmp_path, capsys, init_from=str(models["policy"]), ppo=missing)
     assert "nowhere: not an export directory" in err
+
+
+def test_cli_has_a_ppo_stage_and_the_quick_start_config_loads():
+    import argparse
+
+    from trainer.cli import add_arguments
+    from trainer.config import load_config
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["ppo", "trainer/configs/ppo_tiny.yaml"])
+    assert (args.stage, args.config) == ("ppo", "trainer/configs/ppo_tiny.yaml")
+    config = load_config(args.config)
+    assert config.ppo.reward_model.endswith("checkpoints/rlhf_reward_tiny/export")
+    assert config.init_from.endswith("checkpoints/rlhf_sft_tiny/export")
+
+
+def test_rlhf_demo_pairs_differ_by_the_keyword(tmp_path):
+    import gzip
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("demo", "scripts/make_rlhf_demo.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    texts = ["质量还不错，很满意", "物流太慢了，不满意", "包装很好，还不错的", "一般般吧，凑合用",
+             "价格便宜质量好", "短", "质量还不错，很满意"]  # fmt: skip
+    (tmp_path / "reviews_zh").mkdir()
+    with gzip.open(tmp_path / "reviews_zh" / "part-0000.jsonl.gz", "wt", encoding="utf-8") as f:
+        for i, text in enumerate(texts):
+            f.write(json.dumps({"id": f"r{i}", "text": text, "label": "pos"}) + "\n")
+    reviews = demo.short_reviews(tmp_path)
+    assert [r["text"] for r in reviews["pos"]] == texts[:5]  # too short and repeated: out
+    pairs = demo.pref_records(reviews)
+    assert [(p["chosen"], p["rejected"]) for p in pairs] == [
+        (texts[0], texts[1]),
+        (texts[2], texts[3]),
+    ]
+    assert len(demo.sft_records(reviews)) == 5
