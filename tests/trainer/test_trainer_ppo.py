@@ -387,3 +387,20 @@ def test_rlhf_demo_pairs_differ_by_the_keyword(tmp_path):
         (texts[2], texts[3]),
     ]
     assert len(demo.sft_records(reviews)) == 5
+
+
+DEMO_TOKENIZER = Path(__file__).resolve().parents[2] / "tokenizers" / "demo"
+
+
+@pytest.mark.skipif(not (DEMO_TOKENIZER / "spm.model").is_file(), reason="make demo-tokenizer")
+def test_text_prompts_render_in_the_chat_layout(tmp_path):
+    from dataforge.tokenization.hf_tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(DEMO_TOKENIZER)
+    special = tokenizer.special_tokens
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "写一条正面的商品评论。"}, ensure_ascii=False) + "\n")
+    (ids,) = JsonlPrompts.read(path, str(DEMO_TOKENIZER), 1 << 20, max_len=64).prompts
+    body = tokenizer.encode_batch(["写一条正面的商品评论。"])[0]
+    marks = [special[m] for m in ("<|user|>", "<|end|>", "<|assistant|>")]
+    assert ids == [tokenizer.bos_id, marks[0], *body, marks[1], marks[2]]
