@@ -404,3 +404,19 @@ def test_text_prompts_render_in_the_chat_layout(tmp_path):
     body = tokenizer.encode_batch(["写一条正面的商品评论。"])[0]
     marks = [special[m] for m in ("<|user|>", "<|end|>", "<|assistant|>")]
     assert ids == [tokenizer.bos_id, marks[0], *body, marks[1], marks[2]]
+
+
+def test_a_signal_checkpoints_the_step_and_the_rerun_resumes_there(
+    tmp_path, make_config, models, monkeypatch
+):
+    from trainer.stopping import Interrupted, StopRequest
+
+    config = _ppo_config(tmp_path, make_config, models, max_steps=4)
+    calls = iter([None, "SIGTERM"])
+    monkeypatch.setattr(StopRequest, "requested", lambda self, env: next(calls))
+    with pytest.raises(Interrupted) as stopped:
+        train_ppo(config)
+    assert stopped.value.step == 2 and (tmp_path / "ckpt" / "step_00000002").is_dir()
+    monkeypatch.setattr(StopRequest, "requested", lambda self, env: None)
+    resumed = train_ppo(config)
+    assert [r["step"] for r in resumed.records] == [3, 4]

@@ -199,6 +199,40 @@ def _summary(config: TrainerConfig, run: PPORun) -> str:
     )
 
 
+def _restore(run: PPORun, ckpt: Checkpointer, objects: dict, prompts: Any, resume: str):
+    """The loop counters (and the latest checkpoint, if resumed from one)."""
+    loop = {"step": 0, "tokens": 0, "kl_coef": run.config.ppo.kl_coef}
+    latest = ckpt.latest() if resume == "auto" else None
+    if resume == "scratch":
+        ckpt.supersede_existing()
+    if latest is not None:
+        loop |= ckpt.load(latest, STAGE, objects, prompts, run.config.to_json())
+    run.kl.coef = loop["kl_coef"]
+    if "sampling_rng" in loop:
+        run.sampling.set_state(loop["sampling_rng"])
+        run.shuffling.set_state(loop["shuffling_rng"])
+    return loop, latest
+
+
+def _account(run: PPORun, loop: dict, out: dict, prompts: Any, times: tuple) -> dict:
+    """Advance the loop counters by one step; the step's metrics record."""
+    elapsed, t_data, rows = times
+    loop["step"] += 1
+    loop["tokens"] += int(out.pop("tokens"))
+    loop["kl_coef"] = run.kl.coef
+    loop["sampling_rng"] = run.sampling.get_state()
+    loop["shuffling_rng"] = run.shuffling.get_state()
+    return out | {
+        "step": loop["step"],
+        "applied": 1.0,
+        "tokens_seen": loop["tokens"],
+        "prompts_dropped": prompts.dropped,
+        "step_time_s": elapsed,
+        "tokens_per_s": out["response_length"] * rows / elapsed,
+        "data_wait_frac": t_data / elapsed,
+    }
+
+
 def _train(
     run: PPORun, env: Any, prompts: Any, resume: str, stop_after: int | None, export_dir: Path
 ) -> PPOResult:
@@ -207,16 +241,7 @@ def _train(
     scaler = torch.amp.GradScaler(env.device.type, enabled=False)  # checkpoint layout
     objects = {"model": run.model, "optimizer": run.optimizer, "scheduler": run.scheduler}
     objects["scaler"] = scaler
-    loop = {"step": 0, "tokens": 0, "kl_coef": config.ppo.kl_coef}
-    latest = ckpt.latest() if resume == "auto" else None
-    if resume == "scratch":
-        ckpt.supersede_existing()
-    if latest is not None:
-        loop |= ckpt.load(latest, STAGE, objects, prompts, config.to_json())
-    run.kl.coef = loop["kl_coef"]
-    if "sampling_rng" in loop:
-        run.sampling.set_state(loop["sampling_rng"])
-        run.shuffling.set_state(loop["shuffling_rng"])
+    loop, latest = _restore(run, ckpt, objects, prompts, resume)
     console = Console(config, STAGE, env.is_main)
     console.start(_summary(config, run), 1, str(env.device), latest, loop["step"])
     metrics = MetricsWriter(config.run_dir, env.is_main, config.train.tensorboard, loop["step"])
@@ -230,22 +255,8 @@ def _train(
             batch = prompts.take(config.ppo.rollout_batch_size)
             t_data = time.perf_counter() - t0
             out = ppo_step(run, batch)
-            elapsed = time.perf_counter() - t0
-            loop["step"] += 1
-            loop["tokens"] += int(out.pop("tokens"))
-            loop["kl_coef"] = run.kl.coef
-            loop["sampling_rng"] = run.sampling.get_state()
-            loop["shuffling_rng"] = run.shuffling.get_state()
-            record = out | {
-                "step": loop["step"],
-                "applied": 1.0,
-                "tokens_seen": loop["tokens"],
-                "prompts_dropped": prompts.dropped,
-                "step_time_s": elapsed,
-                "tokens_per_s": out["response_length"] * len(batch) / elapsed,
-                "data_wait_frac": t_data / elapsed,
-            }
-            record |= memory_stats(env.device)
+            times = (time.perf_counter() - t0, t_data, len(batch))
+            record = _account(run, loop, out, prompts, times) | memory_stats(env.device)
             metrics.write(record)
             console.step(record)
             records.append(record)
