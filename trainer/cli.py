@@ -1,4 +1,4 @@
-"""``dataforge train {pretrain,sft,dpo,reward} CONFIG.yaml`` and ``python -m trainer ...``."""
+"""``dataforge train {pretrain,sft,dpo,reward,ppo} CONFIG.yaml`` and ``python -m trainer ...``."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ __all__ = ["add_arguments", "add_subcommand", "run_command"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Stage subcommands (pretrain, sft, dpo), each taking CONFIG.yaml and resume flags."""
     stages = parser.add_subparsers(
-        dest="stage", metavar="{pretrain,sft,dpo,reward,export}", required=True
+        dest="stage", metavar="{pretrain,sft,dpo,reward,ppo,export}", required=True
     )
     helps = {
         "pretrain": "causal LM pretraining on tokenized documents",
         "sft": "supervised fine-tuning, loss on completions only",
         "dpo": "direct preference optimisation on chosen/rejected pairs",
         "reward": "reward model (scalar head, Bradley-Terry loss) on chosen/rejected pairs",
+        "ppo": "RLHF: PPO of an SFT policy against a frozen reward model, KL to a reference",
     }
     for stage in STAGES:
         sub = stages.add_parser(stage, help=helps[stage], description=helps[stage])
@@ -71,7 +72,13 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config, args.overrides)
-        train(config, args.stage, resume="scratch" if args.from_scratch else "auto")
+        resume = "scratch" if args.from_scratch else "auto"
+        if args.stage == "ppo":  # its own loop: rollouts, then updates
+            from trainer.ppo import train_ppo
+
+            train_ppo(config, resume=resume)
+        else:
+            train(config, args.stage, resume=resume)
     except Interrupted:  # the loop printed the line (rank 0)
         return EXIT_REQUEUE
     except KeyboardInterrupt:  # outside the steps, or a second Ctrl-C
@@ -106,7 +113,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction) -> None:
     """Register ``dataforge train``."""
     parser = subparsers.add_parser(
         "train",
-        help="train a model: pretrain, sft, dpo or reward",
+        help="train a model: pretrain, sft, dpo, reward or ppo",
         description="Train a decoder-only transformer on dataforge loader output. "
         "Runs on one process, or under torchrun/SLURM (see trainer/launch/README.md).",
     )

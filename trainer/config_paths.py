@@ -2,8 +2,8 @@
 do); ``--set`` overrides, typed at a shell, against the working directory.
 
 Path keys: ``tokenizer``, ``init_from``, ``run_dir``, ``checkpoint.dir``,
-``checkpoint.export_dir``, ``data.loader.cache_dir``, ``eval.loader.cache_dir`` and the
-``path`` of every stream in ``data.loader.streams`` and ``eval.streams``. URIs
+``checkpoint.export_dir``, ``data.loader.cache_dir``, ``eval.loader.cache_dir``,
+``ppo.reward_model``, ``ppo.prompts`` and the ``path`` of every stream in ``data.loader.streams`` and ``eval.streams``. URIs
 (``s3://...``) stay as they are. ``run_dir`` and ``checkpoint.dir`` default to
 ``runs/default`` and ``checkpoints`` next to the file. The config holds absolute paths
 afterwards, so every message shows the resolved path.
@@ -26,6 +26,8 @@ PATH_KEYS = (
     ("checkpoint", "export_dir"),
     ("data", "loader", "cache_dir"),
     ("eval", "loader", "cache_dir"),
+    ("ppo", "reward_model"),
+    ("ppo", "prompts"),
 )
 STREAM_KEYS = (("data", "loader", "streams"), ("eval", "streams"))
 

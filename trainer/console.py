@@ -97,6 +97,12 @@ class Console:
         dpo = ""
         if "preference_accuracy" in record:
             dpo = f" acc {record['preference_accuracy']:.3f} margin {record['reward_margin']:.3f}"
+        if "clip_fraction" in record:  # ppo
+            dpo = (
+                f" reward {record['reward']:.3f} kl {record['kl']:.3f} entropy "
+                f"{record['entropy']:.2f} vloss {record['value_loss']:.3f} clip "
+                f"{record['clip_fraction']:.3f}"
+            )
         eta = format_duration(step_time * (max_steps - step))
         comm = record.get("nccl_all_reduce_time")
         comm = f" allreduce {comm * 1e3:.1f} ms" if comm is not None else ""

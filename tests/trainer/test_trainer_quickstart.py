@@ -120,7 +120,8 @@ def _overrides(name: str, demo: dict, run: Path) -> list[str]:
 
 
 TINY = ["pretrain_tiny", "sft_tiny", "dpo_tiny", "reward_tiny"]
-BIG = sorted(p.stem for p in CONFIGS.glob("*.yaml") if p.stem not in TINY)
+RLHF = ["rlhf_sft_tiny", "rlhf_reward_tiny", "ppo_tiny"]  # make demo-rlhf: test_trainer_ppo.py
+BIG = sorted(p.stem for p in CONFIGS.glob("*.yaml") if p.stem not in TINY + RLHF)
 
 
 def test_tiny_configs_chain_pretrain_sft_dpo(demo, tmp_path, monkeypatch):
