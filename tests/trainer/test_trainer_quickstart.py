@@ -219,3 +219,25 @@ def test_sft_then_dpo_from_an_imported_llama(demo, tmp_path, monkeypatch):
     assert 0.0 <= final["val_preference_accuracy"] <= 1.0
     held_out = (demo["root"] / "chat" / "dpo_heldout.jsonl").read_text().splitlines()
     assert final["val_weight"] == len(held_out)  # every held-out pair, once
+
+
+def _config_paths(raw: dict) -> list[str]:
+    """The local paths a shipped config names (relative to the YAML file)."""
+    paths = [raw.get(k) for k in ("tokenizer", "init_from", "run_dir")]
+    paths.append(raw.get("checkpoint", {}).get("dir"))
+    for section in (raw.get("data", {}).get("loader", {}), raw.get("eval", {})):
+        paths += [s.get("path") for s in section.get("streams", [])]
+    for key in ("reward_model", "prompts"):
+        paths.append(raw.get("ppo", {}).get(key))
+    return [p for p in paths if isinstance(p, str) and "://" not in p]
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_config_paths_point_at_the_repository_folders(config):
+    import yaml
+
+    root = CONFIGS.resolve().parents[1]
+    for path in _config_paths(yaml.safe_load(config.read_text(encoding="utf-8"))):
+        resolved = (config.parent / path).resolve()
+        assert CONFIGS.resolve() not in resolved.parents, f"{config.name}: {path}"
+        assert root in resolved.parents, f"{config.name}: {path}"
