@@ -18,18 +18,17 @@ from torch import nn
 
 from trainer.config import DPOConfig
 from trainer.lora import adapters_disabled
-from trainer.objectives.base import Batch, Objective
+from trainer.objectives.base import Batch
 from trainer.objectives.losses import dpo_loss, sequence_logps
+from trainer.objectives.pairs import PairObjective
 
 __all__ = ["DPO"]
 
 
-class DPO(Objective):
+class DPO(PairObjective):
     """Mean DPO loss over the pairs of a step; logs preference accuracy and margins."""
 
-    loader_mode: ClassVar[str] = "dpo"
-    row_prefixes = ("chosen_", "rejected_")
-    stat_names = ("correct", "margin_sum", "chosen_reward_sum", "rejected_reward_sum")
+    accuracy_name: ClassVar[str] = "preference_accuracy"
 
     def __init__(self, config: DPOConfig, base_reference: bool = False) -> None:
         self.config = config
@@ -45,15 +44,11 @@ class DPO(Objective):
     def forward_flops_factor(self) -> float:
         return 4 / 3 if self.reference is not None or self.base_reference else 1.0
 
-    def weight(self, batch: Batch) -> int:
-        return int(batch["chosen_input_ids"].shape[0])
-
     def loss(
         self, model: nn.Module, batch: Batch, training: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = torch.cat([batch["chosen_input_ids"], batch["rejected_input_ids"]])
-        pos = torch.cat([batch["chosen_position_ids"], batch["rejected_position_ids"]])
-        labels = torch.cat([batch["chosen_labels"], batch["rejected_labels"]])
+        ids, pos = self.stacked(batch, "input_ids"), self.stacked(batch, "position_ids")
+        labels = self.stacked(batch, "labels")
         policy_chosen, policy_rejected = sequence_logps(model(ids, pos), labels).chunk(2)
         if self.base_reference:
             with torch.no_grad(), adapters_disabled(model):
@@ -66,23 +61,7 @@ class DPO(Objective):
                 ref = sequence_logps(self.reference(ids, pos), labels)
             ref_chosen, ref_rejected = ref.chunk(2)
         stats = dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, self.config.beta)
-        extra = torch.stack(
-            [
-                stats.correct.sum(),
-                stats.reward_margins.sum(),
-                stats.chosen_rewards.sum(),
-                stats.rejected_rewards.sum(),
-            ]
+        extra = self.pair_stats(
+            stats.correct, stats.reward_margins, stats.chosen_rewards, stats.rejected_rewards
         )
-        return stats.losses.sum(), extra.double()
-
-    def metrics(self, loss_sum: float, stats: list[float], weight: float) -> dict[str, float]:
-        pairs = max(weight, 1.0)
-        correct, margin, chosen, rejected = stats
-        return {
-            "loss": loss_sum / pairs,
-            "preference_accuracy": correct / pairs,
-            "reward_margin": margin / pairs,
-            "chosen_reward": chosen / pairs,
-            "rejected_reward": rejected / pairs,
-        }
+        return stats.losses.sum(), extra

@@ -12,13 +12,13 @@ part of the model's state dict, so checkpoints carry it and exports write it as
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.objectives.base import Batch, Objective
+from trainer.objectives.base import Batch
+from trainer.objectives.pairs import PairObjective
 
 __all__ = ["Reward", "last_token_scores"]
 
@@ -29,12 +29,8 @@ def last_token_scores(scores: torch.Tensor, attention_mask: torch.Tensor) -> tor
     return scores.gather(1, last[:, None].long()).squeeze(1)
 
 
-class Reward(Objective):
+class Reward(PairObjective):
     """Mean Bradley-Terry loss over the pairs of a step; logs pairwise accuracy."""
-
-    loader_mode: ClassVar[str] = "dpo"
-    row_prefixes = ("chosen_", "rejected_")
-    stat_names = ("correct", "margin_sum", "chosen_reward_sum", "rejected_reward_sum")
 
     def prepare(self, model: nn.Module, wrap: Callable[[nn.Module], nn.Module]) -> None:
         del wrap
@@ -43,31 +39,13 @@ class Reward(Objective):
         if not model.config.tie_embeddings:  # unused: DDP must not wait for its gradient
             model.lm_head.requires_grad_(False)
 
-    def weight(self, batch: Batch) -> int:
-        return int(batch["chosen_input_ids"].shape[0])
-
     def loss(
         self, model: nn.Module, batch: Batch, training: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = torch.cat([batch["chosen_input_ids"], batch["rejected_input_ids"]])
-        pos = torch.cat([batch["chosen_position_ids"], batch["rejected_position_ids"]])
-        mask = torch.cat([batch["chosen_attention_mask"], batch["rejected_attention_mask"]])
+        ids, pos = self.stacked(batch, "input_ids"), self.stacked(batch, "position_ids")
+        mask = self.stacked(batch, "attention_mask")
         rewards = last_token_scores(model(ids, pos, None, head="score"), mask).float()
         chosen, rejected = rewards.chunk(2)
         margin = chosen - rejected
         losses = -F.logsigmoid(margin)
-        extra = torch.stack(
-            [(margin > 0).sum(), margin.sum(), chosen.sum(), rejected.sum()]
-        ).detach()
-        return losses.sum(), extra.double()
-
-    def metrics(self, loss_sum: float, stats: list[float], weight: float) -> dict[str, float]:
-        pairs = max(weight, 1.0)
-        correct, margin, chosen, rejected = stats
-        return {
-            "loss": loss_sum / pairs,
-            "accuracy": correct / pairs,
-            "reward_margin": margin / pairs,
-            "chosen_reward": chosen / pairs,
-            "rejected_reward": rejected / pairs,
-        }
+        return losses.sum(), self.pair_stats(margin > 0, margin, chosen, rejected)
