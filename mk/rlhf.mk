@@ -1,4 +1,4 @@
-# RLHF quick start (issue 38), CPU: `make demo-rlhf` builds the review sets
+# RLHF quick start, CPU: `make demo-rlhf` builds the review sets
 # (scripts/make_rlhf_demo.py -> data/demo/rlhf), tokenizes them (pipelines/rlhf_*_demo.yaml),
 # then trains SFT -> reward model (prefers reviews holding 不错) -> PPO and prints the reward
 # at the start and end of PPO, the KL and the reward model's held-out accuracy. Each
