@@ -1,7 +1,8 @@
 """LoRA: low-rank adapters on chosen linear layers, the rest of the model frozen.
 
 ``lora: {r, alpha, dropout, targets}`` replaces each targeted ``nn.Linear`` (by the last
-part of its name: ``qkv``, ``proj``, ``up``, ``down``, ``lm_head``) with
+part of its name: ``qkv`` names ``q``, ``k`` and ``v``; ``up`` names SwiGLU's ``gate`` and
+``up``; ``proj``, ``down``, ``lm_head`` name themselves) with
 :class:`LoRALinear`: ``y = x W^T + b + (alpha / r) * dropout(x) A^T B^T``, ``A`` random,
 ``B`` zero (so training starts from the base model exactly). Only ``A`` and ``B`` train.
 The layer keeps ``weight``/``bias`` under their names, so checkpoints and exports keep the
@@ -22,6 +23,9 @@ from torch import nn
 from trainer.config import LoRAConfig
 
 __all__ = ["LoRALinear", "adapters_disabled", "apply_lora", "merge_lora"]
+
+TARGET_LAYERS = {"qkv": ("q", "k", "v"), "up": ("gate", "up")}
+"""``lora.targets`` names that stand for more than one layer."""
 
 
 class LoRALinear(nn.Module):
@@ -57,10 +61,11 @@ def apply_lora(model: nn.Module, config: LoRAConfig) -> list[str]:
         ValueError: no linear layer matches ``config.targets``.
     """
     model.requires_grad_(False)
+    layers = {layer for t in config.targets for layer in TARGET_LAYERS.get(t, (t,))}
     names = [
         name
         for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in config.targets
+        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in layers
     ]
     if not names:
         raise ValueError(f"lora.targets {list(config.targets)} match no linear layer")
