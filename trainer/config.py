@@ -498,6 +498,11 @@ def _check_mesh(config: TrainerConfig) -> None:
         ),
         "train.compile": config.train.compile,
     }
+    if pp > 1 and dist.pp_schedule == "1f1b" and config.train.grad_accum_steps < pp:
+        raise ValueError(
+            f"distributed.pp_schedule 1f1b needs train.grad_accum_steps >= distributed.pp "
+            f"{pp}, got {config.train.grad_accum_steps}; raise it or use gpipe"
+        )
     for what, hit in refused.items():
         if hit:
             raise ValueError(f"distributed.tp={tp}/pp={pp} cannot be used with {what}; use 1")

@@ -128,9 +128,7 @@ def _max_diff(per_rank: list[list[float]], expected: list[float]) -> float:
 
 # ~25 s per 4-process run on 2 cores: slow.
 @pytest.mark.slow
-def test_tp_run_resumes_on_a_pp_mesh_with_the_losses_of_one_process(
-    single, tmp_path, monkeypatch
-):
+def test_tp_run_resumes_on_a_pp_mesh_with_the_losses_of_one_process(single, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT))  # spawned children import this module
     single_out, expected = single
     assert len(expected) == STEPS
@@ -189,9 +187,15 @@ def test_shapes_the_mesh_cannot_split_are_refused_at_load(tmp_path, mesh, messag
         _config(str(tmp_path), 2, mesh)
 
 
-def test_a_world_the_mesh_does_not_fit_is_refused_before_any_process_group(
-    tmp_path, monkeypatch
-):
+def test_features_a_split_model_cannot_serve_are_refused_at_load(tmp_path):
+    with pytest.raises(ConfigError, match="1f1b needs train.grad_accum_steps >= distributed.pp 2"):
+        _config(str(tmp_path), 1, {"pp": 2})
+    with pytest.raises(ConfigError, match="cannot be used with train.precision fp16"):
+        _config(str(tmp_path), 2, {"tp": 2}, precision="fp16")
+    _config(str(tmp_path), 1, {"pp": 2, "pp_schedule": "gpipe"})  # GPipe takes any count
+
+
+def test_a_world_the_mesh_does_not_fit_is_refused_before_any_process_group(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "6")
     with pytest.raises(ConfigError, match=r"tp x distributed.pp = 2 x 2 does not divide the world"):
         init_distributed(_config(str(tmp_path), 2, {"tp": 2, "pp": 2}))
@@ -213,3 +217,53 @@ def test_cli_exits_2_with_one_line_naming_the_key(tmp_path):
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
     assert "distributed.tp=3 does not divide model.n_heads 4" in done.stderr
+
+
+FAKE_PYTHON = """#!/bin/bash
+# the launcher's torch.distributed.run call is recorded; the mesh is read for real
+if [[ "$2" == torch.distributed.run ]]; then echo "$*" > "$FAKE_DIR/torchrun_args"; exit 0; fi
+exec "$REAL_PYTHON" "$@"
+"""
+
+
+@pytest.mark.parametrize(
+    ("sets", "nproc"),
+    [
+        (
+            [
+                "distributed.dp=2",
+                "distributed.tp=2",
+                "distributed.pp=2",
+                "train.grad_accum_steps=2",
+            ],
+            "8",
+        ),
+        (["distributed.tp=2"], "2"),
+    ],
+)
+def test_torchrun_launcher_starts_the_ranks_of_the_configs_mesh(tmp_path, sets, nproc):
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\nexit 9\n")  # no GPU: tp x pp ranks
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    overrides = [arg for key in sets for arg in ("--set", key)]
+    env = os.environ | {
+        "PYTHON": str(fake),
+        "REAL_PYTHON": sys.executable,
+        "FAKE_DIR": str(tmp_path),
+        "PYTHONPATH": str(ROOT),
+        "PATH": f"{tmp_path}:{os.environ['PATH']}",
+    }
+    done = subprocess.run(
+        ["bash", "trainer/launch/torchrun.sh", "pretrain", "trainer/configs/pretrain_tiny.yaml"]
+        + overrides,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    args = (tmp_path / "torchrun_args").read_text().split()
+    assert args[args.index("--nproc_per_node") + 1] == nproc
+    assert args[-len(overrides) :] == overrides
