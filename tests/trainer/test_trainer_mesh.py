@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from trainer.config import ConfigError, config_from_mapping
 from trainer.data import ListBatchSource
-from trainer.export import read_sharded_weights
+from trainer.export import export_checkpoint, read_sharded_weights
 from trainer.loop import train
 from trainer.parallel import init_distributed
 from trainer.pipeline import stage_layers
@@ -55,6 +55,7 @@ def _config(out: str, grad_accum: int, mesh: dict, **train):
             "optim": {"lr": 1e-2, "min_lr": 1e-3, "warmup_steps": 1},
             "distributed": {"strategy": "fsdp", "timeout_s": 120, **mesh},
             "checkpoint": {"dir": f"{out}/ckpt", "interval": 5},
+            "eval": {"interval": 5},
             "run_dir": f"{out}/run",
         }
     )
@@ -93,7 +94,15 @@ def _worker(rank: int, world: int, port: int, out: str, mesh: dict, stop_after) 
     dp_rank = rank // mesh.get("tp", 1) % dp
     mine = _batches()[dp_rank::dp]  # step k: micro-batches MICRO*k .. MICRO*k+MICRO-1
     config = _config(out, MICRO // dp, mesh)
-    result = train(config, "pretrain", source=ListBatchSource(mine), stop_after=stop_after)
+    # held-out passes run on the unpipelined meshes (tp: the logits are gathered)
+    held_out = ListBatchSource(_batches()[:4][dp_rank::dp]) if mesh.get("pp", 1) == 1 else None
+    result = train(
+        config,
+        "pretrain",
+        source=ListBatchSource(mine),
+        stop_after=stop_after,
+        eval_source=held_out,
+    )
     with open(f"{out}/losses_rank{rank}.json", "w") as f:
         json.dump(result.losses, f)
 
@@ -118,7 +127,9 @@ def _spawn(out: Path, mesh: dict, stop_after=None) -> list[list[float]]:
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     out = tmp_path_factory.mktemp("single")
-    result = train(_config(str(out), MICRO, {}), "pretrain", source=ListBatchSource(_batches()))
+    config = _config(str(out), MICRO, {})
+    held_out = ListBatchSource(_batches()[:4])
+    result = train(config, "pretrain", source=ListBatchSource(_batches()), eval_source=held_out)
     return out, result.losses
 
 
@@ -145,6 +156,10 @@ def test_tp_run_resumes_on_a_pp_mesh_with_the_losses_of_one_process(single, tmp_
     for key, value in reference.items():
         torch.testing.assert_close(saved[key], value, rtol=0, atol=1e-5)
     _same_export(single_out, tmp_path)
+    assert _val_loss(tmp_path, 5) == pytest.approx(_val_loss(single_out, 5), abs=1e-5)
+    export_checkpoint(tmp_path / "ckpt" / "step_00000005", tmp_path / "export5")
+    export_checkpoint(single_out / "ckpt" / "step_00000005", single_out / "export5")
+    _same_export(single_out, tmp_path, "export5")
     meta = json.loads((tmp_path / "ckpt" / "step_00000010" / "meta.json").read_text())
     assert (meta["dp"], meta["tp"], meta["pp"]) == (2, 1, 2)
 
@@ -160,9 +175,15 @@ def test_tp_and_pp_together_train_like_one_process(single, tmp_path, monkeypatch
     _same_export(single_out, tmp_path)
 
 
-def _same_export(single_out: Path, out: Path) -> None:
-    one = load_file(single_out / "ckpt" / "export" / "model.safetensors")
-    many = load_file(out / "ckpt" / "export" / "model.safetensors")
+def _val_loss(out: Path, step: int) -> float:
+    records = map(json.loads, (out / "run" / "metrics.jsonl").read_text().splitlines())
+    (record,) = [r for r in records if "val_loss" in r and r["step"] == step]
+    return record["val_loss"]
+
+
+def _same_export(single_out: Path, out: Path, name: str = "ckpt/export") -> None:
+    one = load_file(single_out / name / "model.safetensors")
+    many = load_file(out / name / "model.safetensors")
     assert one.keys() == many.keys()
     for key in one:
         torch.testing.assert_close(many[key], one[key], rtol=0, atol=1e-4)
