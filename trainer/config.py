@@ -261,7 +261,8 @@ class DistributedConfig:
     backend: Literal["auto", "nccl", "gloo"] = "auto"
     """Process-group backend; ``auto``: NCCL on GPUs, gloo on CPU."""
     dp: int | None = None
-    """Data-parallel ranks (DDP or FSDP2 over them); None: world size / (tp x pp)."""
+    """Data-parallel ranks (DDP or FSDP2 over them; FSDP2 when tp or pp is above 1); None:
+    world size / (tp x pp)."""
     tp: int = 1
     """Tensor-parallel ranks (DTensor): q/k/v and gate/up split by columns, attention
     output and down projections by rows; must divide ``model.n_heads`` and

@@ -6,7 +6,7 @@ Rank and world size come from the environment ``torchrun`` sets (``RANK``, ``WOR
 With ``distributed.tp`` or ``pp`` above 1 the ranks form one device mesh
 (``init_device_mesh``, dims ``pp``, ``dp``, ``tp``, outermost first): tensor parallelism
 (DTensor ``parallelize_module``) on ``tp``, pipeline stages (:mod:`trainer.pipeline`) on
-``pp``, DDP or FSDP2 on ``dp``. Every rank of a ``dp`` group reads the same batches.
+``pp``, FSDP2 on ``dp`` (DDP serves the mesh only with dp = 1). Every rank of a ``dp`` group reads the same batches.
 """
 
 from __future__ import annotations
@@ -91,10 +91,12 @@ def init_distributed(config: TrainerConfig) -> DistEnv:
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     pp, dp, tp = config.distributed.mesh_shape(world)  # before any process group starts
-    if tp > 1 and dp > 1 and config.distributed.strategy == "ddp":
+    if config.distributed.model_parallel and dp > 1 and config.distributed.strategy == "ddp":
+        # DDP holds no DTensor weights, and its reducer breaks under the pipeline
+        # schedules' split backward passes.
         raise ConfigError(
-            "distributed.strategy ddp cannot replicate tensor-parallel (DTensor) weights over "
-            f"dp={dp} ranks; valid with tp > 1: fsdp"
+            f"distributed.strategy ddp cannot run with tp={tp}/pp={pp} over dp={dp} ranks; "
+            "valid with tp or pp > 1: fsdp"
         )
     wanted = config.train.device
     if wanted == "cuda" and not torch.cuda.is_available():

@@ -220,6 +220,8 @@ def test_a_world_the_mesh_does_not_fit_is_refused_before_any_process_group(tmp_p
     monkeypatch.setenv("WORLD_SIZE", "6")
     with pytest.raises(ConfigError, match=r"tp x distributed.pp = 2 x 2 does not divide the world"):
         init_distributed(_config(str(tmp_path), 2, {"tp": 2, "pp": 2}))
+    with pytest.raises(ConfigError, match=r"strategy ddp cannot run with tp=1/pp=2 over dp=3"):
+        init_distributed(_config(str(tmp_path), 2, {"pp": 2, "strategy": "ddp"}))
     with pytest.raises(ConfigError, match=r"distributed.dp=3 but 6 ranks / \(tp 1 x pp 1\) = 6"):
         init_distributed(_config(str(tmp_path), 2, {"tp": 1, "dp": 3}))
     assert not torch.distributed.is_initialized()
