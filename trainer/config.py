@@ -271,6 +271,9 @@ class DistributedConfig:
     """Pipeline stages (``torch.distributed.pipelining``), cut by layer count: the
     embedding on the first, the final norm and output layer on the last; each step's
     ``train.grad_accum_steps`` micro-batches flow through them."""
+    sequence_parallel: bool = False
+    """With tp: split the residual stream (norms, the blocks' inputs and outputs) along
+    the sequence across the tp ranks instead of repeating it (less activation memory)."""
     pp_schedule: Literal["1f1b", "gpipe"] = "1f1b"
     """Pipeline schedule: one-forward-one-backward (less activation memory) or GPipe."""
 
@@ -482,6 +485,8 @@ def _check_mesh(config: TrainerConfig) -> None:
             f"distributed.tp={tp} does not divide model.n_heads {model.n_heads} and "
             f"model.n_kv_heads {model.kv_heads}; valid: {', '.join(map(str, divisors))}"
         )
+    if dist.sequence_parallel and tp == 1:
+        raise ValueError("distributed.sequence_parallel needs distributed.tp > 1; valid: false")
     if pp > model.n_layers:
         raise ValueError(
             f"distributed.pp={pp} > model.n_layers {model.n_layers}; valid: 1 to {model.n_layers}"

@@ -22,11 +22,11 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.config import ConfigError, TrainerConfig
+from trainer.tensor_parallel import apply_tensor_parallel, blocks_of
 
 __all__ = [
     "DistEnv",
     "all_reduce_sum",
-    "apply_tensor_parallel",
     "clip_grad_norm",
     "grad_sync",
     "init_distributed",
@@ -142,7 +142,7 @@ def parallelize(
         return model
     if env.mesh is not None:
         if env.tp > 1:
-            apply_tensor_parallel(model, env.mesh["tp"])
+            apply_tensor_parallel(model, env.mesh["tp"], config.distributed.sequence_parallel)
         if env.dp == 1:
             return model
     group = env.mesh["dp"].get_group() if env.mesh is not None else None
@@ -167,48 +167,10 @@ def parallelize(
         reshard_after_forward=config.distributed.fsdp_reshard_after_forward,
         mesh=env.mesh["dp"] if env.mesh is not None else None,
     )
-    for block in _blocks(model):
+    for block in blocks_of(model):
         fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
     return model
-
-
-def _blocks(model: nn.Module) -> list[nn.Module]:
-    """The transformer blocks of a whole model (a list) or of a pipeline stage (a dict
-    keyed by layer index)."""
-    blocks = model.blocks
-    return list(blocks.values()) if isinstance(blocks, nn.ModuleDict) else list(blocks)
-
-
-def apply_tensor_parallel(model: nn.Module, tp_mesh: Any) -> None:
-    """Megatron-style tensor parallelism over ``tp_mesh``, in place: q/k/v and gate/up
-    are split by output columns (each rank holds ``n_heads / tp`` query and
-    ``kv_heads / tp`` key/value heads), the attention output and down projections by input
-    rows with their outputs all-reduced. The output layer is split by vocabulary and its
-    logits gathered, so every tp rank computes the plain cross-entropy on full logits.
-    Norms and the embedding stay whole on every rank."""
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        RowwiseParallel,
-        parallelize_module,
-    )
-
-    tp = tp_mesh.size()
-    for block in _blocks(model):
-        plan = {f"attn.{name}": ColwiseParallel() for name in "qkv"}
-        plan |= {"attn.proj": RowwiseParallel(), "mlp.up": ColwiseParallel()}
-        plan["mlp.down"] = RowwiseParallel()
-        if block.mlp.gate is not None:
-            plan["mlp.gate"] = ColwiseParallel()
-        parallelize_module(block, tp_mesh, plan)
-        block.attn.n_heads //= tp
-        block.attn.kv_heads //= tp
-    head = getattr(model, "lm_head", None)
-    embed = getattr(model, "embed", None)
-    tied = head is not None and embed is not None and head.weight is embed.weight
-    if head is not None and not tied:
-        parallelize_module(head, tp_mesh, ColwiseParallel(output_layouts=Replicate()))
 
 
 @torch.no_grad()

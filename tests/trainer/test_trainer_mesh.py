@@ -165,12 +165,13 @@ def test_tp_run_resumes_on_a_pp_mesh_with_the_losses_of_one_process(single, tmp_
 
 
 @pytest.mark.slow
-def test_tp_and_pp_together_train_like_one_process(single, tmp_path, monkeypatch):
+def test_tp_with_sequence_parallel_and_pp_train_like_one_process(single, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT))
     single_out, expected = single
-    losses = _spawn(tmp_path, {"tp": 2, "pp": 2, "pp_schedule": "gpipe"})
+    mesh = {"tp": 2, "pp": 2, "pp_schedule": "gpipe", "sequence_parallel": True}
+    losses = _spawn(tmp_path, mesh)
     diff = _max_diff(losses, expected)
-    print(f"max |loss - single| tp=2xpp=2: {diff:.2e}")
+    print(f"max |loss - single| tp=2xpp=2 (sequence parallel, GPipe): {diff:.2e}")
     assert diff <= 1e-4
     _same_export(single_out, tmp_path)
 
@@ -201,6 +202,7 @@ def test_stages_cut_by_layer_count():
         ({"tp": 4}, "distributed.tp=4 does not divide model.n_heads 4 and model.n_kv_heads 2"),
         ({"pp": 3}, "distributed.pp=3 > model.n_layers 2; valid: 1 to 2"),
         ({"tp": 0}, "distributed.tp=0; valid: an integer >= 1"),
+        ({"sequence_parallel": True}, "sequence_parallel needs distributed.tp > 1"),
     ],
 )
 def test_shapes_the_mesh_cannot_split_are_refused_at_load(tmp_path, mesh, message):
