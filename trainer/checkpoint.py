@@ -39,12 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_state_dict,
-    set_state_dict,
-)
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
 from dataforge.io.owned_output import (
     OUTPUT_MARKER,
@@ -53,6 +48,7 @@ from dataforge.io.owned_output import (
     is_owned_dir,
 )
 from trainer.config import CheckpointConfig, ConfigError
+from trainer.model_state import DCP_DIR, load_weights, sharded_state
 from trainer.parallel import DistEnv, barrier
 
 __all__ = ["Checkpointer", "check_checkpoint_dir", "fsync_dir"]
@@ -64,8 +60,6 @@ WHAT = "dataforge train"
 """The writer's name in the output markers and in the errors."""
 _STEP_NAME = re.compile(r"step_(\d+)")
 _STATE_FILE = re.compile(r"meta\.json|train_state\.pt|rank_\d{5}\.pt")
-DCP_DIR = "model"
-"""The distributed checkpoint's folder inside a checkpoint (tp or pp above 1)."""
 _DCP_FILE = re.compile(r"\.metadata|__\d+_\d+\.distcp")
 
 
@@ -261,7 +255,7 @@ class Checkpointer:
         if sharded:
             import torch.distributed.checkpoint as dcp
 
-            dcp.save(_sharded_state(model, optimizer), checkpoint_id=tmp / DCP_DIR)
+            dcp.save(sharded_state(model, optimizer), checkpoint_id=tmp / DCP_DIR)
         if env.counts_batches:  # one rank per dp rank: the others read the same batches
             rank_state = {"rng": _rng_state(env.device), "data": source.state_dict()}
             torch.save(rank_state, tmp / f"rank_{env.dp_rank:05d}.pt")
@@ -327,7 +321,7 @@ class Checkpointer:
         saved, current = json.loads(state["config"]), json.loads(config_json)
         _check_max_steps(path, saved, current)
         try:
-            _load_weights(path, state, objects["model"], objects["optimizer"], self.env)
+            load_weights(path / DCP_DIR, state, objects["model"], objects["optimizer"], self.env)
         except (RuntimeError, KeyError, ValueError) as exc:
             raise _mismatch(path, "the model", saved, current, ("model",)) from exc
         objects["scheduler"].load_state_dict(state["scheduler"])
@@ -339,56 +333,6 @@ class Checkpointer:
         except ValueError as exc:
             raise _mismatch(path, "the data loader", saved, current, ("data",)) from exc
         return state["loop"]
-
-
-def _sharded_state(model: Any, optimizer: Any) -> dict[str, Any]:
-    """This rank's model and optimizer state by parameter name (DTensor shards as they
-    are), the layout distributed checkpointing saves and reshards on load."""
-    options = StateDictOptions(flatten_optimizer_state_dict=True)
-    model_state, optim_state = get_state_dict(model, optimizer, options=options)
-    return {"model": model_state, "optimizer": optim_state}
-
-
-def _load_weights(path: Path, state: dict, model: Any, optimizer: Any, env: DistEnv) -> None:
-    """Restore model and optimizer from ``train_state.pt``'s full state dicts or from
-    the distributed checkpoint beside it (into any mesh)."""
-    if "model" not in state:
-        import torch.distributed.checkpoint as dcp
-
-        sharded = _sharded_state(model, optimizer)
-        dcp.load(sharded, checkpoint_id=path / DCP_DIR)
-        options = StateDictOptions(flatten_optimizer_state_dict=True)
-        set_state_dict(
-            model,
-            optimizer,
-            model_state_dict=sharded["model"],
-            optim_state_dict=sharded["optimizer"],
-            options=options,
-        )
-        return
-    model_state, optim_state = state["model"], state["optimizer"]
-    if env.pp > 1:  # a stage takes its own layers of the whole model
-        names = set(get_model_state_dict(model))
-        model_state = {k: v for k, v in model_state.items() if k in names}
-        optim_state = _stage_optimizer_state(optim_state, names)
-    set_state_dict(
-        model,
-        optimizer,
-        model_state_dict=model_state,
-        optim_state_dict=optim_state,
-        options=StateDictOptions(full_state_dict=True),
-    )
-
-
-def _stage_optimizer_state(optim_state: dict, names: set[str]) -> dict:
-    """The part of a whole model's optimizer state dict (by parameter name) for the
-    parameters ``names`` of a pipeline stage."""
-    groups = [
-        {**group, "params": [p for p in group["params"] if p in names]}
-        for group in optim_state["param_groups"]
-    ]
-    state = {k: v for k, v in optim_state["state"].items() if k in names}
-    return {"state": state, "param_groups": groups}
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:

@@ -36,6 +36,7 @@ from dataforge.io.owned_output import OutputPathError, check_dir_target, owned_d
 from trainer.config import ConfigError, TrainerConfig, to_plain
 from trainer.hf_model import hf_config, hf_weights, is_hf_model_dir, unsupported_reason
 from trainer.lora import merge_lora
+from trainer.model_state import DCP_DIR, read_sharded_weights
 from trainer.parallel import DistEnv, barrier
 
 __all__ = [
@@ -92,20 +93,6 @@ def _gather_stages(model: nn.Module, env: DistEnv) -> dict[str, torch.Tensor]:
         own, stages if env.is_main else None, dst=0, group=env.mesh["pp"].get_group()
     )
     return {k: v for stage in stages for k, v in stage.items()} if env.is_main else {}
-
-
-def read_sharded_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """The model's full weights from a distributed checkpoint folder (one process)."""
-    import torch.distributed.checkpoint as dcp
-
-    metadata = dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
-    weights = {
-        key[len("model.") :]: torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
-        for key, meta in metadata.items()
-        if key.startswith("model.") and hasattr(meta, "size")
-    }
-    dcp.load({"model": weights}, checkpoint_id=folder)
-    return weights
 
 
 def write_export(
@@ -250,6 +237,6 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     config = config_from_mapping(json.loads(state["config"]), f"{checkpoint}/train_state.pt")
     loop = state["loop"]
     info = {"stage": meta["stage"], "step": meta["step"], "tokens_seen": loop.get("tokens", 0)}
-    weights = state["model"] if "model" in state else read_sharded_weights(checkpoint / "model")
+    weights = state["model"] if "model" in state else read_sharded_weights(checkpoint / DCP_DIR)
     write_export(weights, config, out_dir, info | {"tokenizer": config.tokenizer})
     return out_dir

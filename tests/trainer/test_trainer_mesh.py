@@ -19,8 +19,9 @@ from safetensors.torch import load_file
 
 from trainer.config import ConfigError, config_from_mapping
 from trainer.data import ListBatchSource
-from trainer.export import export_checkpoint, read_sharded_weights
+from trainer.export import export_checkpoint
 from trainer.loop import train
+from trainer.model_state import read_sharded_weights
 from trainer.parallel import init_distributed
 from trainer.pipeline import stage_layers
 
