@@ -60,7 +60,7 @@ WHAT = "dataforge train"
 """The writer's name in the output markers and in the errors."""
 _STEP_NAME = re.compile(r"step_(\d+)")
 _STATE_FILE = re.compile(r"meta\.json|train_state\.pt|rank_\d{5}\.pt")
-_DCP_FILE = re.compile(r"\.metadata|__\d+_\d+\.distcp")
+_DCP_FILE = re.compile(r"(__\d+)?\.metadata(\.tmp)?|__\d+_\d+\.distcp")
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:

@@ -301,3 +301,21 @@ def test_torchrun_launcher_starts_the_ranks_of_the_configs_mesh(tmp_path, sets, 
     args = (tmp_path / "torchrun_args").read_text().split()
     assert args[args.index("--nproc_per_node") + 1] == nproc
     assert args[-len(overrides) :] == overrides
+
+
+def test_a_killed_distributed_save_is_recognised_and_a_foreign_file_refused(tmp_path):
+    from dataforge.io.owned_output import OUTPUT_MARKER
+    from trainer.checkpoint import WHAT, check_checkpoint_dir
+
+    marker = json.dumps({"dataforge_output": WHAT}) + "\n"
+    root = tmp_path / "ckpt"
+    partial = root / ".tmp-step_00000005" / "model"
+    partial.mkdir(parents=True)
+    for folder in (root, partial.parent):
+        (folder / OUTPUT_MARKER).write_text(marker)
+    for name in ("__0_0.distcp", "__1_0.distcp", ".metadata.tmp"):  # cut before .metadata
+        (partial / name).write_bytes(b"")
+    check_checkpoint_dir(root)
+    (partial / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="is not a partial checkpoint dataforge train wrote"):
+        check_checkpoint_dir(root)
