@@ -82,7 +82,9 @@ def _batches() -> list[dict]:
     return out
 
 
-def _worker(rank: int, world: int, port: int, out: str, mesh: dict, stop_after) -> None:
+def _worker(
+    rank: int, world: int, port: int, out: str, mesh: dict, stop_after, train_keys: dict
+) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -95,7 +97,7 @@ def _worker(rank: int, world: int, port: int, out: str, mesh: dict, stop_after) 
     dp = world // (mesh.get("tp", 1) * mesh.get("pp", 1))
     dp_rank = rank // mesh.get("tp", 1) % dp
     mine = _batches()[dp_rank::dp]  # step k: micro-batches MICRO*k .. MICRO*k+MICRO-1
-    config = _config(out, MICRO // dp, mesh)
+    config = _config(out, MICRO // dp, mesh, **train_keys)
     # held-out passes run on the unpipelined meshes (tp: the logits are gathered)
     held_out = ListBatchSource(_batches()[:4][dp_rank::dp]) if mesh.get("pp", 1) == 1 else None
     result = train(
@@ -115,12 +117,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _spawn(out: Path, mesh: dict, stop_after=None) -> list[list[float]]:
+def _spawn(out: Path, mesh: dict, stop_after=None, **train_keys) -> list[list[float]]:
     """Four ranks of ``_worker`` on ``mesh``; every rank's losses."""
     port = _free_port()
     store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     try:
-        mp.spawn(_worker, args=(4, port, str(out), mesh, stop_after), nprocs=4, join=True)
+        args = (4, port, str(out), mesh, stop_after, train_keys)
+        mp.spawn(_worker, args=args, nprocs=4, join=True)
     finally:
         del store
     return [json.loads((out / f"losses_rank{r}.json").read_text()) for r in range(4)]
@@ -146,9 +149,10 @@ def test_tp_run_resumes_on_a_pp_mesh_with_the_losses_of_one_process(single, tmp_
     single_out, expected = single
     assert len(expected) == STEPS
     # tp=2 x dp=2 for 5 steps (checkpoint at 5), then resumed on pp=2 x dp=2 for 5 more
+    # (1F1B, activation checkpointing)
     first = _spawn(tmp_path, {"tp": 2}, stop_after=5)
     tp_diff = _max_diff(first, expected[:5])
-    resumed = _spawn(tmp_path, {"pp": 2})
+    resumed = _spawn(tmp_path, {"pp": 2}, activation_checkpointing=True)
     pp_diff = _max_diff(resumed, expected[5:])
     print(f"max |loss - single| tp=2xdp=2: {tp_diff:.2e}; pp=2xdp=2 (resumed): {pp_diff:.2e}")
     assert tp_diff <= 1e-4 and pp_diff <= 1e-4
