@@ -6,7 +6,8 @@ Rank and world size come from the environment ``torchrun`` sets (``RANK``, ``WOR
 With ``distributed.tp`` or ``pp`` above 1 the ranks form one device mesh
 (``init_device_mesh``, dims ``pp``, ``dp``, ``tp``, outermost first): tensor parallelism
 (DTensor ``parallelize_module``) on ``tp``, pipeline stages (:mod:`trainer.pipeline`) on
-``pp``, FSDP2 on ``dp`` (DDP serves the mesh only with dp = 1). Every rank of a ``dp`` group reads the same batches.
+``pp``, FSDP2 on ``dp`` (a mesh with dp above 1 needs ``strategy: fsdp``). Every rank of
+a ``dp`` group reads the same batches.
 """
 
 from __future__ import annotations
@@ -145,12 +146,11 @@ def parallelize(
             apply_tensor_parallel(model, env.mesh["tp"], config.distributed.sequence_parallel)
         if env.dp == 1:
             return model
-    group = env.mesh["dp"].get_group() if env.mesh is not None else None
-    if config.distributed.strategy == "ddp":
+    if config.distributed.strategy == "ddp":  # never on a mesh with dp > 1 (refused)
         if frozen:
             return model
         ids = [env.device.index] if env.device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids, process_group=group)
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
     from torch.distributed.fsdp import (
         CPUOffloadPolicy,
         MixedPrecisionPolicy,
