@@ -4,12 +4,15 @@
 attention restricted to the flash kernel (any other kernel is an error, so a finished run
 proves flash was chosen), its MFU and tokens/s, peak memory without and with activation
 checkpointing, and fp16 with the dynamic GradScaler. ``fsdp`` runs under ``torchrun``
-(one rank per GPU) and prints the FSDP2 step from rank 0. ``--dry-run`` uses the ``tiny``
+(one rank per GPU) and prints the FSDP2 step from rank 0; ``tp`` runs under ``torchrun``
+with 2 ranks and prints a bf16 step with ``distributed.tp: 2`` (DTensor tensor
+parallelism) from rank 0. ``--dry-run`` uses the ``tiny``
 preset and short rows on CPU (fp32 and bf16 autocast, no flash restriction, memory is the
 process's max RSS): it proves the script works before a GPU is lent.
 
     .venv/bin/python benchmarks/gpu_check.py single [--dry-run]
     .venv/bin/python -m torch.distributed.run --nproc_per_node N benchmarks/gpu_check.py fsdp
+    .venv/bin/python -m torch.distributed.run --nproc_per_node 2 benchmarks/gpu_check.py tp
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ def _records(shape: dict, device: str, **train_keys) -> list[dict]:
     torchrun every rank gets the same ``GPU_CHECK_DIR`` (checkpoints are shared)."""
     shared = os.environ.get("GPU_CHECK_DIR")
     with tempfile.TemporaryDirectory() if shared is None else _fixed(shared) as tmp:
-        strategy = train_keys.pop("strategy", "ddp")
+        distributed = {"strategy": train_keys.pop("strategy", "ddp")}
+        distributed["tp"] = train_keys.pop("tp", 1)
         config = config_from_mapping(
             {
                 "model": {
@@ -57,7 +61,7 @@ def _records(shape: dict, device: str, **train_keys) -> list[dict]:
                     "batch_size": shape["batch_size"],
                     "seq_len": shape["seq_len"],
                 },
-                "distributed": {"strategy": strategy},
+                "distributed": distributed,
                 "checkpoint": {"dir": f"{tmp}/ck", "interval": 10**9},
                 "run_dir": f"{tmp}/run",
             }
@@ -130,12 +134,23 @@ def fsdp(dry_run: bool) -> None:
         print(f"fsdp nproc={world}: {_summary(records)} {_peak_memory(records)}", flush=True)
 
 
+def tp(dry_run: bool) -> None:
+    shape, device = (DRY, "cpu") if dry_run else (FULL, "cuda")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    records = _records(shape, device, precision="bf16", strategy="fsdp", tp=2)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"tp=2 nproc={world}: {_summary(records)} {_peak_memory(records)}", flush=True)
+
+
+PARTS = {"single": single, "fsdp": fsdp, "tp": tp}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=["single", "fsdp"])
+    parser.add_argument("part", choices=list(PARTS))
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on CPU")
     args = parser.parse_args()
-    (single if args.part == "single" else fsdp)(args.dry_run)
+    PARTS[args.part](args.dry_run)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,13 @@ A checkpoint is a directory ``<dir>/step_<N>/``:
 
 * ``train_state.pt`` (rank 0): full model and optimizer state dicts (gathered from DDP or
   FSDP2 shards), scheduler, GradScaler, loop counters, the resolved config;
-* ``rank_<r>.pt`` (every rank): its RNG states and its data source's position;
-* ``meta.json``: step, world size, stage; written last.
+* ``model/`` instead of the state dicts when ``distributed.tp`` or ``pp`` is above 1: a
+  distributed checkpoint (``torch.distributed.checkpoint``, every rank writes its shards,
+  parameters and optimizer state by fully qualified name), so a run saved on one
+  ``(dp, tp, pp)`` mesh resumes on another (same ``dp``: the data order is per dp rank);
+* ``rank_<r>.pt`` (one rank per data-parallel rank ``r``): its RNG states and its data
+  source's position;
+* ``meta.json``: step, world size, mesh, stage; written last.
 
 It is written under ``.tmp-step_<N>`` and renamed into place by rank 0 after every rank
 has written its part, so a crash never leaves a directory that looks complete. The
@@ -34,11 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_state_dict,
-    set_state_dict,
-)
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
 from dataforge.io.owned_output import (
     OUTPUT_MARKER,
@@ -47,6 +48,7 @@ from dataforge.io.owned_output import (
     is_owned_dir,
 )
 from trainer.config import CheckpointConfig, ConfigError
+from trainer.model_state import DCP_DIR, load_weights, sharded_state
 from trainer.parallel import DistEnv, barrier
 
 __all__ = ["Checkpointer", "check_checkpoint_dir", "fsync_dir"]
@@ -58,6 +60,7 @@ WHAT = "dataforge train"
 """The writer's name in the output markers and in the errors."""
 _STEP_NAME = re.compile(r"step_(\d+)")
 _STATE_FILE = re.compile(r"meta\.json|train_state\.pt|rank_\d{5}\.pt")
+_DCP_FILE = re.compile(r"(__\d+)?\.metadata(\.tmp)?|__\d+_\d+\.distcp")
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -86,11 +89,23 @@ def _state_files_only(path: Path) -> set[str] | None:
         return None
     names = set()
     for entry in path.iterdir():
+        if entry.name == DCP_DIR and _dcp_files_only(entry):
+            names.add(entry.name)
+            continue
         allowed = entry.name == OUTPUT_MARKER or _STATE_FILE.fullmatch(entry.name)
         if not allowed or entry.is_symlink() or not entry.is_file():
             return None
         names.add(entry.name)
     return names
+
+
+def _dcp_files_only(path: Path) -> bool:
+    """``path`` is a real folder of only the files a distributed checkpoint writes."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    return all(
+        _DCP_FILE.fullmatch(e.name) and e.is_file() and not e.is_symlink() for e in path.iterdir()
+    )
 
 
 def _is_unmarked_checkpoint(path: Path, names: set[str]) -> bool:
@@ -225,31 +240,38 @@ class Checkpointer:
 
     def save(self, step: int, stage: str, objects: dict[str, Any], source: Any) -> Path:
         """Write checkpoint ``step`` atomically; a collective call (every rank)."""
-        model, optimizer = objects["model"], objects["optimizer"]
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        model_state, optim_state = get_state_dict(model, optimizer, options=options)
+        model, optimizer, env = objects["model"], objects["optimizer"], self.env
+        sharded = env.mesh is not None
+        if not sharded:
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            model_state, optim_state = get_state_dict(model, optimizer, options=options)
         final = self.root / f"{STEP_PREFIX}{step:08d}"
         tmp = self.root / f".tmp-{final.name}"
-        if self.env.is_main:
+        if env.is_main:
             self._clear_tmp(tmp)
             tmp.mkdir(parents=True)  # exclusive: fails if anything is there
             _mark(tmp)
-        barrier(self.env)
-        rank_state = {"rng": _rng_state(self.env.device), "data": source.state_dict()}
-        torch.save(rank_state, tmp / f"rank_{self.env.rank:05d}.pt")
-        if self.env.is_main:
-            train_state = {
-                "model": model_state,
-                "optimizer": optim_state,
+        barrier(env)
+        if sharded:
+            import torch.distributed.checkpoint as dcp
+
+            dcp.save(sharded_state(model, optimizer), checkpoint_id=tmp / DCP_DIR)
+        if env.counts_batches:  # one rank per dp rank: the others read the same batches
+            rank_state = {"rng": _rng_state(env.device), "data": source.state_dict()}
+            torch.save(rank_state, tmp / f"rank_{env.dp_rank:05d}.pt")
+        if env.is_main:
+            train_state = {} if sharded else {"model": model_state, "optimizer": optim_state}
+            train_state |= {
                 "scheduler": objects["scheduler"].state_dict(),
                 "scaler": objects["scaler"].state_dict(),
                 "loop": objects["loop"],
                 "config": objects["config"],
             }
             torch.save(train_state, tmp / "train_state.pt")
-        barrier(self.env)
-        if self.env.is_main:
-            meta = {"step": step, "stage": stage, "world_size": self.env.world_size}
+        barrier(env)
+        if env.is_main:
+            meta = {"step": step, "stage": stage, "world_size": env.world_size}
+            meta |= {"dp": env.dp, "tp": env.tp, "pp": env.pp}
             (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
             fsync_dir(tmp)
             if final.exists() or final.is_symlink():  # an earlier run's step of this number
@@ -260,7 +282,7 @@ class Checkpointer:
             fsync_dir(self.root)
             for old in self.checkpoints()[: -self.config.keep_last]:
                 self._discard(old)  # ours: checkpoints() lists only is_checkpoint folders
-        barrier(self.env)
+        barrier(env)
         return final
 
     def _clear_tmp(self, tmp: Path) -> None:
@@ -286,29 +308,25 @@ class Checkpointer:
         meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
         if meta["stage"] != stage:
             raise ConfigError(f"{path} is a {meta['stage']!r} checkpoint, not {stage!r}")
-        if meta["world_size"] != self.env.world_size:
+        saved_dp = meta.get("dp", meta["world_size"])
+        if saved_dp != self.env.dp:
             raise ConfigError(
-                f"{path} was written by {meta['world_size']} ranks; resuming with "
-                f"{self.env.world_size} would change the per-rank data order and RNG streams "
-                "(use the same world size, or --from-scratch with init_from)"
+                f"{path} was written by {saved_dp} data-parallel ranks; resuming with "
+                f"{self.env.dp} would change the per-rank data order and RNG streams "
+                "(keep distributed.dp, changing tp or pp freely, or --from-scratch with "
+                "init_from)"
             )
         # mmap: ranks on one node share the page cache instead of each holding a copy.
         state = torch.load(path / "train_state.pt", mmap=True, weights_only=True)
         saved, current = json.loads(state["config"]), json.loads(config_json)
         _check_max_steps(path, saved, current)
         try:
-            set_state_dict(
-                objects["model"],
-                objects["optimizer"],
-                model_state_dict=state["model"],
-                optim_state_dict=state["optimizer"],
-                options=StateDictOptions(full_state_dict=True),
-            )
+            load_weights(path / DCP_DIR, state, objects["model"], objects["optimizer"], self.env)
         except (RuntimeError, KeyError, ValueError) as exc:
             raise _mismatch(path, "the model", saved, current, ("model",)) from exc
         objects["scheduler"].load_state_dict(state["scheduler"])
         objects["scaler"].load_state_dict(state["scaler"])
-        rank_state = torch.load(path / f"rank_{self.env.rank:05d}.pt", weights_only=True)
+        rank_state = torch.load(path / f"rank_{self.env.dp_rank:05d}.pt", weights_only=True)
         _set_rng_state(rank_state["rng"], self.env.device)
         try:
             source.load_state_dict(rank_state["data"])

@@ -261,10 +261,56 @@ class DistributedConfig:
     """Process-group timeout (collectives hung longer than this fail the job)."""
     backend: Literal["auto", "nccl", "gloo"] = "auto"
     """Process-group backend; ``auto``: NCCL on GPUs, gloo on CPU."""
+    dp: int | None = None
+    """Data-parallel ranks (DDP or FSDP2 over them; FSDP2 when tp or pp is above 1); None:
+    world size / (tp x pp)."""
+    tp: int = 1
+    """Tensor-parallel ranks (DTensor): q/k/v and gate/up split by columns, attention
+    output and down projections by rows; must divide ``model.n_heads`` and
+    ``model.n_kv_heads``. Keep it within a node."""
+    pp: int = 1
+    """Pipeline stages (``torch.distributed.pipelining``), cut by layer count: the
+    embedding on the first, the final norm and output layer on the last; each step's
+    ``train.grad_accum_steps`` micro-batches flow through them."""
+    sequence_parallel: bool = False
+    """With tp: split the residual stream (norms, the blocks' inputs and outputs) along
+    the sequence across the tp ranks instead of repeating it (less activation memory)."""
+    pp_schedule: Literal["1f1b", "gpipe"] = "1f1b"
+    """Pipeline schedule: one-forward-one-backward (less activation memory) or GPipe."""
 
     def __post_init__(self) -> None:
         if self.timeout_s < 1:
             raise ValueError(f"timeout_s must be >= 1, got {self.timeout_s}")
+        for name in ("dp", "tp", "pp"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"distributed.{name}={value}; valid: an integer >= 1")
+
+    def mesh_shape(self, world_size: int) -> tuple[int, int, int]:
+        """(pp, dp, tp) for ``world_size`` ranks, outermost first (tp ranks are
+        neighbours, so a node holds whole tp groups).
+
+        Raises:
+            ConfigError: the ranks do not split into ``dp x tp x pp``.
+        """
+        split = self.tp * self.pp
+        if world_size % split:
+            raise ConfigError(
+                f"distributed.tp x distributed.pp = {self.tp} x {self.pp} does not divide the "
+                f"world size {world_size}; valid: tp x pp a divisor of the number of ranks"
+            )
+        dp = world_size // split
+        if self.dp is not None and self.dp != dp:
+            raise ConfigError(
+                f"distributed.dp={self.dp} but {world_size} ranks / (tp {self.tp} x pp "
+                f"{self.pp}) = {dp}; valid: {dp}, or null to derive it"
+            )
+        return self.pp, dp, self.tp
+
+    @property
+    def model_parallel(self) -> bool:
+        """Tensor or pipeline parallelism is on (the model is split, not only the batch)."""
+        return self.tp > 1 or self.pp > 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -503,6 +549,7 @@ class TrainerConfig:
             raise ValueError("lora.targets lm_head with model.tie_embeddings: untie, or drop it")
         if self.data.source == "synthetic" and self.model.vocab_size is None:
             raise ValueError("data.source synthetic needs an explicit model.vocab_size")
+        _check_mesh(self)
         if self.train.max_steps is not None and self.optim.warmup_steps > self.train.max_steps:
             raise ValueError(
                 f"optim.warmup_steps {self.optim.warmup_steps} > train.max_steps "
@@ -511,6 +558,45 @@ class TrainerConfig:
 
     def to_json(self) -> str:
         return json.dumps(to_plain(self), sort_keys=True)
+
+
+def _check_mesh(config: TrainerConfig) -> None:
+    """The model shapes and features a ``distributed.tp``/``pp`` split cannot serve."""
+    dist, model = config.distributed, config.model
+    tp, pp = dist.tp, dist.pp
+    if model.n_heads % tp or model.kv_heads % tp:
+        divisors = [d for d in range(1, model.kv_heads + 1) if not model.kv_heads % d]
+        raise ValueError(
+            f"distributed.tp={tp} does not divide model.n_heads {model.n_heads} and "
+            f"model.n_kv_heads {model.kv_heads}; valid: {', '.join(map(str, divisors))}"
+        )
+    if dist.sequence_parallel and tp == 1:
+        raise ValueError("distributed.sequence_parallel needs distributed.tp > 1; valid: false")
+    if pp > model.n_layers:
+        raise ValueError(
+            f"distributed.pp={pp} > model.n_layers {model.n_layers}; valid: 1 to {model.n_layers}"
+        )
+    if not dist.model_parallel:
+        return
+    refused = {
+        "train.precision fp16 (no sharded GradScaler)": config.train.precision == "fp16",
+        "lora (adapters are not split)": tp > 1 and config.lora.enabled,
+        "model.tie_embeddings (first and last stage would share a tensor)": (
+            pp > 1 and model.tie_embeddings
+        ),
+        "eval.streams (held-out passes do not run through the pipeline)": (
+            pp > 1 and config.eval.enabled
+        ),
+        "train.compile": config.train.compile,
+    }
+    if pp > 1 and dist.pp_schedule == "1f1b" and config.train.grad_accum_steps < pp:
+        raise ValueError(
+            f"distributed.pp_schedule 1f1b needs train.grad_accum_steps >= distributed.pp "
+            f"{pp}, got {config.train.grad_accum_steps}; raise it or use gpipe"
+        )
+    for what, hit in refused.items():
+        if hit:
+            raise ValueError(f"distributed.tp={tp}/pp={pp} cannot be used with {what}; use 1")
 
 
 _TOP_KEYS = {f.name for f in dataclasses.fields(TrainerConfig)}

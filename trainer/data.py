@@ -151,7 +151,7 @@ def check_data_vocab(stream: str, vocab_size: int) -> None:
 def build_batch_source(
     config: TrainerConfig, objective: Objective, rank: int, world_size: int
 ) -> BatchSource:
-    """The source ``config.data`` names, for this rank.
+    """The source ``config.data`` names, for data-parallel rank ``rank`` of ``world_size``.
 
     Raises:
         ConfigError: the loader section does not fit ``LoaderConfig``, or its mode
@@ -189,6 +189,9 @@ def build_batch_source(
             f"{config.model.max_seq_len}"
         )
     raw.setdefault("vocab_size", config.model.vocab_size)
+    if config.distributed.model_parallel:  # the dp group's tp ranks and stages share batches
+        raw.setdefault("rank", rank)
+        raw.setdefault("world_size", world_size)
     if not isinstance(raw["vocab_size"], int) or raw["vocab_size"] > config.model.vocab_size:
         raise ConfigError(
             f"data.loader.vocab_size {raw['vocab_size']!r}; valid: an integer up to "

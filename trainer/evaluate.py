@@ -39,6 +39,8 @@ def build_eval_source(config: TrainerConfig, objective: Objective, env: DistEnv)
     raw |= {"streams": list(config.eval.streams), "mode": objective.loader_mode, "shuffle": False}
     raw.setdefault("max_seq_len", config.model.max_seq_len)
     raw.setdefault("vocab_size", config.model.vocab_size)  # ids past the embeddings: one line
+    if config.distributed.model_parallel:  # the dp group's tp ranks read the same batches
+        raw |= {"rank": env.dp_rank, "world_size": env.dp}
     raw |= dict(config.eval.loader)
     loader_config = from_mapping(LoaderConfig, raw, "eval")
     try:
@@ -82,6 +84,7 @@ class Evaluator:
                 sums[1:] += torch.cat([loss_sum.double().view(1), extra.to(sums)])
         finally:
             model.train(was_training)
+        sums *= self.env.counts_losses  # one tp rank of each dp group counts its batches
         total = all_reduce_sum(sums, self.env).tolist()
         metrics = objective.metrics(total[1], total[2:], total[0])
         return {f"val_{k}": v for k, v in metrics.items()} | {"val_weight": total[0]}

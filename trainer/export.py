@@ -37,6 +37,7 @@ from dataforge.io.owned_output import OutputPathError, check_dir_target, owned_d
 from trainer.config import ConfigError, TrainerConfig, to_plain
 from trainer.hf_model import hf_config, hf_weights, is_hf_model_dir, unsupported_reason
 from trainer.lora import merge_lora, peft_adapter
+from trainer.model_state import DCP_DIR, read_sharded_weights
 from trainer.parallel import DistEnv, barrier
 
 __all__ = [
@@ -67,11 +68,32 @@ def export_weights(
     model: nn.Module, config: TrainerConfig, env: DistEnv, out_dir: Path, info: dict
 ) -> None:
     """Gather the full weights and write the export (collective; rank 0 writes)."""
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    weights = get_model_state_dict(model, options=options)
+    if env.pp > 1:
+        weights = _gather_stages(model, env)
+    else:
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(model, options=options)
     if env.is_main:
         write_export(weights, config, out_dir, info)
     barrier(env)
+
+
+def _gather_stages(model: nn.Module, env: DistEnv) -> dict[str, torch.Tensor]:
+    """The whole model's weights on rank 0 from every pipeline stage (each first gathered
+    over its tp and dp shards); an empty dict elsewhere."""
+    import torch.distributed as dist
+
+    # cpu_offload would keep the gathered weights on global rank 0 only: stage leaders
+    # on other ranks need theirs.
+    options = StateDictOptions(full_state_dict=True)
+    own = {k: v.detach().cpu() for k, v in get_model_state_dict(model, options=options).items()}
+    if env.dp_rank or env.tp_rank:
+        return {}
+    stages: list[Any] = [None] * env.pp if env.is_main else []
+    dist.gather_object(
+        own, stages if env.is_main else None, dst=0, group=env.mesh["pp"].get_group()
+    )
+    return {k: v for stage in stages for k, v in stage.items()} if env.is_main else {}
 
 
 def write_export(
@@ -84,7 +106,7 @@ def write_export(
     """
     adapter = None
     if config.lora.enabled and unsupported_reason(config.model) is None:
-        adapter = peft_adapter(weights, config.model, config.lora, config.init_from)
+        adapter = peft_adapter(weights, config.lora, config.init_from)
     weights = merge_lora(weights, config.lora)  # LoRA adapters folded into the weights
     try:
         with owned_dir(out_dir, EXPORT, legacy=_is_unmarked_export) as tmp:
@@ -217,7 +239,8 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
     check_export_dir(out_dir)
     meta_path = checkpoint / "meta.json"
-    if not meta_path.is_file() or not (checkpoint / "train_state.pt").is_file():
+    state_path = checkpoint / "train_state.pt"
+    if not meta_path.is_file() or not state_path.is_file():
         raise ConfigError(
             f"{checkpoint}: not a complete checkpoint (needs meta.json and train_state.pt; "
             "give a <checkpoint.dir>/step_N directory)"
@@ -227,5 +250,6 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     config = config_from_mapping(json.loads(state["config"]), f"{checkpoint}/train_state.pt")
     loop = state["loop"]
     info = {"stage": meta["stage"], "step": meta["step"], "tokens_seen": loop.get("tokens", 0)}
-    write_export(state["model"], config, out_dir, info | {"tokenizer": config.tokenizer})
+    weights = state["model"] if "model" in state else read_sharded_weights(checkpoint / DCP_DIR)
+    write_export(weights, config, out_dir, info | {"tokenizer": config.tokenizer})
     return out_dir

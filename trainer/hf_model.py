@@ -1,10 +1,9 @@
 """Hugging Face causal-LM checkpoints <-> the trainer's :class:`~trainer.model.Transformer`.
 
-The trainer's model is the Llama architecture with fused projections: ``attn.qkv`` stacks
-the q, k and v rows (in that order, grouped-query shapes included) and ``mlp.up`` stacks
-the SwiGLU gate rows above the up rows. Importing splits nothing the other way round:
-it concatenates ``q_proj/k_proj/v_proj`` and ``gate_proj/up_proj``; exporting splits them
-back, so a round trip is exact. RoPE uses the same rotate-half layout and inverse
+The trainer's model is the Llama architecture under its own tensor names: ``attn.q``,
+``attn.k``, ``attn.v``, ``attn.proj`` and ``mlp.gate``, ``mlp.up``, ``mlp.down`` are
+``q_proj``, ``k_proj``, ``v_proj``, ``o_proj`` and ``gate_proj``, ``up_proj``,
+``down_proj``, so a round trip is exact. RoPE uses the same rotate-half layout and inverse
 frequencies as transformers, so no permutation of q/k rows is needed.
 
 Supported (:data:`ARCHITECTURES`): Llama (GQA, RoPE theta and ``linear``/``llama3``
@@ -155,10 +154,23 @@ def _layer_map(i: int) -> dict[str, str]:
     }
 
 
+def _projection_map(layer: int, config: ModelConfig) -> dict[str, str]:
+    """The trainer's q/k/v and gate/up tensor names -> Hugging Face's, for one layer."""
+    ours, attn, mlp = (
+        f"blocks.{layer}.",
+        f"model.layers.{layer}.self_attn.",
+        f"model.layers.{layer}.mlp.",
+    )
+    out = {f"{ours}attn.{p}.weight": f"{attn}{p}_proj.weight" for p in "qkv"}
+    if config.qkv_bias:
+        out |= {f"{ours}attn.{p}.bias": f"{attn}{p}_proj.bias" for p in "qkv"}
+    return out | {f"{ours}mlp.{p}.weight": f"{mlp}{p}_proj.weight" for p in ("gate", "up")}
+
+
 def trainer_weights(
     hf: dict[str, torch.Tensor], config: ModelConfig, where: str
 ) -> dict[str, torch.Tensor]:
-    """Hugging Face tensor names -> the trainer's state dict (fused q/k/v and gate/up).
+    """Hugging Face tensor names -> the trainer's state dict.
 
     Raises:
         ConfigError: a tensor the config needs is missing.
@@ -173,15 +185,7 @@ def trainer_weights(
         )
         for i in range(config.n_layers):
             out |= {ours: hf[name] for ours, name in _layer_map(i).items()}
-            attn, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
-            qkv = [hf[f"{attn}{p}_proj.weight"] for p in "qkv"]
-            out[f"blocks.{i}.attn.qkv.weight"] = torch.cat(qkv)
-            if config.qkv_bias:
-                out[f"blocks.{i}.attn.qkv.bias"] = torch.cat(
-                    [hf[f"{attn}{p}_proj.bias"] for p in "qkv"]
-                )
-            up = [hf[mlp + "gate_proj.weight"], hf[mlp + "up_proj.weight"]]
-            out[f"blocks.{i}.mlp.up.weight"] = torch.cat(up)
+            out |= {ours: hf[name] for ours, name in _projection_map(i, config).items()}
     except KeyError as exc:
         raise ConfigError(f"{where}: the weights lack {exc.args[0]!r}") from exc
     if "score.weight" in hf:  # a reward model's scalar head
@@ -197,17 +201,9 @@ def hf_weights(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str,
     }
     if not config.tie_embeddings:
         out["lm_head.weight"] = state["lm_head.weight"]
-    sizes = [config.n_heads * config.head_dim] + [config.kv_heads * config.head_dim] * 2
     for i in range(config.n_layers):
         out |= {name: state[ours] for ours, name in _layer_map(i).items()}
-        attn, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
-        for p, w in zip("qkv", state[f"blocks.{i}.attn.qkv.weight"].split(sizes), strict=True):
-            out[f"{attn}{p}_proj.weight"] = w
-        if config.qkv_bias:
-            for p, b in zip("qkv", state[f"blocks.{i}.attn.qkv.bias"].split(sizes), strict=True):
-                out[f"{attn}{p}_proj.bias"] = b
-        gate, up = state[f"blocks.{i}.mlp.up.weight"].chunk(2)
-        out[mlp + "gate_proj.weight"], out[mlp + "up_proj.weight"] = gate, up
+        out |= {name: state[ours] for ours, name in _projection_map(i, config).items()}
     if (
         "score.weight" in state
     ):  # a reward model's scalar head (HF's *ForSequenceClassification name)

@@ -38,11 +38,12 @@ from trainer.parallel import (
     DTYPES,
     DistEnv,
     all_reduce_sum,
+    clip_grad_norm,
     grad_sync,
     init_distributed,
     parallelize,
-    unwrap,
 )
+from trainer.pipeline import Pipeline, split_stage
 from trainer.pretrained import load_exported, resolve_model
 from trainer.prometheus import live_exporter
 from trainer.stopping import Interrupted, StopRequest
@@ -78,6 +79,10 @@ class Run:
     scaler: torch.amp.GradScaler
     comm_timer: AllReduceTimer | None = None
     """Times DDP's gradient all-reduce (:mod:`trainer.comm_timing`); None otherwise."""
+    pipeline: Pipeline | None = None
+    """Runs forward and backward through this rank's stage when ``distributed.pp`` > 1."""
+    summary: str = ""
+    """The start-up line (of the whole model, before any split)."""
 
     def autocast(self) -> contextlib.AbstractContextManager:
         precision = self.config.train.precision
@@ -118,23 +123,33 @@ def train_step(run: Run, batches: list[dict]) -> dict[str, float]:
         run.env,
         run.objective,
     )
-    weights = torch.tensor([sum(objective.weight(b) for b in batches)], dtype=torch.float64)
+    # The ranks of a dp group (its tp ranks and pipeline stages) hold the same batches:
+    # one of them counts them, one holds the loss.
+    weight = sum(objective.weight(b) for b in batches) if env.counts_batches else 0
+    weights = torch.tensor([weight], dtype=torch.float64)
     total_weight = max(1.0, float(all_reduce_sum(weights.to(env.device), env)))
+    scale = env.dp / total_weight  # DDP and FSDP average the gradients over the dp ranks
     # tokens, model FLOPs, loss sum, then the objective's own sums; summed on the device
     stats = torch.zeros(3 + len(objective.stat_names), dtype=torch.float64, device=env.device)
+    on_device = [{k: v.to(env.device, non_blocking=True) for k, v in b.items()} for b in batches]
     for i, batch in enumerate(batches):
         stats[0] += _tokens(batch)
         stats[1] += _flops(run, batch)
-        batch = {k: v.to(env.device, non_blocking=True) for k, v in batch.items()}
+        if run.pipeline is not None:
+            continue
         with grad_sync(model, i == len(batches) - 1), run.autocast():
-            loss_sum, extra = objective.loss(model, batch)
-        scaler.scale(loss_sum * (env.world_size / total_weight)).backward()
+            loss_sum, extra = objective.loss(model, on_device[i])
+        scaler.scale(loss_sum * scale).backward()
         stats[2:] += torch.cat([loss_sum.detach().double().view(1), extra.to(stats)])
+    if run.pipeline is not None:
+        stats[2] += run.pipeline.step(on_device, scale, run.autocast)
+    stats[:2] *= env.counts_batches
+    stats[2:] *= env.counts_losses
     stats = all_reduce_sum(stats, env).tolist()
     metrics = objective.metrics(stats[2], stats[3:], total_weight)
     scaler.unscale_(opt)
     max_norm = run.config.optim.max_grad_norm or math.inf
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+    grad_norm = clip_grad_norm(model, max_norm, env)
     loss = metrics.pop("loss")
     fp16 = run.config.train.precision == "fp16"
     bad = not math.isfinite(loss) or (not fp16 and not math.isfinite(grad_norm))
@@ -186,8 +201,14 @@ def _build_model(config: TrainerConfig, env: DistEnv) -> Transformer:
 def _setup(config: TrainerConfig, stage: str, env: DistEnv, objective: Objective) -> Run:
     model = _build_model(config, env)
     objective.prepare(model, lambda frozen: parallelize(frozen, config, env, frozen=True))
-    model = parallelize(model, config, env)
-    optimizer = build_optimizer(model, config.optim, env.device)
+    summary = startup_summary(config, model, stage, env.dp)
+    stage_module = split_stage(model, env) if env.pp > 1 else None
+    model = parallelize(stage_module or model, config, env)
+    pipeline = None
+    if stage_module is not None:
+        pipeline = Pipeline(model, stage_module, config, env, objective)
+    # foreach kernels cannot mix DTensors of the tp mesh with whole tensors
+    optimizer = build_optimizer(model, config.optim, env.device, None if env.tp == 1 else False)
     factor = lr_factor(config.optim, config.train.max_steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     scaler = torch.amp.GradScaler(
@@ -196,7 +217,8 @@ def _setup(config: TrainerConfig, stage: str, env: DistEnv, objective: Objective
         enabled=config.train.precision == "fp16",
     )
     timer = time_gradient_all_reduce(model)
-    return Run(config, stage, objective, env, model, optimizer, scheduler, scaler, timer)
+    run = Run(config, stage, objective, env, model, optimizer, scheduler, scaler, timer)
+    return dataclasses.replace(run, pipeline=pipeline, summary=summary)
 
 
 def train(
@@ -229,12 +251,17 @@ def train(
     config = resolve_model(config)
     check_checkpoint_dir(Path(config.checkpoint.dir))
     check_export_dir(Path(config.checkpoint.export_dir or Path(config.checkpoint.dir) / "export"))
+    if config.distributed.pp > 1 and not build_objective(stage, config).pipeline_ready:
+        raise ConfigError(
+            f"distributed.pp={config.distributed.pp}: the {stage} stage does not run in a "
+            "pipeline; valid stages with pp > 1: pretrain, sft"
+        )
     env = init_distributed(config)
     run: Run | None = None
     try:
         objective = build_objective(stage, config)
         if source is None:
-            source = build_batch_source(config, objective, env.rank, env.world_size)
+            source = build_batch_source(config, objective, env.dp_rank, env.dp)
         evaluator = None
         if eval_source is not None or config.eval.enabled:
             held_out = eval_source or build_eval_source(config, objective, env)
@@ -303,8 +330,7 @@ def _train(
     if latest is not None:
         loop |= ckpt.load(latest, stage, objects, source, config.to_json())
     console = Console(config, stage, env.is_main)
-    summary = startup_summary(config, unwrap(run.model), stage, env.world_size)
-    console.start(summary, env.world_size, str(env.device), latest, loop["step"])
+    console.start(run.summary, env.world_size, str(env.device), latest, loop["step"])
     peak = device_peak_flops(env.device, config.train.precision, config.train.peak_tflops)
     # Records past the resumed step were written by the run that died after it; they are
     # recomputed now, so they go (a fresh start keeps none).

@@ -1,7 +1,8 @@
 """LoRA: low-rank adapters on chosen linear layers, the rest of the model frozen.
 
 ``lora: {r, alpha, dropout, targets}`` replaces each targeted ``nn.Linear`` (by the last
-part of its name: ``qkv``, ``proj``, ``up``, ``down``, ``lm_head``) with
+part of its name: ``qkv`` names ``q``, ``k`` and ``v``; ``up`` names SwiGLU's ``gate`` and
+``up``; ``proj``, ``down``, ``lm_head`` name themselves) with
 :class:`LoRALinear`: ``y = x W^T + b + (alpha / r) * dropout(x) A^T B^T``, ``A`` random,
 ``B`` zero (so training starts from the base model exactly). Only ``A`` and ``B`` train.
 The layer keeps ``weight``/``bias`` under their names, so checkpoints and exports keep the
@@ -21,9 +22,12 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from trainer.config import LoRAConfig, ModelConfig
+from trainer.config import LoRAConfig
 
 __all__ = ["LoRALinear", "adapters_disabled", "apply_lora", "merge_lora", "peft_adapter"]
+
+TARGET_LAYERS = {"qkv": ("q", "k", "v"), "up": ("gate", "up")}
+"""``lora.targets`` names that stand for more than one layer."""
 
 
 class LoRALinear(nn.Module):
@@ -59,10 +63,11 @@ def apply_lora(model: nn.Module, config: LoRAConfig) -> list[str]:
         ValueError: no linear layer matches ``config.targets``.
     """
     model.requires_grad_(False)
+    layers = {layer for t in config.targets for layer in TARGET_LAYERS.get(t, (t,))}
     names = [
         name
         for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in config.targets
+        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in layers
     ]
     if not names:
         raise ValueError(f"lora.targets {list(config.targets)} match no linear layer")
@@ -102,38 +107,31 @@ def merge_lora(weights: dict[str, torch.Tensor], config: LoRAConfig) -> dict[str
     return out
 
 
-def _hf_modules(layer: str, config: ModelConfig) -> list[tuple[str, slice]]:
-    """The Hugging Face modules one of our adapted layers stands for, each with its rows
-    of the fused output (q/k/v and gate/up are one linear layer here)."""
+_HF_NAMES = {"attn": ("self_attn", {"q": "q_proj", "k": "k_proj", "v": "v_proj",
+                                      "proj": "o_proj"}),
+             "mlp": ("mlp", {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"})}  # fmt: skip
+
+
+def _hf_module(layer: str) -> str:
+    """The Hugging Face module name of one of our adapted layers."""
     if layer == "lm_head":
-        return [("lm_head", slice(None))]
-    block, i, part, name = layer.split(".")  # blocks.<i>.attn|mlp.<name>
-    prefix = f"model.layers.{i}." + ("self_attn." if part == "attn" else "mlp.")
-    if name == "qkv":
-        q, kv = config.n_heads * config.head_dim, config.kv_heads * config.head_dim
-        bounds = [("q_proj", 0, q), ("k_proj", q, q + kv), ("v_proj", q + kv, q + 2 * kv)]
-        return [(prefix + n, slice(lo, hi)) for n, lo, hi in bounds]
-    if name == "up":
-        width = config.intermediate_size
-        return [(prefix + "gate_proj", slice(0, width)), (prefix + "up_proj", slice(width, None))]
-    return [(prefix + {"proj": "o_proj", "down": "down_proj"}[name], slice(None))]
+        return "lm_head"
+    _, i, part, name = layer.split(".")  # blocks.<i>.attn|mlp.<name>
+    parent, names = _HF_NAMES[part]
+    return f"model.layers.{i}.{parent}.{names[name]}"
 
 
 def peft_adapter(
-    weights: dict[str, torch.Tensor], model: ModelConfig, config: LoRAConfig, base: str | None
+    weights: dict[str, torch.Tensor], config: LoRAConfig, base: str | None
 ) -> tuple[dict[str, torch.Tensor], dict]:
     """The adapters of ``weights`` as PEFT saves them (``adapter_model.safetensors``
-    tensors, ``adapter_config.json``) for the transformers model of ``model``: a fused
-    layer's ``A`` goes to each of its modules, ``B`` is cut by their rows, so every module's
-    update is the fused one's rows exactly."""
+    tensors, ``adapter_config.json``) for the transformers model whose base is ``base``."""
     tensors: dict[str, torch.Tensor] = {}
     for key in sorted(k for k in weights if k.endswith(".lora_a")):
         layer = key[: -len(".lora_a")]
-        a, b = weights[key], weights[f"{layer}.lora_b"]
-        for module, rows in _hf_modules(layer, model):
-            name = f"base_model.model.{module}"
-            tensors[f"{name}.lora_A.weight"] = a.contiguous().clone()
-            tensors[f"{name}.lora_B.weight"] = b[rows].contiguous().clone()
+        name = f"base_model.model.{_hf_module(layer)}"
+        tensors[f"{name}.lora_A.weight"] = weights[key].contiguous().clone()
+        tensors[f"{name}.lora_B.weight"] = weights[f"{layer}.lora_b"].contiguous().clone()
     targets = sorted({k.split(".")[-3] for k in tensors})
     card = {
         "peft_type": "LORA",

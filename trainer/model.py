@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +26,14 @@ from torch.utils.checkpoint import checkpoint
 
 from trainer.config import ModelConfig
 
-__all__ = ["AttentionLayout", "Transformer", "attention_layout", "flops_per_token"]
+__all__ = [
+    "AttentionLayout",
+    "Transformer",
+    "attention_layout",
+    "block_inputs",
+    "flops_per_token",
+    "run_blocks",
+]
 
 
 @functools.cache
@@ -90,13 +98,15 @@ def attention_layout(
     cu_seqlens: torch.Tensor | None,
     window: int | None,
     half_precision: bool = False,
+    packed: bool | None = None,
 ) -> AttentionLayout:
     """Choose the attention path for one forward (see the module docstring).
 
     ``half_precision``: attention inputs will be bf16/fp16, which the flash varlen kernel
-    needs (fp32 runs take the masked path).
+    needs (fp32 runs take the masked path). ``packed`` (None: ``cu_seqlens`` given): rows
+    hold sequences that start where ``position_ids`` is 0.
     """
-    packed = cu_seqlens is not None
+    packed = cu_seqlens is not None if packed is None else packed
     if not packed and window is None:
         return AttentionLayout()
     use_varlen = _use_varlen(device, half_precision)
@@ -157,6 +167,14 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
+    """Self-attention with separate ``q``/``k``/``v`` projections (so tensor parallelism
+    can shard each by heads) and the output projection ``proj``.
+
+    Head counts are read from the projections' output widths at run time (``view(..., -1,
+    head_dim)``), so a tensor-parallel shard attends over its local ``n_heads / tp`` query
+    and ``kv_heads / tp`` key/value heads with the same code.
+    """
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.n_heads, self.kv_heads, self.head_dim = (
@@ -164,48 +182,72 @@ class Attention(nn.Module):
             config.kv_heads,
             config.head_dim,
         )
-        # q, k, v rows stacked in that order: (n_heads + 2 * kv_heads) * head_dim outputs
-        self.qkv = nn.Linear(
-            config.hidden_size,
-            (self.n_heads + 2 * self.kv_heads) * self.head_dim,
-            bias=config.bias or config.qkv_bias,
-        )
-        self.proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.bias)
+        bias = config.bias or config.qkv_bias
+        d, kv_width = config.hidden_size, self.kv_heads * self.head_dim
+        # Created q, k, v in this order: their initial weights are the rows of the fused
+        # projection older versions drew (the same seed gives the same model).
+        self.q = nn.Linear(d, self.n_heads * self.head_dim, bias=bias)
+        self.k = nn.Linear(d, kv_width, bias=bias)
+        self.v = nn.Linear(d, kv_width, bias=bias)
+        self.proj = nn.Linear(d, d, bias=config.bias)
+        self.register_load_state_dict_pre_hook(_split_fused_qkv)
 
     def forward(self, x: torch.Tensor, rope: tuple, layout: AttentionLayout) -> torch.Tensor:
-        b, t, d = x.shape
-        heads = (self.n_heads, self.kv_heads, self.kv_heads)
-        q, k, v = self.qkv(x).view(b, t, -1, self.head_dim).split(heads, dim=2)
+        b, t, _ = x.shape
+        q, k, v = (z(x).view(b, t, -1, self.head_dim) for z in (self.q, self.k, self.v))
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         if layout.cu_seqlens is not None:
             window = (-1, 0) if layout.window is None else (layout.window - 1, 0)
             flat = [z.reshape(b * t, z.shape[2], self.head_dim) for z in (q, k, v)]
             cu, m = layout.cu_seqlens, layout.max_seqlen
             out = _varlen_kernel()(*flat, cu, cu, m, m, window_size=window)
-            return self.proj(out.view(b, t, d))
+            return self.proj(out.reshape(b, t, -1))
+        gqa = q.shape[2] != k.shape[2]
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))
-        gqa = self.kv_heads != self.n_heads
         if layout.mask is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.mask, enable_gqa=gqa)
-        return self.proj(out.transpose(1, 2).reshape(b, t, d))
+        return self.proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+def _split_fused_qkv(module: Attention, state: dict, prefix: str, *args) -> None:
+    """Read the fused ``qkv`` tensors of checkpoints and exports from before the split."""
+    sizes = [z.weight.shape[0] for z in (module.q, module.k, module.v)]
+    for kind in ("weight", "bias"):
+        fused = state.pop(f"{prefix}qkv.{kind}", None)
+        if fused is not None:
+            for name, part in zip("qkv", fused.split(sizes), strict=True):
+                state[f"{prefix}{name}.{kind}"] = part
 
 
 class MLP(nn.Module):
+    """SwiGLU (``down(silu(gate(x)) * up(x))``) or GELU (``down(gelu(up(x)))``)."""
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.swiglu = config.mlp == "swiglu"
-        width = config.ffn_size * (2 if self.swiglu else 1)
-        self.up = nn.Linear(config.hidden_size, width, bias=config.bias)
-        self.down = nn.Linear(config.ffn_size, config.hidden_size, bias=config.bias)
+        d, f = config.hidden_size, config.ffn_size
+        # gate before up: together they are the fused gate/up rows of older versions
+        self.gate = nn.Linear(d, f, bias=config.bias) if self.swiglu else None
+        self.up = nn.Linear(d, f, bias=config.bias)
+        self.down = nn.Linear(f, d, bias=config.bias)
+        self.register_load_state_dict_pre_hook(_split_fused_gate_up)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.up(x)
         if self.swiglu:
-            gate, value = h.chunk(2, dim=-1)
-            return self.down(F.silu(gate) * value)
-        return self.down(F.gelu(h, approximate="tanh"))
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+        return self.down(F.gelu(self.up(x), approximate="tanh"))
+
+
+def _split_fused_gate_up(module: MLP, state: dict, prefix: str, *args) -> None:
+    """Read the fused SwiGLU ``up`` (gate rows above up rows) of older checkpoints."""
+    if not module.swiglu:
+        return
+    for kind in ("weight", "bias"):
+        fused = state.get(f"{prefix}up.{kind}")
+        if fused is not None and fused.shape[0] == 2 * module.up.weight.shape[0]:
+            state[f"{prefix}gate.{kind}"], state[f"{prefix}up.{kind}"] = fused.chunk(2)
 
 
 def make_norm(config: ModelConfig) -> nn.Module:
@@ -223,6 +265,60 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, rope: tuple, layout: AttentionLayout) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), rope, layout)
         return x + self.mlp(self.mlp_norm(x))
+
+
+def block_inputs(
+    config: ModelConfig,
+    rope_table: torch.Tensor,
+    input_ids: torch.Tensor,
+    weight_dtype: torch.dtype,
+    position_ids: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    packed: bool | None = None,
+) -> tuple[tuple[torch.Tensor, torch.Tensor], AttentionLayout]:
+    """What every block of one forward takes besides the hidden states: the RoPE cos/sin
+    of each token and the attention layout. ``input_ids`` (B, T) gives the shape and
+    device; ``packed`` (None: ``cu_seqlens`` given) says rows hold several sequences told
+    apart by ``position_ids`` restarting at 0 (the pipeline stages pass positions only).
+
+    Raises:
+        ValueError: the rows are longer than ``config.max_seq_len``.
+    """
+    b, t = input_ids.shape
+    device = input_ids.device
+    if t > config.max_seq_len:
+        raise ValueError(f"sequence length {t} > model.max_seq_len {config.max_seq_len}")
+    half = weight_dtype in (torch.bfloat16, torch.float16) or (
+        torch.is_autocast_enabled(device.type)
+        and torch.get_autocast_dtype(device.type) in (torch.bfloat16, torch.float16)
+    )
+    layout = attention_layout(
+        b, t, device, position_ids, cu_seqlens, config.sliding_window, half, packed
+    )
+    if position_ids is None:
+        if cu_seqlens is not None:
+            position_ids = positions_from_cu_seqlens(cu_seqlens, b, t)
+        else:
+            position_ids = torch.arange(t, device=device).expand(b, t)
+    table = rope_table[position_ids][:, :, None]  # (B, T, 1, D/2, 2)
+    return (table[..., 0], table[..., 1]), layout
+
+
+def run_blocks(
+    blocks: Iterable[nn.Module],
+    x: torch.Tensor,
+    rope: tuple,
+    layout: AttentionLayout,
+    checkpointing: bool,
+) -> torch.Tensor:
+    """The hidden states after ``blocks`` in order (recomputed in backward if
+    ``checkpointing``)."""
+    for block in blocks:
+        if checkpointing:
+            x = checkpoint(block, x, rope, layout, use_reentrant=False)
+        else:
+            x = block(x, rope, layout)
+    return x
 
 
 class Transformer(nn.Module):
@@ -269,31 +365,18 @@ class Transformer(nn.Module):
         """Logits (B, T, vocab); ``head="score"``: the scalar head's value at every
         position (B, T) (see :meth:`add_score_head`)."""
         b, t = input_ids.shape
-        if t > self.config.max_seq_len:
-            raise ValueError(f"sequence length {t} > model.max_seq_len {self.config.max_seq_len}")
-        half = self.embed.weight.dtype in (torch.bfloat16, torch.float16) or (
-            torch.is_autocast_enabled(input_ids.device.type)
-            and torch.get_autocast_dtype(input_ids.device.type) in (torch.bfloat16, torch.float16)
+        rope, layout = block_inputs(
+            self.config, self.rope, input_ids, self.embed.weight.dtype, position_ids, cu_seqlens
         )
-        layout = attention_layout(
-            b, t, input_ids.device, position_ids, cu_seqlens, self.config.sliding_window, half
-        )
-        if position_ids is None:
-            if cu_seqlens is not None:
-                position_ids = positions_from_cu_seqlens(cu_seqlens, b, t)
-            else:
-                position_ids = torch.arange(t, device=input_ids.device).expand(b, t)
-        table = self.rope[position_ids][:, :, None]  # (B, T, 1, D/2, 2)
-        rope = (table[..., 0], table[..., 1])
-        x = self.embed(input_ids)
-        for block in self.blocks:
-            if self.activation_checkpointing and self.training:
-                x = checkpoint(block, x, rope, layout, use_reentrant=False)
-            else:
-                x = block(x, rope, layout)
+        x = run_blocks(self.blocks, self.embed(input_ids), rope, layout, self.checkpointing)
         if head == "score":
             return self.score(self.norm(x)).squeeze(-1)
         return self.lm_head(self.norm(x))
+
+    @property
+    def checkpointing(self) -> bool:
+        """Recompute block activations in the backward pass (training only)."""
+        return self.activation_checkpointing and self.training
 
     def add_score_head(self) -> None:
         """Add ``score``: hidden -> one scalar (a reward model's head, Hugging Face's

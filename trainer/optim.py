@@ -29,9 +29,10 @@ def lr_factor(optim: OptimConfig, max_steps: int) -> Callable[[int], float]:
 
 
 def build_optimizer(
-    model: nn.Module, optim: OptimConfig, device: torch.device
+    model: nn.Module, optim: OptimConfig, device: torch.device, foreach: bool | None = None
 ) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices only (not norms, biases or embeddings)."""
+    """AdamW; weight decay on matrices only (not norms, biases or embeddings).
+    ``foreach``: AdamW's own (None: its default)."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():  # tied weights appear once
         if not param.requires_grad:
@@ -42,5 +43,7 @@ def build_optimizer(
         {"params": decay, "weight_decay": optim.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    fused = device.type == "cuda" and all(p.is_cuda for p in decay + no_decay)
-    return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, eps=optim.eps, fused=fused)
+    fused = foreach is None and device.type == "cuda" and all(p.is_cuda for p in decay + no_decay)
+    return torch.optim.AdamW(
+        groups, lr=optim.lr, betas=optim.betas, eps=optim.eps, fused=fused, foreach=foreach
+    )

@@ -24,7 +24,7 @@ EXPECTED = [
     rf"bf16 step activation_checkpointing=on: {STEP}",
     rf"fp16 step GradScaler: {STEP} loss_scale=16384.0",
     rf"fsdp nproc=2: {STEP} max_rss_gib={NUMBER} \(cpu: whole process\)",
-    r"tp: not implemented \(the trainer has no tensor parallelism; 0 GPU\(s\) present\)",
+    rf"tp=2 nproc=2: {STEP} max_rss_gib={NUMBER} \(cpu: whole process\)",
     rf"gpu check: done in {NUMBER}s",
 ]
 

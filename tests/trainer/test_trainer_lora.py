@@ -65,14 +65,14 @@ def test_sft_with_lora_trains_the_adapters_only_and_exports_merged(
     assert sorted(k for k in weights if k not in base) == sorted(
         f"blocks.{i}.{layer}.{ab}"
         for i in range(2)
-        for layer in ("attn.qkv", "attn.proj", "mlp.up", "mlp.down")
+        for layer in ("attn.q", "attn.k", "attn.v", "attn.proj", "mlp.gate", "mlp.up", "mlp.down")
         for ab in ("lora_a", "lora_b")
     )
     for key, value in base.items():  # the base model is untouched
         assert torch.equal(weights[key], value), key
     assert all(weights[k].abs().sum() > 0 for k in weights if k.endswith("lora_b"))
     # only the adapters have optimizer state
-    assert len(state["optimizer"]["state"]) == 16
+    assert len(state["optimizer"]["state"]) == 28
 
     trained = _lora_model(config, weights)
     exported = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt" / "export")
@@ -126,8 +126,8 @@ def test_merge_folds_the_update_and_bad_settings_are_refused(make_config, tmp_pa
     config = make_config(tmp_path, lora=LORA)
     net = Transformer(config.model)
     apply_lora(net, config.lora)
-    assert isinstance(net.blocks[0].attn.qkv, LoRALinear)
-    torch.nn.init.normal_(net.blocks[0].attn.qkv.lora_b)
+    assert isinstance(net.blocks[0].attn.q, LoRALinear)
+    torch.nn.init.normal_(net.blocks[0].attn.q.lora_b)
     merged = merge_lora(net.state_dict(), config.lora)
     plain = Transformer(config.model)
     plain.load_state_dict(merged)

@@ -70,7 +70,7 @@ def test_init_scales_residual_projections_and_ties_embeddings():
     for block in net.blocks:
         assert block.attn.proj.weight.std().item() == pytest.approx(expected, rel=0.05)
         assert block.mlp.down.weight.std().item() == pytest.approx(expected, rel=0.05)
-        assert block.attn.qkv.weight.std().item() == pytest.approx(0.02, rel=0.05)
+        assert block.attn.q.weight.std().item() == pytest.approx(0.02, rel=0.05)
     assert net.lm_head.weight.data_ptr() == net.embed.weight.data_ptr()
     untied = Transformer(ModelConfig(**{**config.__dict__, "tie_embeddings": False}))
     assert untied.num_params() - net.num_params() == 512 * 256

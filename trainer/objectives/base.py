@@ -38,6 +38,9 @@ class Objective(abc.ABC):
     """Names of the extra sums :meth:`loss` returns next to the loss."""
     synthetic_data: ClassVar[bool] = False
     """Whether random-token LM batches (``data.source: synthetic``) fit this objective."""
+    pipeline_ready: ClassVar[bool] = False
+    """Whether :meth:`pipeline_loss` gives this objective's loss from the last pipeline
+    stage's logits and the labels alone (``distributed.pp`` > 1 needs it)."""
 
     def prepare(self, model: nn.Module, wrap: Callable[[nn.Module], nn.Module]) -> None:
         """Called once with the unwrapped starting model, before training wraps it;
@@ -62,6 +65,10 @@ class Objective(abc.ABC):
         """Summed loss (with gradients when training) and a float64 CPU-or-device vector of
         ``len(stat_names)`` extra sums. ``training=False`` gives the plain evaluation loss
         (no label smoothing)."""
+
+    def pipeline_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Summed training loss of one micro-batch from its logits (pipeline stages)."""
+        raise NotImplementedError(f"{type(self).__name__} does not run in a pipeline")
 
     @abc.abstractmethod
     def metrics(self, loss_sum: float, stats: list[float], weight: float) -> dict[str, float]:

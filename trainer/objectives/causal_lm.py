@@ -23,6 +23,7 @@ class CausalLM(Objective):
     """Mean next-token cross-entropy over the targets of a step."""
 
     loader_mode: ClassVar[str] = "pretrain"
+    pipeline_ready: ClassVar[bool] = True
 
     def __init__(self, label_smoothing: float = 0.0) -> None:
         self.label_smoothing = label_smoothing
@@ -37,6 +38,9 @@ class CausalLM(Objective):
         smoothing = self.label_smoothing if training else 0.0
         loss = causal_lm_loss_sum(logits, batch["labels"], smoothing)
         return loss, torch.zeros(0, dtype=torch.float64)
+
+    def pipeline_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return causal_lm_loss_sum(logits, labels, self.label_smoothing)
 
     def metrics(self, loss_sum: float, stats: list[float], weight: float) -> dict[str, float]:
         loss = loss_sum / max(weight, 1.0)
