@@ -83,15 +83,23 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
     shards = op.config.index_shards or max(1, ctx.num_cpus)
     previous = [load_published(op.context.locate(p), op) for p in op.config.against]
     previous_table = pa.concat_tables(previous) if previous else None
-    keys = assign_keys(op, ctx, tasks, previous_table)
     n_prev = 0 if previous_table is None else previous_table.num_rows
 
+    def start() -> Any:
+        if ctx.ray_available:
+            return RayShards(shards, op.method, n_prev)
+        # several CPUs: the shards' threads work side by side
+        return LocalShards(shards, op.method, n_prev, threaded=ctx.num_cpus > 1)
+
+    backend = start()  # Ray: the shards' actors start while the keys are assigned
+    try:
+        keys = assign_keys(op, ctx, tasks, previous_table)
+    except BaseException:
+        backend.close()
+        raise
     last_error: Exception | None = None
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        if ctx.ray_available:
-            backend = RayShards(shards, op.method, n_prev)
-        else:  # several CPUs: the shards' threads work side by side
-            backend = LocalShards(shards, op.method, n_prev, threaded=ctx.num_cpus > 1)
+        backend = backend or start()
         try:
             edges, sims, stats = _cluster(op, ctx, tasks, keys, previous_table, backend, attempt)
             break
@@ -99,6 +107,7 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
             last_error = exc
         finally:
             backend.close()
+            backend = None
     else:
         raise RuntimeError(
             f"dedup: an index actor died in each of {MAX_ATTEMPTS} attempts; stage failed "
