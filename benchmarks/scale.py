@@ -34,38 +34,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "scale"
 FILE_BYTES = 16 << 20
-SOURCES = {  # demo source -> (glob under data/demo, lang)
-    "news_zh": ("news_zh/*.jsonl.zst", "zh"),
-    "reviews_zh": ("reviews_zh/*.jsonl.gz", "zh"),
-    "docs_en": ("docs_en/*.jsonl", "en"),
-    "pkgdesc_en": ("pkgdesc_en/*.parquet", "en"),
-}
-PIPELINE = """\
-name: scale
-seed: 1
-inputs:
-  - {{name: zh, path: "{corpus}/zh/*.jsonl", lang: zh, id_key: id}}
-  - {{name: en, path: "{corpus}/en/*.jsonl", lang: en, id_key: id}}
-ray: {{num_cpus: {cpus}}}
-stages:
-  - {{op: clean}}
-  - {{op: quality_filter}}
-  - {{op: dedup, method: minhash}}
-  - {{op: tokenize, tokenizer: {tokenizer}, add_bos: true, add_eos: true}}
-output: {{path: {out}, format: mds, compression: zstd}}
-"""
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from recipe_corpus import demo_documents, pipeline_yaml, write_jsonl  # noqa: E402
 
 
 def demo_texts(data: Path) -> dict[str, list[str]]:
     """The demo corpus's texts per language."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from ops_throughput import read_texts
-
-    by_lang: dict[str, list[str]] = {"zh": [], "en": []}
-    for pattern, lang in SOURCES.values():
-        for path in sorted(data.glob(pattern)):
-            by_lang[lang] += [t for t in read_texts(str(path)) if len(t) >= 8]
-    return by_lang
+    return {
+        lang: [t for _, t in docs if len(t) >= 8] for lang, docs in demo_documents(data).items()
+    }
 
 
 def build_corpus(by_lang: dict[str, list[str]], corpus: Path, total: int, seed: int = 0) -> int:
@@ -78,21 +55,25 @@ def build_corpus(by_lang: dict[str, list[str]], corpus: Path, total: int, seed: 
     for lang, texts in by_lang.items():
         want = total * sizes[lang] // sum(sizes.values())
         files = max(8, round(want / FILE_BYTES))
-        (corpus / lang).mkdir(parents=True)
-        outs = [open(corpus / lang / f"part-{k:04d}.jsonl", "w") for k in range(files)]
-        written = 0
-        while written < want:
-            pieces = []
-            for text in rng.sample(texts, 4):
-                q = rng.randrange(4)
-                pieces.append(text[q * len(text) // 4 : (q + 1) * len(text) // 4])
-            line = json.dumps({"id": f"{lang}-{docs}", "text": "".join(pieces)}, ensure_ascii=False)
-            outs[docs % files].write(line + "\n")
-            written += len(line.encode()) + 1
-            docs += 1
-        for out in outs:
-            out.close()
+        written, _ = write_jsonl(corpus / lang, _new_documents(rng, texts, lang, docs, want),
+                                 files, start=docs)  # fmt: skip
+        docs += written
     return docs
+
+
+def _new_documents(rng: random.Random, texts: list[str], lang: str, first: int, want: int):
+    """``(id, text)`` of new documents until their jsonl lines hold ``want`` bytes."""
+    written, k = 0, first
+    while written < want:
+        pieces = []
+        for text in rng.sample(texts, 4):
+            q = rng.randrange(4)
+            pieces.append(text[q * len(text) // 4 : (q + 1) * len(text) // 4])
+        doc = (f"{lang}-{k}", "".join(pieces))
+        line = json.dumps({"id": doc[0], "text": doc[1]}, ensure_ascii=False)
+        written += len(line.encode()) + 1
+        k += 1
+        yield doc
 
 
 def _tree(root: int) -> dict[int, tuple[str, float, int, int | None]]:
@@ -177,18 +158,20 @@ def main() -> int:
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--executors", nargs="+", default=["ray", "local"])
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "demo")
+    parser.add_argument("--work", type=Path, default=WORK, help=f"scratch folder ({WORK})")
     args = parser.parse_args()
+    work = args.work
     by_lang = demo_texts(args.data)
     results: dict[str, dict[int, dict[str, float]]] = {e: {} for e in args.executors}
     print(f"{args.cpus} CPUs; load average {os.getloadavg()[0]:.1f}", flush=True)
     for size in args.sizes_mb:
-        corpus = WORK / f"corpus-{size}mb"
+        corpus = work / f"corpus-{size}mb"
         docs = build_corpus(by_lang, corpus, size << 20)
-        pipeline = WORK / f"scale-{size}mb.yaml"
-        pipeline.write_text(PIPELINE.format(corpus=corpus, cpus=args.cpus, out=WORK / "out",
-                                            tokenizer=ROOT / "tokenizers" / "demo"))  # fmt: skip
+        pipeline = work / f"scale-{size}mb.yaml"
+        pipeline.write_text(pipeline_yaml("scale", corpus, work / "out", args.cpus, output="mds",
+                                          tokenizer=ROOT / "tokenizers" / "demo"))  # fmt: skip
         for executor in args.executors:
-            r = measure(pipeline, WORK / f"out-{executor}", executor)
+            r = measure(pipeline, work / f"out-{executor}", executor)
             results[executor][size] = r
             print(f"{size:6d} MB {docs:9d} docs  {executor:<5} wall {r['wall_s']:7.1f} s  "
                   f"CPU {r['cpu_s']:7.1f} s  driver RSS {r['driver_rss_mb']:6.0f} MB  "

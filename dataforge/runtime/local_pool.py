@@ -90,13 +90,27 @@ class WorkerPool:
                 for worker in self._workers:
                     if worker.task is None and queue:
                         worker.task = queue.popleft()
-                        worker.conn.send((segment, worker.task))
+                        worker.conn.send(("task", segment, worker.task))
                 busy = {w.conn: w for w in self._workers if w.task is not None}
                 for conn in multiprocessing.connection.wait(list(busy)):
                     stats, pid = self._reply(busy[conn])
                     on_task(stats, pid)
         except BaseException:
             self.close()  # no task still in flight writes after the failure is reported
+            raise
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on the first worker (a barrier's planning, between segments, when
+        all are idle); its result, or its exception raised here."""
+        if not self._workers:
+            raise RuntimeError("the worker pool is closed")
+        worker = self._workers[0]
+        worker.task = {"task_id": getattr(fn, "__name__", "call")}
+        try:
+            worker.conn.send(("call", fn, args))
+            return self._reply(worker)[0]
+        except BaseException:
+            self.close()
             raise
 
     def _reply(self, worker: _Worker) -> tuple[dict[str, Any], int]:
@@ -218,7 +232,8 @@ def _fresh_std_streams() -> None:
 
 
 def _serve(conn: Any, config: PipelineConfig, work_dir: str, cancel: Any) -> None:
-    """Run each ``(segment, task)`` sent until ``None`` or the driver's end closes."""
+    """Run each ``("task", segment, task)`` or ``("call", fn, args)`` sent until ``None``
+    or the driver's end closes."""
     runner: SegmentRunner | None = None
     while True:
         try:
@@ -227,13 +242,18 @@ def _serve(conn: Any, config: PipelineConfig, work_dir: str, cancel: Any) -> Non
             return
         if message is None:
             return
-        segment, task = message
+        kind, what, task = message  # a call: what = fn, task = its args
         try:
-            if runner is None or runner.segment.index != segment.index:
-                runner = None  # free the previous segment's ops before loading the next
-                runner = SegmentRunner(config, segment, work_dir)
-                runner.cancel = cancel
-            reply = (runner.run_task(task), os.getpid(), None)
+            if kind == "call":
+                runner = None  # calls run between segments: free the last one's ops first
+                reply = (what(*task), os.getpid(), None)
+            else:
+                segment = what
+                if runner is None or runner.segment.index != segment.index:
+                    runner = None  # free the previous segment's ops before loading the next
+                    runner = SegmentRunner(config, segment, work_dir)
+                    runner.cancel = cancel
+                reply = (runner.run_task(task), os.getpid(), None)
         except BaseException as exc:  # noqa: BLE001 - handed to the driver
             reply = (None, os.getpid(), _picklable(exc))
         try:
@@ -241,9 +261,9 @@ def _serve(conn: Any, config: PipelineConfig, work_dir: str, cancel: Any) -> Non
         except OSError:
             return
         except Exception as exc:  # noqa: BLE001 - the stats do not pickle (nothing was sent)
+            name = task.get("task_id") if kind == "task" else getattr(what, "__name__", kind)
             error = RuntimeError(
-                f"task {task.get('task_id')}: its stats cannot be sent to the driver "
-                f"({type(exc).__name__}: {exc})"
+                f"task {name}: its stats cannot be sent to the driver ({type(exc).__name__}: {exc})"
             )
             conn.send((None, os.getpid(), error))
 

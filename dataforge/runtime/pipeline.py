@@ -8,7 +8,6 @@ identity checked, the dataset index and finally ``manifest.json`` written.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import socket
@@ -25,7 +24,7 @@ from dataforge.io.lease import release_lock
 from dataforge.io.readers import InputTask, plan_input_tasks
 from dataforge.io.run_store import RunStore
 from dataforge.io.splits import split_input_tasks
-from dataforge.runtime.barriers import BarrierContext, run_planner
+from dataforge.runtime.barrier_task import plan_barrier
 from dataforge.runtime.commit import RunState, commit_output
 from dataforge.runtime.failures import (
     RunFailed,
@@ -48,7 +47,7 @@ from dataforge.runtime.ownership import (
 )
 from dataforge.runtime.placement import Placement
 from dataforge.runtime.progress import RunProgress
-from dataforge.runtime.segments import Segment, SegmentRunner, build_segments, make_op
+from dataforge.runtime.segments import Segment, SegmentRunner, build_segments
 from dataforge.runtime.split_ids import settle_split_ids
 
 __all__ = ["Executor", "LocalExecutor", "local_workers", "run_local", "run_pipeline"]
@@ -73,6 +72,11 @@ class Executor(Protocol):
         tasks: list[dict[str, Any]],
         on_task: Callable[[dict[str, Any]], None],
     ) -> None: ...
+
+    def run_call(
+        self, config: PipelineConfig, work_dir: str, fn: Callable[..., Any], *args: Any
+    ) -> Any:
+        """``fn(*args)`` on one of the run's workers (a barrier's planning); its result."""
 
 
 class LocalExecutor:
@@ -119,6 +123,14 @@ class LocalExecutor:
             on_task(stats)
 
         self._pool.run_segment(segment, tasks, committed)
+
+    def run_call(self, config, work_dir, fn, *args) -> Any:
+        """On a worker process; with none, in this process."""
+        if not self.workers:
+            return fn(*args)
+        if self._pool is None:
+            self._pool = WorkerPool(config, str(work_dir), self.workers)
+        return self._pool.call(fn, *args)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -356,44 +368,16 @@ def _read_marker(store: RunStore, seg: int, task_id: str) -> dict[str, Any]:
 
 
 def _run_barrier(config, store, prev_seg, stage_index, stage, prev_stats, executor) -> dict:
+    """The barrier's summary: from its marker, else planned on one of the executor's
+    workers (:mod:`dataforge.runtime.barrier_task`), then the marker written here."""
     marker = f"_work/barrier{stage_index}.done"
     summary = store.read_json(marker)
     if summary is not None:
         return summary
-    decision = f"_work/barrier{stage_index}"
-    with contextlib.ExitStack() as stack:
-        tmp = stack.enter_context(store.staging(decision))
-        audit_dir = stack.enter_context(store.staging(stage.op))
-        parts = {}
-        for stats in prev_stats:
-            live = f"_work/seg{prev_seg}/{stats['task_id']}/live.parquet"
-            if store.exists(live):
-                parts[stats["task_id"]] = stack.enter_context(store.local_file(live))
-        summary = _plan_barrier(config, stage, prev_stats, executor, parts, tmp, audit_dir)
-        store.commit_dir(tmp, decision)
-        store.commit_dir(audit_dir, stage.op)
+    summary = executor.run_call(
+        config, store.location("_work"), plan_barrier,
+        config, store, prev_seg, stage_index, stage, prev_stats,
+        executor.num_cpus, executor.ray_available,
+    )  # fmt: skip
     store.write_json(marker, summary)
     return summary
-
-
-def _plan_barrier(config, stage, prev_stats, executor, parts, tmp, audit_dir) -> dict[str, Any]:
-    source_stats: dict[str, dict[str, int]] = {
-        s.name: {"docs": 0, "chars": 0, "tokens": 0} for s in config.inputs
-    }
-    for stats in prev_stats:
-        for src, c in stats["by_source"].items():
-            for key in ("docs", "chars", "tokens"):
-                source_stats[src][key] += c[key]
-    ctx = BarrierContext(
-        parts=dict(sorted(parts.items())),
-        decision_dir=tmp,
-        audit_dir=audit_dir,
-        num_cpus=executor.num_cpus,
-        seed=config.seed,
-        source_stats=source_stats,
-        sources={s.name: s.lang for s in config.inputs},
-        ray_available=executor.ray_available,
-    )
-    op = make_op(stage, config)
-    op.setup()
-    return run_planner(op, ctx)

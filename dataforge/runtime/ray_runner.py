@@ -71,6 +71,11 @@ class _TaskActor:
             self.segment_index = segment.index
         return self.runner.run_task(task), self.node, os.getpid()
 
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` here (a barrier's planning, between segments)."""
+        self.segment_index, self.runner = None, None  # free the finished segment's ops
+        return fn(*args)
+
 
 class RayExecutor:
     """Runs segments' tasks on one pool of Ray actors per run (Ray already connected),
@@ -143,6 +148,17 @@ class RayExecutor:
             # The pool is shared by the run's segments: stop it, so that no task still in
             # flight writes into the work directory after the failure is reported.
             self.close()
+            raise
+
+    def run_call(self, config, work_dir, fn, *args) -> Any:
+        """``fn(*args)`` on an actor of the run's pool (idle between segments)."""
+        import ray  # deferred
+
+        actor = self._pool(config, Path(work_dir), 1)[0]
+        try:
+            return ray.get(actor.call.remote(fn, *args))
+        except BaseException:
+            self.close()  # as run_segment: nothing in flight writes after the failure
             raise
 
     def _collect(

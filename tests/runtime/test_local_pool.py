@@ -14,6 +14,7 @@ import pytest
 from dataforge.config import load_pipeline
 from dataforge.io import fs
 from dataforge.io.mds import iter_samples
+from dataforge.runtime import barrier_task
 from dataforge.runtime.failures import RunFailed
 from dataforge.runtime.local_pool import WorkerPool
 from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
@@ -61,6 +62,13 @@ def test_workers_run_every_task_with_the_in_process_output(
         return run_task(self, task)
 
     monkeypatch.setattr(SegmentRunner, "run_task", recorded)
+    run_planner = barrier_task.run_planner
+
+    def planned(op, ctx):  # forked too: the barrier's planner records its pid
+        (tmp_path / "planner").write_text(str(os.getpid()))
+        return run_planner(op, ctx)
+
+    monkeypatch.setattr(barrier_task, "run_planner", planned)
     executor = LocalExecutor(workers=2)
     try:
         manifest = run_pipeline(config, tmp_path / "out", executor, log=lambda m: None)
@@ -70,6 +78,7 @@ def test_workers_run_every_task_with_the_in_process_output(
     tasks = len(manifest["inputs"])
     assert len(list(marks.iterdir())) == 2 * tasks  # both segments, every task
     assert len(pids) == 2 and os.getpid() not in pids
+    assert int((tmp_path / "planner").read_text()) in pids  # a worker planned, not the driver
     assert not [p for p in pids if _alive(p)]  # close() ended them
     assert manifest["runtime"] == {
         "executor": "local", "num_cpus": 2, "nodes": 1, "tasks_on_driver": 0,

@@ -22,8 +22,8 @@ as Ray actors (this module has no ray import). Lifecycle of a shard:
    duplicates.
    A pair with a record of an ``against`` run (key below ``fixed``: its text is gone) is
    judged on the signatures instead.
-4. ``edges``: the decided pairs and their similarity, for the star clustering on the
-   driver (:mod:`dataforge.ops.dedup.star`).
+4. ``edges``: the decided pairs and their similarity, for the star clustering in the
+   planner (:mod:`dataforge.ops.dedup.star`).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ class BarrierContext:
         source_stats: per source live totals before the barrier: docs, chars, tokens.
         sources: source name -> language code, in YAML order.
         ray_available: the run's executor is Ray: the planner runs its parallel work on
-            Ray actors (else in the driver's process).
+            Ray actors (else in the planning worker's process).
     """
 
     parts: dict[str, Path]

@@ -79,8 +79,8 @@ class RayShards:
         remote = ray.remote(IndexShard).options(
             num_cpus=0, max_restarts=0, max_task_retries=0, scheduling_strategy="SPREAD"
         )
+        # Not waited for: they start while the caller prepares its first calls.
         self.actors = [remote.remote(count, method, fixed) for _ in range(count)]
-        self.pids = ray.get([a.ping.remote() for a in self.actors])
 
     def call_one(self, shard: int, method: str, *args: Any) -> Any:
         return getattr(self.actors[shard], method).remote(*args)

@@ -1,18 +1,19 @@
 """Planner of the dedup barrier: sharded bucket index, verified candidates, star clusters.
 
-Steps (``plan``):
+It runs on one worker of the run (:mod:`dataforge.runtime.barrier_task`), not in the
+driver. Steps (``plan``):
 
 1. **Keys.** Every record gets an integer key: its rank in the order
    ``(origin, prefer_source rank, id, task, _ord)``, where records published by the runs
    listed in ``against`` come first (origin 0). Keys depend only on the records, never on
    batch sizes, task boundaries or actor counts, and the smallest key of a cluster is its
-   representative. (The driver holds ids and source ranks for this sort, not signatures.)
+   representative. (The planner holds ids and source ranks for this sort, not signatures.)
 2. **Index.** Signatures are streamed part by part (sorted task order); each record's bucket
    keys (from the method, :class:`dataforge.ops.dedup.method.DedupMethod`) go to index
    shard ``bucket_key % N``. N = ``index_shards`` (default: the run's CPUs). With the Ray
    executor the shards are Ray actors (:class:`dataforge.ops.dedup.index.IndexShard`),
-   spread over the cluster; with the local one they are objects in the driver, each on a
-   thread of its own. Same shards, same calls, same results.
+   spread over the cluster; with the local one they are objects in the planning worker,
+   each on a thread of its own. Same shards, same calls, same results.
 3. **Candidates and verification.** Each shard turns its buckets into candidate pairs,
    routed to the shard that owns the first node. MinHash first screens them on the
    signatures (chance band collisions, far below the threshold, go). Verified methods
@@ -22,7 +23,7 @@ Steps (``plan``):
    two documents that each have content of their own). Memory on a shard: the shingles of
    its candidate records, not of the corpus.
 4. **Star clusters.** The decided pairs (few: near-duplicates only) come back to the
-   driver, which builds star clusters in key order (:mod:`dataforge.ops.dedup.star`):
+   planner, which builds star clusters in key order (:mod:`dataforge.ops.dedup.star`):
    every dropped record was verified against its representative, never chained.
 5. **Decisions.** ``decision_dir/<task>.parquet`` lists ``_ord`` and ``_dedup_reason`` of the
    dropped records; ``audit_dir/clusters.parquet`` has (id, source, cluster, kept,
@@ -82,15 +83,23 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
     shards = op.config.index_shards or max(1, ctx.num_cpus)
     previous = [load_published(op.context.locate(p), op) for p in op.config.against]
     previous_table = pa.concat_tables(previous) if previous else None
-    keys = assign_keys(op, ctx, tasks, previous_table)
     n_prev = 0 if previous_table is None else previous_table.num_rows
 
+    def start() -> Any:
+        if ctx.ray_available:
+            return RayShards(shards, op.method, n_prev)
+        # several CPUs: the shards' threads work side by side
+        return LocalShards(shards, op.method, n_prev, threaded=ctx.num_cpus > 1)
+
+    backend = start()  # Ray: the shards' actors start while the keys are assigned
+    try:
+        keys = assign_keys(op, ctx, tasks, previous_table)
+    except BaseException:
+        backend.close()
+        raise
     last_error: Exception | None = None
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        if ctx.ray_available:
-            backend = RayShards(shards, op.method, n_prev)
-        else:  # several CPUs: the shards' threads work side by side
-            backend = LocalShards(shards, op.method, n_prev, threaded=ctx.num_cpus > 1)
+        backend = backend or start()
         try:
             edges, sims, stats = _cluster(op, ctx, tasks, keys, previous_table, backend, attempt)
             break
@@ -98,6 +107,7 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
             last_error = exc
         finally:
             backend.close()
+            backend = None
     else:
         raise RuntimeError(
             f"dedup: an index actor died in each of {MAX_ATTEMPTS} attempts; stage failed "
@@ -251,7 +261,7 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         stats["screened_pairs"] = sum(backend.exchange("forward_signatures", "screen"))
         backend.exchange("emit_screened", "receive_candidates")
     if op.method.verified:
-        # Only candidate records are read back and shingled (the driver holds their keys).
+        # Only candidate records are read back and shingled (the planner holds their keys).
         needed = _needed(backend)
         stats["candidate_docs"] = len(needed)
         calls_of = functools.partial(_payload_calls, needed=needed)

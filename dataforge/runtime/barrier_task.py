@@ -1,0 +1,77 @@
+"""A barrier's planning as one unit of work that the run's executor runs on one of its
+workers (a Ray actor of the run's pool, or a local worker process), never in the driver.
+
+A planner reads every prepared part and holds per-record state (dedup: record keys,
+signatures, the shingles of candidate records; its index shards are Ray actors or threads
+of that worker), so the driver's memory stays independent of the input's size: it sends
+the stage and the parts' task stats (one dict per task) and receives the summary, then
+writes the barrier's marker. The worker stages the decision and audit directories, plans,
+and commits both directories; without the marker neither counts, so a worker killed
+half-way leaves nothing that looks complete and the rerun plans again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from dataforge.config import PipelineConfig, StageConfig
+from dataforge.io import fs
+from dataforge.io.run_store import RunStore
+from dataforge.runtime.barriers import BarrierContext, run_planner
+from dataforge.runtime.segments import make_op
+
+__all__ = ["plan_barrier"]
+
+
+def plan_barrier(
+    config: PipelineConfig,
+    store: RunStore,
+    prev_seg: int,
+    stage_index: int,
+    stage: StageConfig,
+    prev_stats: list[dict[str, Any]],
+    num_cpus: int,
+    ray_available: bool,
+) -> dict[str, Any]:
+    """Plan barrier ``stage`` over the parts of segment ``prev_seg``; commit its decision
+    (``_work/barrier<stage_index>``) and audit (``<op>/``) directories; return the
+    planner's summary."""
+    fs.configure(config.storage)
+    decision = f"_work/barrier{stage_index}"
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(store.staging(decision))
+        audit_dir = stack.enter_context(store.staging(stage.op))
+        parts = {}
+        for stats in prev_stats:
+            live = f"_work/seg{prev_seg}/{stats['task_id']}/live.parquet"
+            if store.exists(live):
+                parts[stats["task_id"]] = stack.enter_context(store.local_file(live))
+        ctx = BarrierContext(
+            parts=dict(sorted(parts.items())),
+            decision_dir=tmp,
+            audit_dir=audit_dir,
+            num_cpus=num_cpus,
+            seed=config.seed,
+            source_stats=_source_stats(config, prev_stats),
+            sources={s.name: s.lang for s in config.inputs},
+            ray_available=ray_available,
+        )
+        op = make_op(stage, config)
+        op.setup()
+        summary = run_planner(op, ctx)
+        store.commit_dir(tmp, decision)
+        store.commit_dir(audit_dir, stage.op)
+    return summary
+
+
+def _source_stats(config: PipelineConfig, prev_stats: list[dict[str, Any]]) -> dict:
+    """Per source live totals before the barrier: docs, chars, tokens."""
+    totals: dict[str, dict[str, int]] = {
+        s.name: {"docs": 0, "chars": 0, "tokens": 0} for s in config.inputs
+    }
+    for stats in prev_stats:
+        for src, c in stats["by_source"].items():
+            for key in ("docs", "chars", "tokens"):
+                totals[src][key] += c[key]
+    return totals
