@@ -40,12 +40,13 @@ MODEL = {
     "intermediate_size": 64,
     "max_seq_len": 32,
 }
+DEEP = MODEL | {"n_layers": 4}
 
 
-def _config(out: str, grad_accum: int, mesh: dict, **train):
+def _config(out: str, grad_accum: int, mesh: dict, model: dict = MODEL, **train):
     return config_from_mapping(
         {
-            "model": MODEL,
+            "model": model,
             "train": {
                 "max_steps": STEPS,
                 "grad_accum_steps": grad_accum,
@@ -83,7 +84,14 @@ def _batches() -> list[dict]:
 
 
 def _worker(
-    rank: int, world: int, port: int, out: str, mesh: dict, stop_after, train_keys: dict
+    rank: int,
+    world: int,
+    port: int,
+    out: str,
+    mesh: dict,
+    stop_after,
+    train_keys: dict,
+    model: dict,
 ) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -97,7 +105,7 @@ def _worker(
     dp = world // (mesh.get("tp", 1) * mesh.get("pp", 1))
     dp_rank = rank // mesh.get("tp", 1) % dp
     mine = _batches()[dp_rank::dp]  # step k: micro-batches MICRO*k .. MICRO*k+MICRO-1
-    config = _config(out, MICRO // dp, mesh, **train_keys)
+    config = _config(out, MICRO // dp, mesh, model, **train_keys)
     # held-out passes run on the unpipelined meshes (tp: the logits are gathered)
     held_out = ListBatchSource(_batches()[:4][dp_rank::dp]) if mesh.get("pp", 1) == 1 else None
     result = train(
@@ -117,12 +125,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _spawn(out: Path, mesh: dict, stop_after=None, **train_keys) -> list[list[float]]:
+def _spawn(
+    out: Path, mesh: dict, stop_after=None, model: dict = MODEL, **train_keys
+) -> list[list[float]]:
     """Four ranks of ``_worker`` on ``mesh``; every rank's losses."""
     port = _free_port()
     store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     try:
-        args = (4, port, str(out), mesh, stop_after, train_keys)
+        args = (4, port, str(out), mesh, stop_after, train_keys, model)
         mp.spawn(_worker, args=args, nprocs=4, join=True)
     finally:
         del store
@@ -135,6 +145,16 @@ def single(tmp_path_factory):
     config = _config(str(out), MICRO, {})
     held_out = ListBatchSource(_batches()[:4])
     result = train(config, "pretrain", source=ListBatchSource(_batches()), eval_source=held_out)
+    return out, result.losses
+
+
+@pytest.fixture(scope="module")
+def single_deep(tmp_path_factory):
+    """The one-process run of the 4-layer model (two stages a rank, interleaved, at pp=2)."""
+    out = tmp_path_factory.mktemp("single_deep")
+    result = train(
+        _config(str(out), MICRO, {}, DEEP), "pretrain", source=ListBatchSource(_batches())
+    )
     return out, result.losses
 
 
@@ -186,6 +206,28 @@ def test_one_process_checkpoint_resumes_on_tp_with_sequence_parallel_and_pp(
     diff = _max_diff(losses, expected[5:])
     print(f"max |loss - single| tp=2xpp=2 (sequence parallel, GPipe, resumed): {diff:.2e}")
     assert diff <= 1e-4
+    _same_export(single_out, tmp_path)
+
+
+@pytest.mark.slow
+def test_interleaved_pipeline_resumes_with_the_losses_of_one_process(
+    single_deep, tmp_path, monkeypatch
+):
+    monkeypatch.syspath_prepend(str(ROOT))
+    single_out, expected = single_deep
+    # pp=2 x dp=2, interleaved 1F1B: rank r holds stages r and r + 2 of 4, one layer each;
+    # 5 steps (checkpoint at 5), then resumed on the same mesh for 5 more
+    mesh = {"pp": 2, "pp_schedule": "interleaved_1f1b"}
+    first = _spawn(tmp_path, mesh, stop_after=5, model=DEEP)
+    resumed = _spawn(tmp_path, mesh, model=DEEP)
+    diff = _max_diff([a + b for a, b in zip(first, resumed, strict=True)], expected)
+    print(f"max |loss - single| pp=2xdp=2 interleaved 1F1B (2 stages a rank, resumed): {diff:.2e}")
+    assert diff <= 1e-4
+    saved = read_sharded_weights(tmp_path / "ckpt" / "step_00000005" / "model")
+    reference = torch.load(single_out / "ckpt" / "step_00000005" / "train_state.pt")["model"]
+    assert saved.keys() == reference.keys()
+    for key, value in reference.items():
+        torch.testing.assert_close(saved[key], value, rtol=0, atol=1e-5)
     _same_export(single_out, tmp_path)
 
 
