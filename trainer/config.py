@@ -269,9 +269,10 @@ class DistributedConfig:
     output and down projections by rows; must divide ``model.n_heads`` and
     ``model.n_kv_heads``. Keep it within a node."""
     pp: int = 1
-    """Pipeline stages (``torch.distributed.pipelining``), cut by layer count: the
-    embedding on the first, the final norm and output layer on the last; each step's
-    ``train.grad_accum_steps`` micro-batches flow through them."""
+    """Pipeline ranks (``torch.distributed.pipelining``), ``pp_stages_per_rank`` stages
+    each, cut by layer count: the embedding on the first stage, the final norm and output
+    layer on the last; each step's ``train.grad_accum_steps`` micro-batches flow through
+    them."""
     sequence_parallel: bool = False
     """With tp: split the residual stream (norms, the blocks' inputs and outputs) along
     the sequence across the tp ranks instead of repeating it (less activation memory)."""

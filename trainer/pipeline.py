@@ -32,7 +32,14 @@ from trainer.objectives import Objective
 from trainer.objectives.losses import IGNORE_INDEX
 from trainer.parallel import DistEnv, parallelize
 
-__all__ = ["Pipeline", "RankStages", "StageModule", "build_pipeline", "stage_layers"]
+__all__ = [
+    "Pipeline",
+    "RankStages",
+    "StageModule",
+    "build_pipeline",
+    "split_stages",
+    "stage_layers",
+]
 
 Batch = dict[str, torch.Tensor]
 

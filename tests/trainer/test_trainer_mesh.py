@@ -22,9 +22,10 @@ from trainer.config import ConfigError, config_from_mapping
 from trainer.data import ListBatchSource
 from trainer.export import export_checkpoint
 from trainer.loop import train
+from trainer.model import Transformer
 from trainer.model_state import read_sharded_weights
-from trainer.parallel import init_distributed
-from trainer.pipeline import stage_layers
+from trainer.parallel import DistEnv, init_distributed
+from trainer.pipeline import RankStages, split_stages, stage_layers
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 10
@@ -250,6 +251,25 @@ def test_stages_cut_by_layer_count():
     assert [list(stage_layers(4, 4, s)) for s in range(4)] == [[0], [1], [2], [3]]
 
 
+def test_interleaved_ranks_hold_non_adjacent_stages_under_the_whole_models_names(tmp_path):
+    config = _config(str(tmp_path), 2, {}, DEEP | {"n_layers": 5})
+    names = set(Transformer(config.model).state_dict())
+    held = []
+    for rank in range(2):
+        env = DistEnv(rank, 4, rank, torch.device("cpu"), pp_rank=rank, pp=2)
+        stages = split_stages(Transformer(config.model), env, 2)
+        held.append([list(stage.blocks) for stage in stages])
+        whole = RankStages(stages)
+        assert [s.embed is not None for s in stages] == [rank == 0, False]
+        assert [s.lm_head is not None for s in stages] == [False, rank == 1]
+        assert set(whole.state_dict()) <= names
+        names -= set(whole.state_dict())
+        assert not whole.train(False).training and not any(s.training for s in stages)
+    # 5 layers over 4 stages: stage 0 holds two; rank 0 stages 0 and 2, rank 1 stages 1 and 3
+    assert held == [[["0", "1"], ["3"]], [["2"], ["4"]]]
+    assert names == set()  # the two ranks hold every parameter once
+
+
 @pytest.mark.parametrize(
     ("mesh", "message"),
     [
@@ -258,6 +278,15 @@ def test_stages_cut_by_layer_count():
         ({"pp": 3}, "distributed.pp=3 > model.n_layers 2; valid: 1 to 2"),
         ({"tp": 0}, "distributed.tp=0; valid: an integer >= 1"),
         ({"sequence_parallel": True}, "sequence_parallel needs distributed.tp > 1"),
+        (
+            {"pp": 2, "pp_schedule": "interleaved_1f1b"},
+            r"distributed.pp x pp_stages_per_rank = 2 x 2 stages > model.n_layers 2",
+        ),
+        (
+            {"pp": 2, "pp_stages_per_rank": 2},
+            "pp_stages_per_rank=2 needs distributed.pp_schedule interleaved_1f1b, got 1f1b",
+        ),
+        ({"pp_stages_per_rank": 0}, "distributed.pp_stages_per_rank=0; valid: an integer >= 1"),
     ],
 )
 def test_shapes_the_mesh_cannot_split_are_refused_at_load(tmp_path, mesh, message):
@@ -271,6 +300,10 @@ def test_features_a_split_model_cannot_serve_are_refused_at_load(tmp_path):
     with pytest.raises(ConfigError, match="cannot be used with train.precision fp16"):
         _config(str(tmp_path), 2, {"tp": 2}, precision="fp16")
     _config(str(tmp_path), 1, {"pp": 2, "pp_schedule": "gpipe"})  # GPipe takes any count
+    interleaved = {"pp": 2, "pp_schedule": "interleaved_1f1b"}
+    with pytest.raises(ConfigError, match="interleaved_1f1b needs train.grad_accum_steps a "):
+        _config(str(tmp_path), 3, interleaved, DEEP)
+    assert _config(str(tmp_path), 4, interleaved, DEEP).distributed.stages_per_rank == 2
 
 
 def test_a_world_the_mesh_does_not_fit_is_refused_before_any_process_group(tmp_path, monkeypatch):
