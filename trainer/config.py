@@ -269,19 +269,25 @@ class DistributedConfig:
     output and down projections by rows; must divide ``model.n_heads`` and
     ``model.n_kv_heads``. Keep it within a node."""
     pp: int = 1
-    """Pipeline stages (``torch.distributed.pipelining``), cut by layer count: the
-    embedding on the first, the final norm and output layer on the last; each step's
-    ``train.grad_accum_steps`` micro-batches flow through them."""
+    """Pipeline ranks (``torch.distributed.pipelining``), ``pp_stages_per_rank`` stages
+    each, cut by layer count: the embedding on the first stage, the final norm and output
+    layer on the last; each step's ``train.grad_accum_steps`` micro-batches flow through
+    them."""
     sequence_parallel: bool = False
     """With tp: split the residual stream (norms, the blocks' inputs and outputs) along
     the sequence across the tp ranks instead of repeating it (less activation memory)."""
-    pp_schedule: Literal["1f1b", "gpipe"] = "1f1b"
-    """Pipeline schedule: one-forward-one-backward (less activation memory) or GPipe."""
+    pp_schedule: Literal["1f1b", "gpipe", "interleaved_1f1b"] = "1f1b"
+    """Pipeline schedule: one-forward-one-backward (less activation memory), GPipe, or
+    interleaved 1F1B (``pp_stages_per_rank`` model chunks per rank, a smaller bubble)."""
+    pp_stages_per_rank: int | None = None
+    """Pipeline stages (model chunks) each rank holds; rank r holds stages r, r + pp, ...
+    of ``pp x pp_stages_per_rank`` stages cut by layer count. Above 1 only with
+    ``interleaved_1f1b``; None: 2 with ``interleaved_1f1b``, else 1."""
 
     def __post_init__(self) -> None:
         if self.timeout_s < 1:
             raise ValueError(f"timeout_s must be >= 1, got {self.timeout_s}")
-        for name in ("dp", "tp", "pp"):
+        for name in ("dp", "tp", "pp", "pp_stages_per_rank"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"distributed.{name}={value}; valid: an integer >= 1")
@@ -306,6 +312,13 @@ class DistributedConfig:
                 f"{self.pp}) = {dp}; valid: {dp}, or null to derive it"
             )
         return self.pp, dp, self.tp
+
+    @property
+    def stages_per_rank(self) -> int:
+        """``pp_stages_per_rank`` with its default resolved."""
+        if self.pp_stages_per_rank is not None:
+            return self.pp_stages_per_rank
+        return 2 if self.pp_schedule == "interleaved_1f1b" else 1
 
     @property
     def model_parallel(self) -> bool:
@@ -576,6 +589,8 @@ def _check_mesh(config: TrainerConfig) -> None:
         raise ValueError(
             f"distributed.pp={pp} > model.n_layers {model.n_layers}; valid: 1 to {model.n_layers}"
         )
+    if pp > 1:
+        _check_pipeline(config)
     if not dist.model_parallel:
         return
     refused = {
@@ -589,14 +604,35 @@ def _check_mesh(config: TrainerConfig) -> None:
         ),
         "train.compile": config.train.compile,
     }
-    if pp > 1 and dist.pp_schedule == "1f1b" and config.train.grad_accum_steps < pp:
-        raise ValueError(
-            f"distributed.pp_schedule 1f1b needs train.grad_accum_steps >= distributed.pp "
-            f"{pp}, got {config.train.grad_accum_steps}; raise it or use gpipe"
-        )
     for what, hit in refused.items():
         if hit:
             raise ValueError(f"distributed.tp={tp}/pp={pp} cannot be used with {what}; use 1")
+
+
+def _check_pipeline(config: TrainerConfig) -> None:
+    """The stage counts and micro-batch counts a pipeline schedule cannot run."""
+    dist, n_layers, accum = config.distributed, config.model.n_layers, config.train.grad_accum_steps
+    pp, per_rank, schedule = dist.pp, dist.stages_per_rank, dist.pp_schedule
+    if schedule != "interleaved_1f1b" and per_rank != 1:
+        raise ValueError(
+            f"distributed.pp_stages_per_rank={per_rank} needs distributed.pp_schedule "
+            f"interleaved_1f1b, got {schedule}; valid with {schedule}: null or 1"
+        )
+    if pp * per_rank > n_layers:
+        raise ValueError(
+            f"distributed.pp x pp_stages_per_rank = {pp} x {per_rank} stages > model.n_layers "
+            f"{n_layers}; valid: at most {n_layers} stages"
+        )
+    if schedule == "1f1b" and accum < pp:
+        raise ValueError(
+            f"distributed.pp_schedule 1f1b needs train.grad_accum_steps >= distributed.pp "
+            f"{pp}, got {accum}; raise it or use gpipe"
+        )
+    if schedule == "interleaved_1f1b" and accum % pp:
+        raise ValueError(
+            f"distributed.pp_schedule interleaved_1f1b needs train.grad_accum_steps a multiple "
+            f"of distributed.pp {pp}, got {accum}; valid: {pp}, {2 * pp}, {3 * pp}, ..."
+        )
 
 
 _TOP_KEYS = {f.name for f in dataclasses.fields(TrainerConfig)}

@@ -43,7 +43,7 @@ from trainer.parallel import (
     init_distributed,
     parallelize,
 )
-from trainer.pipeline import Pipeline, split_stage
+from trainer.pipeline import Pipeline, build_pipeline
 from trainer.pretrained import load_exported, resolve_model
 from trainer.prometheus import live_exporter
 from trainer.stopping import Interrupted, StopRequest
@@ -202,11 +202,11 @@ def _setup(config: TrainerConfig, stage: str, env: DistEnv, objective: Objective
     model = _build_model(config, env)
     objective.prepare(model, lambda frozen: parallelize(frozen, config, env, frozen=True))
     summary = startup_summary(config, model, stage, env.dp)
-    stage_module = split_stage(model, env) if env.pp > 1 else None
-    model = parallelize(stage_module or model, config, env)
     pipeline = None
-    if stage_module is not None:
-        pipeline = Pipeline(model, stage_module, config, env, objective)
+    if env.pp > 1:
+        model, pipeline = build_pipeline(model, config, env, objective)
+    else:
+        model = parallelize(model, config, env)
     # foreach kernels cannot mix DTensors of the tp mesh with whole tensors
     optimizer = build_optimizer(model, config.optim, env.device, None if env.tp == 1 else False)
     factor = lr_factor(config.optim, config.train.max_steps)

@@ -1,12 +1,15 @@
 """Pipeline parallelism on the mesh's ``pp`` dimension (``torch.distributed.pipelining``).
 
-The model is cut by layer count (:func:`stage_layers`): stage 0 holds the embedding and
-its blocks, the last stage its blocks plus the final norm and output layer. A stage keeps
-the whole model's parameter names (``blocks.<i>`` of the layers it holds), so checkpoints
-(distributed checkpointing, :mod:`trainer.checkpoint`) and exports see one model whatever
-the cut. The step's ``train.grad_accum_steps`` micro-batches are the pipeline's
-micro-batches, run by ``Schedule1F1B`` or ``ScheduleGPipe``; the loss of each is the
-objective's summed loss times the same global scale the unpipelined step uses, so the
+The model is cut by layer count (:func:`stage_layers`) into ``pp x pp_stages_per_rank``
+stages: stage 0 holds the embedding and its blocks, the last stage its blocks plus the
+final norm and output layer; rank r holds stages r, r + pp, ... (one with ``1f1b`` and
+``gpipe``, several with ``interleaved_1f1b``). A stage keeps the whole model's parameter
+names (``blocks.<i>`` of the layers it holds), and a rank's stages are one module
+(:class:`RankStages`) to the optimizer, checkpoints (distributed checkpointing,
+:mod:`trainer.checkpoint`) and exports, which so see one model whatever the cut. The
+step's ``train.grad_accum_steps`` micro-batches are the pipeline's micro-batches, run by
+``Schedule1F1B``, ``ScheduleGPipe`` or ``ScheduleInterleaved1F1B``; the loss of each is
+the objective's summed loss times the same global scale the unpipelined step uses, so the
 gradients equal those of one process. Positions travel to every stage as a keyword input;
 only hidden states pass between stages.
 
@@ -27,9 +30,16 @@ from trainer.config import TrainerConfig
 from trainer.model import Transformer, block_inputs, positions_from_cu_seqlens, run_blocks
 from trainer.objectives import Objective
 from trainer.objectives.losses import IGNORE_INDEX
-from trainer.parallel import DistEnv
+from trainer.parallel import DistEnv, parallelize
 
-__all__ = ["Pipeline", "StageModule", "stage_layers"]
+__all__ = [
+    "Pipeline",
+    "RankStages",
+    "StageModule",
+    "build_pipeline",
+    "split_stages",
+    "stage_layers",
+]
 
 Batch = dict[str, torch.Tensor]
 
@@ -73,10 +83,45 @@ class StageModule(nn.Module):
         return x
 
 
-def split_stage(model: Transformer, env: DistEnv) -> StageModule:
-    """This rank's stage of ``model``; the other stages' blocks are dropped."""
-    layers = stage_layers(model.config.n_layers, env.pp, env.pp_rank)
-    return StageModule(model, layers, env.pp_rank == 0, env.pp_rank == env.pp - 1)
+def split_stages(model: Transformer, env: DistEnv, per_rank: int) -> list[StageModule]:
+    """This rank's stages of ``model`` (stages ``pp_rank + k * pp``); the other stages'
+    blocks are dropped."""
+    total = env.pp * per_rank
+    return [
+        StageModule(model, stage_layers(model.config.n_layers, total, i), i == 0, i == total - 1)
+        for i in range(env.pp_rank, total, env.pp)
+    ]
+
+
+class RankStages(nn.Module):
+    """A rank's stages as one module with the whole model's parameter names (``embed``,
+    ``blocks.<i>``, ``norm``, ``lm_head`` where held): what the optimizer, gradient
+    clipping, checkpoints and exports see. The schedule runs the stages themselves."""
+
+    def __init__(self, stages: list[StageModule]) -> None:
+        super().__init__()
+        self.stages = list(stages)  # a plain list: not submodules, so no second name
+        self.embed = stages[0].embed
+        self.blocks = nn.ModuleDict({k: b for s in stages for k, b in s.blocks.items()})
+        self.norm = stages[-1].norm
+        self.lm_head = stages[-1].lm_head
+
+    def train(self, mode: bool = True) -> RankStages:
+        super().train(mode)
+        for stage in self.stages:
+            stage.train(mode)
+        return self
+
+
+def build_pipeline(
+    model: Transformer, config: TrainerConfig, env: DistEnv, objective: Objective
+) -> tuple[nn.Module, Pipeline]:
+    """This rank's stages of ``model``, each parallelized (tp, FSDP2 over dp), as the
+    module the optimizer and checkpoints use, and the pipeline that runs them."""
+    stages = split_stages(model, env, config.distributed.stages_per_rank)
+    stages = [parallelize(stage, config, env) for stage in stages]
+    held = stages[0] if len(stages) == 1 else RankStages(stages)
+    return held, Pipeline(stages, config, env, objective)
 
 
 def _padded(batch: Batch, rows: int, width: int) -> Batch:
@@ -108,13 +153,12 @@ class Pipeline:
 
     def __init__(
         self,
-        stage: nn.Module,
-        inner: StageModule,
+        stages: list[nn.Module],
         config: TrainerConfig,
         env: DistEnv,
         objective: Objective,
     ) -> None:
-        self.stage, self.inner, self.config, self.env = stage, inner, config, env
+        self.stages, self.config, self.env = stages, config, env
         self.objective = objective
         self.schedules: dict[tuple[int, int], object] = {}
         self.scale = 1.0
@@ -127,16 +171,29 @@ class Pipeline:
 
     def _schedule(self, shape: tuple[int, int]) -> object:
         if shape not in self.schedules:
-            from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+            from torch.distributed.pipelining import (
+                PipelineStage,
+                Schedule1F1B,
+                ScheduleGPipe,
+                ScheduleInterleaved1F1B,
+            )
 
-            env = self.env
-            stage = PipelineStage(
-                self.stage, env.pp_rank, env.pp, env.device, group=env.mesh["pp"].get_group()
-            )
-            kind = Schedule1F1B if self.config.distributed.pp_schedule == "1f1b" else ScheduleGPipe
-            self.schedules[shape] = kind(
-                stage, self.config.train.grad_accum_steps, loss_fn=self._loss, scale_grads=False
-            )
+            env, total = self.env, self.env.pp * len(self.stages)
+            group = env.mesh["pp"].get_group()
+            stages = [
+                PipelineStage(module, env.pp_rank + k * env.pp, total, env.device, group=group)
+                for k, module in enumerate(self.stages)
+            ]
+            kind = self.config.distributed.pp_schedule
+            n_micro = self.config.train.grad_accum_steps
+            if kind == "interleaved_1f1b":
+                schedule: object = ScheduleInterleaved1F1B(
+                    stages, n_micro, loss_fn=self._loss, scale_grads=False
+                )
+            else:
+                single = Schedule1F1B if kind == "1f1b" else ScheduleGPipe
+                schedule = single(stages[0], n_micro, loss_fn=self._loss, scale_grads=False)
+            self.schedules[shape] = schedule
         return self.schedules[shape]
 
     def step(
@@ -150,7 +207,8 @@ class Pipeline:
         rows = max(b["input_ids"].shape[0] for b in batches)
         width = max(b["input_ids"].shape[1] for b in batches)
         micro = [_padded(b, rows, width) for b in batches]
-        self.inner.packed = any(b.get("cu_seqlens") is not None for b in batches)
+        for stage in self.stages:
+            stage.packed = any(b.get("cu_seqlens") is not None for b in batches)
         self.scale, self.sums = scale, []
         first, last = self.env.pp_rank == 0, self.env.pp_rank == self.env.pp - 1
         with autocast():

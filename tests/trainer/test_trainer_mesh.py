@@ -22,9 +22,10 @@ from trainer.config import ConfigError, config_from_mapping
 from trainer.data import ListBatchSource
 from trainer.export import export_checkpoint
 from trainer.loop import train
+from trainer.model import Transformer
 from trainer.model_state import read_sharded_weights
-from trainer.parallel import init_distributed
-from trainer.pipeline import stage_layers
+from trainer.parallel import DistEnv, init_distributed
+from trainer.pipeline import RankStages, split_stages, stage_layers
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 10
@@ -40,12 +41,13 @@ MODEL = {
     "intermediate_size": 64,
     "max_seq_len": 32,
 }
+DEEP = MODEL | {"n_layers": 4}
 
 
-def _config(out: str, grad_accum: int, mesh: dict, **train):
+def _config(out: str, grad_accum: int, mesh: dict, model: dict = MODEL, **train):
     return config_from_mapping(
         {
-            "model": MODEL,
+            "model": model,
             "train": {
                 "max_steps": STEPS,
                 "grad_accum_steps": grad_accum,
@@ -83,7 +85,14 @@ def _batches() -> list[dict]:
 
 
 def _worker(
-    rank: int, world: int, port: int, out: str, mesh: dict, stop_after, train_keys: dict
+    rank: int,
+    world: int,
+    port: int,
+    out: str,
+    mesh: dict,
+    stop_after,
+    train_keys: dict,
+    model: dict,
 ) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -97,7 +106,7 @@ def _worker(
     dp = world // (mesh.get("tp", 1) * mesh.get("pp", 1))
     dp_rank = rank // mesh.get("tp", 1) % dp
     mine = _batches()[dp_rank::dp]  # step k: micro-batches MICRO*k .. MICRO*k+MICRO-1
-    config = _config(out, MICRO // dp, mesh, **train_keys)
+    config = _config(out, MICRO // dp, mesh, model, **train_keys)
     # held-out passes run on the unpipelined meshes (tp: the logits are gathered)
     held_out = ListBatchSource(_batches()[:4][dp_rank::dp]) if mesh.get("pp", 1) == 1 else None
     result = train(
@@ -117,12 +126,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _spawn(out: Path, mesh: dict, stop_after=None, **train_keys) -> list[list[float]]:
+def _spawn(
+    out: Path, mesh: dict, stop_after=None, model: dict = MODEL, **train_keys
+) -> list[list[float]]:
     """Four ranks of ``_worker`` on ``mesh``; every rank's losses."""
     port = _free_port()
     store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     try:
-        args = (4, port, str(out), mesh, stop_after, train_keys)
+        args = (4, port, str(out), mesh, stop_after, train_keys, model)
         mp.spawn(_worker, args=args, nprocs=4, join=True)
     finally:
         del store
@@ -135,6 +146,16 @@ def single(tmp_path_factory):
     config = _config(str(out), MICRO, {})
     held_out = ListBatchSource(_batches()[:4])
     result = train(config, "pretrain", source=ListBatchSource(_batches()), eval_source=held_out)
+    return out, result.losses
+
+
+@pytest.fixture(scope="module")
+def single_deep(tmp_path_factory):
+    """The one-process run of the 4-layer model (two stages a rank, interleaved, at pp=2)."""
+    out = tmp_path_factory.mktemp("single_deep")
+    result = train(
+        _config(str(out), MICRO, {}, DEEP), "pretrain", source=ListBatchSource(_batches())
+    )
     return out, result.losses
 
 
@@ -189,6 +210,28 @@ def test_one_process_checkpoint_resumes_on_tp_with_sequence_parallel_and_pp(
     _same_export(single_out, tmp_path)
 
 
+@pytest.mark.slow
+def test_interleaved_pipeline_resumes_with_the_losses_of_one_process(
+    single_deep, tmp_path, monkeypatch
+):
+    monkeypatch.syspath_prepend(str(ROOT))
+    single_out, expected = single_deep
+    # pp=2 x dp=2, interleaved 1F1B: rank r holds stages r and r + 2 of 4, one layer each;
+    # 5 steps (checkpoint at 5), then resumed on the same mesh for 5 more
+    mesh = {"pp": 2, "pp_schedule": "interleaved_1f1b"}
+    first = _spawn(tmp_path, mesh, stop_after=5, model=DEEP)
+    resumed = _spawn(tmp_path, mesh, model=DEEP)
+    diff = _max_diff([a + b for a, b in zip(first, resumed, strict=True)], expected)
+    print(f"max |loss - single| pp=2xdp=2 interleaved 1F1B (2 stages a rank, resumed): {diff:.2e}")
+    assert diff <= 1e-4
+    saved = read_sharded_weights(tmp_path / "ckpt" / "step_00000005" / "model")
+    reference = torch.load(single_out / "ckpt" / "step_00000005" / "train_state.pt")["model"]
+    assert saved.keys() == reference.keys()
+    for key, value in reference.items():
+        torch.testing.assert_close(saved[key], value, rtol=0, atol=1e-5)
+    _same_export(single_out, tmp_path)
+
+
 def _val_loss(out: Path, step: int) -> float:
     records = map(json.loads, (out / "run" / "metrics.jsonl").read_text().splitlines())
     (record,) = [r for r in records if "val_loss" in r and r["step"] == step]
@@ -208,6 +251,25 @@ def test_stages_cut_by_layer_count():
     assert [list(stage_layers(4, 4, s)) for s in range(4)] == [[0], [1], [2], [3]]
 
 
+def test_interleaved_ranks_hold_non_adjacent_stages_under_the_whole_models_names(tmp_path):
+    config = _config(str(tmp_path), 2, {}, DEEP | {"n_layers": 5})
+    names = set(Transformer(config.model).state_dict())
+    held = []
+    for rank in range(2):
+        env = DistEnv(rank, 4, rank, torch.device("cpu"), pp_rank=rank, pp=2)
+        stages = split_stages(Transformer(config.model), env, 2)
+        held.append([list(stage.blocks) for stage in stages])
+        whole = RankStages(stages)
+        assert [s.embed is not None for s in stages] == [rank == 0, False]
+        assert [s.lm_head is not None for s in stages] == [False, rank == 1]
+        assert set(whole.state_dict()) <= names
+        names -= set(whole.state_dict())
+        assert not whole.train(False).training and not any(s.training for s in stages)
+    # 5 layers over 4 stages: stage 0 holds two; rank 0 stages 0 and 2, rank 1 stages 1 and 3
+    assert held == [[["0", "1"], ["3"]], [["2"], ["4"]]]
+    assert names == set()  # the two ranks hold every parameter once
+
+
 @pytest.mark.parametrize(
     ("mesh", "message"),
     [
@@ -216,6 +278,15 @@ def test_stages_cut_by_layer_count():
         ({"pp": 3}, "distributed.pp=3 > model.n_layers 2; valid: 1 to 2"),
         ({"tp": 0}, "distributed.tp=0; valid: an integer >= 1"),
         ({"sequence_parallel": True}, "sequence_parallel needs distributed.tp > 1"),
+        (
+            {"pp": 2, "pp_schedule": "interleaved_1f1b"},
+            r"distributed.pp x pp_stages_per_rank = 2 x 2 stages > model.n_layers 2",
+        ),
+        (
+            {"pp": 2, "pp_stages_per_rank": 2},
+            "pp_stages_per_rank=2 needs distributed.pp_schedule interleaved_1f1b, got 1f1b",
+        ),
+        ({"pp_stages_per_rank": 0}, "distributed.pp_stages_per_rank=0; valid: an integer >= 1"),
     ],
 )
 def test_shapes_the_mesh_cannot_split_are_refused_at_load(tmp_path, mesh, message):
@@ -229,6 +300,10 @@ def test_features_a_split_model_cannot_serve_are_refused_at_load(tmp_path):
     with pytest.raises(ConfigError, match="cannot be used with train.precision fp16"):
         _config(str(tmp_path), 2, {"tp": 2}, precision="fp16")
     _config(str(tmp_path), 1, {"pp": 2, "pp_schedule": "gpipe"})  # GPipe takes any count
+    interleaved = {"pp": 2, "pp_schedule": "interleaved_1f1b"}
+    with pytest.raises(ConfigError, match="interleaved_1f1b needs train.grad_accum_steps a "):
+        _config(str(tmp_path), 3, interleaved, DEEP)
+    assert _config(str(tmp_path), 4, interleaved, DEEP).distributed.stages_per_rank == 2
 
 
 def test_a_world_the_mesh_does_not_fit_is_refused_before_any_process_group(tmp_path, monkeypatch):
