@@ -41,7 +41,7 @@ demo: setup $(DEMO_DEPS)
 	.venv/bin/dataforge run pipelines/demo.yaml --overwrite
 	.venv/bin/dataforge inspect out/demo --head 2 --verify
 
-# The whole CPU suite (slow tests included: ~2 min of the ~6) fits CI's budget.
+# The whole CPU suite, slow tests included (about 15 minutes on 2 cores).
 test: setup $(TEST_DEPS)
 	.venv/bin/pytest -q -m "not gpu" --timeout=900
 
