@@ -52,7 +52,7 @@ try:
 except ImportError:  # not built: the numpy kernels below
     _verify = None
 
-__all__ = ["Texts", "verify_pairs", "verify_rows"]
+__all__ = ["ResidueRule", "Texts", "verify_pairs", "verify_rows"]
 
 _HASH_BITS = np.uint64((1 << 40) - 1)
 _MAX_PAIRS = 1 << 23  # pair << 40 plus one side bit fit in 64 bits
@@ -73,11 +73,19 @@ class Texts:
     max_owns: np.ndarray | None = None
     """Per document, the most own content it may have as the less original side of a
     duplicate (float64; None: the ``max_own`` the verification is given)."""
+    templated: np.ndarray | None = None
+    """Per document, whether the template rule applies to it (bool; None: to none)."""
+    residue: ShingleSet | None = None
+    """Per document, its ``chars`` beside the corpus's template, in text order
+    (:mod:`dataforge.ops.dedup.template`); None until the template is known."""
 
     def take(self, rows: np.ndarray) -> Texts:
         rows = np.asarray(rows, np.int64)
-        rules = [None if r is None else r[rows] for r in (self.blocks, self.max_owns)]
-        return Texts(self.shingles.take(rows), self.chars.take(rows), *rules)
+        rules = [
+            None if r is None else r[rows] for r in (self.blocks, self.max_owns, self.templated)
+        ]
+        residue = None if self.residue is None else self.residue.take(rows)
+        return Texts(self.shingles.take(rows), self.chars.take(rows), *rules, residue)
 
     @staticmethod
     def concat(parts: list[Texts]) -> Texts:
@@ -88,26 +96,65 @@ class Texts:
         if parts and all(with_rules):
             rules = [np.concatenate([p.blocks for p in parts]),
                      np.concatenate([p.max_owns for p in parts])]  # fmt: skip
+        counts = [len(p.chars.offsets) - 1 for p in parts]
+        templated = None
+        if any(p.templated is not None for p in parts):
+            templated = np.concatenate(
+                [np.zeros(0, bool)]
+                + [np.zeros(n, bool) if p.templated is None else p.templated
+                   for p, n in zip(parts, counts, strict=True)]
+            )  # fmt: skip
+        residue = None
+        if parts and all(p.residue is not None for p in parts):
+            residue = ShingleSet.concat([p.residue for p in parts])
         return Texts(
             ShingleSet.concat([p.shingles for p in parts]),
             ShingleSet.concat([p.chars for p in parts]),
             *rules,
+            templated,
+            residue,
         )
+
+    def with_residue(self, residue: ShingleSet) -> Texts:
+        return dataclasses.replace(self, residue=residue)
 
     @staticmethod
     def empty(docs: int = 0) -> Texts:
         return Texts(
-            ShingleSet.empty(docs), ShingleSet.empty(docs), np.ones(docs, np.int64), np.zeros(docs)
+            ShingleSet.empty(docs),
+            ShingleSet.empty(docs),
+            np.ones(docs, np.int64),
+            np.zeros(docs),
+            np.zeros(docs, bool),
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class ResidueRule:
+    """Verification on the residues (``Texts.residue``: each side beside the corpus's
+    template) where both sides have one: a pair is a duplicate when one of the two has
+    at most ``max_own`` of its residue in runs of its ``block`` positions the other side
+    lacks. Two sibling pages' residues are their own bodies, which the other lacks; an
+    edited copy keeps most of its page's."""
+
+    max_own: float
+    min_residue: int = 1
+    """Residue positions each side needs for the rule (shorter: the rule of the whole
+    texts, ``max_own`` of :func:`verify_rows`)."""
+
+
 def verify_pairs(
-    left: Texts, right: Texts, threshold: float, block: int, max_own: float
+    left: Texts,
+    right: Texts,
+    threshold: float,
+    block: int,
+    max_own: float,
+    residue_rule: ResidueRule | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Decide row-aligned pairs: document i of ``left`` with document i of ``right``
     (:func:`verify_rows` with every row in order)."""
     rows = np.arange(len(left.shingles.offsets) - 1)
-    return verify_rows(left, rows, right, rows, threshold, block, max_own)
+    return verify_rows(left, rows, right, rows, threshold, block, max_own, residue_rule)
 
 
 def verify_rows(
@@ -118,13 +165,15 @@ def verify_rows(
     threshold: float,
     block: int,
     max_own: float,
+    residue_rule: ResidueRule | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Decide the pairs (document ``left_rows[i]`` of ``left``, ``right_rows[i]`` of
     ``right``); the compiled kernels read the documents where they are, the numpy ones
     take copies.
 
     Staged, so that most pairs cost only their Jaccard: own content is measured only for
-    pairs that reach ``threshold`` without being equal sets, first on the shorter side
+    pairs that reach ``threshold`` without being equal sets: on the residues where the
+    ``residue_rule`` applies, else on the whole texts, first on the shorter side
     (contained copies and edited copies end there), then on the other one.
 
     Args:
@@ -137,6 +186,7 @@ def verify_rows(
             side is content of its own (for documents without their own ``Texts.blocks``).
         max_own: the most own content the less original side of a duplicate may have
             (for documents without their own ``Texts.max_owns``).
+        residue_rule: the rule of pairs whose sides both have a residue (None: none).
 
     Returns:
         ``(jaccard, duplicate)`` per pair.
@@ -154,8 +204,25 @@ def verify_rows(
         )
     duplicate = jaccard >= threshold
     unsure = np.flatnonzero(duplicate & (jaccard < 1.0))
+    sides = (left, left_rows, right, right_rows)
+    on_residue = np.zeros(len(unsure), bool)
+    if residue_rule is not None and left.residue is not None and right.residue is not None:
+        on_residue = (
+            np.minimum(
+                left.residue.counts[left_rows[unsure]], right.residue.counts[right_rows[unsure]]
+            )
+            >= residue_rule.min_residue
+        )
+        pairs = unsure[on_residue]
+        duplicate[pairs] = (
+            np.minimum(
+                _own_of(sides, pairs, np.ones(len(pairs)), block, "residue"),
+                _own_of(sides, pairs, -np.ones(len(pairs)), block, "residue"),
+            )
+            <= residue_rule.max_own
+        )
+    unsure = unsure[~on_residue]
     if len(unsure):
-        sides = (left, left_rows, right, right_rows)
         swap = left.chars.counts[left_rows[unsure]] > right.chars.counts[right_rows[unsure]]
         shorter = np.where(swap, -1, 1)
         copied = _own_of(sides, unsure, shorter, block) <= _max_own_of(
@@ -181,10 +248,13 @@ def _max_own_of(sides: tuple, pairs: np.ndarray, side: np.ndarray, max_own: floa
     return out
 
 
-def _own_of(sides: tuple, pairs: np.ndarray, side: np.ndarray, block: int) -> np.ndarray:
+def _own_of(
+    sides: tuple, pairs: np.ndarray, side: np.ndarray, block: int, measured: str = "chars"
+) -> np.ndarray:
     """Own content of the left (``side`` 1) or right (-1) document of ``pairs``, each
     with its document's block (``Texts.blocks``, else ``block``); ``sides``: ``(left,
-    left_rows, right, right_rows)`` as :func:`verify_rows` has them."""
+    left_rows, right, right_rows)`` as :func:`verify_rows` has them. ``measured``: the
+    positions measured (``chars``, or ``residue``), against the other side's ``chars``."""
     left, left_rows, right, right_rows = sides
     first = np.where(side > 0, 0, 1)
     own = np.zeros(len(pairs))
@@ -203,10 +273,11 @@ def _own_of(sides: tuple, pairs: np.ndarray, side: np.ndarray, block: int) -> np
             if mine.blocks is None
             else np.ascontiguousarray(mine.blocks[mine_rows], dtype=np.int64)
         )
+        positions = getattr(mine, measured)
         if _verify is not None:
-            own[sel] = _native(_verify.own, mine.chars, mine_rows, other.chars, other_rows, blocks)
+            own[sel] = _native(_verify.own, positions, mine_rows, other.chars, other_rows, blocks)
         else:
-            a, b = mine.chars.take(mine_rows), other.chars.take(other_rows)
+            a, b = positions.take(mine_rows), other.chars.take(other_rows)
             own[sel] = _chunked(a.counts + b.counts, functools.partial(_own, a, b, blocks=blocks))
     return own
 
