@@ -123,12 +123,14 @@ def test_residue_rule_with_native_and_numpy_kernels(monkeypatch, family_table):
     texts = texts.with_residue(residues(texts.chars, texts.templated, template, cfg.template_run))
     left, right = np.triu_indices(len(family_table), 1)
     args = (texts.take(left), texts.take(right), cfg.threshold, cfg.char_block, cfg.char_max_own)
-    rule = ResidueRule(cfg.residue_max_own, cfg.min_residue)
+    rule = ResidueRule(cfg.residue_max_own, cfg.min_residue, cfg.residue_min_shared)
     native = verify_pairs(*args, rule)
     monkeypatch.setattr(verify, "_verify", None)
     numpy = verify_pairs(*args, rule)
     assert np.array_equal(native[0], numpy[0]) and np.array_equal(native[1], numpy[1])
-    on_residue = np.minimum(texts.residue.counts[left], texts.residue.counts[right]) >= 15
+    on_residue = (
+        np.minimum(texts.residue.counts[left], texts.residue.counts[right]) >= cfg.min_residue
+    )
     assert on_residue.sum() > 10  # the rule decided pairs here
 
 

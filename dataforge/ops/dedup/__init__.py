@@ -105,7 +105,10 @@ class DedupConfig:
     """Verification on residues: a pair is a duplicate when one of the two has at most this
     share of its residue in runs of ``char_block`` 3-grams the other lacks (a sibling
     page's residue is its own body: most of it)."""
-    min_residue: int = 15
+    residue_min_shared: float = 0.2
+    """Verification on residues: the side with little own content must also share at least
+    this share of its residue 3-grams with the other."""
+    min_residue: int = 10
     """Residue 3-grams each side needs for the rule on residues (else the rule on the whole
     texts, ``char_max_own``)."""
     max_partners: int = 16
@@ -187,11 +190,13 @@ class DedupConfig:
             min(self.template_docs, self.min_residue) < 0
             or self.template_run < 1
             or not (0.0 <= self.residue_max_own <= 1.0)
+            or not (0.0 <= self.residue_min_shared <= 1.0)
         ):
             raise ValueError(
                 "need template_docs >= 0, template_run >= 1, min_residue >= 0, "
-                f"0 <= residue_max_own <= 1; got {self.template_docs}, {self.template_run}, "
-                f"{self.min_residue}, {self.residue_max_own}"
+                "0 <= residue_max_own <= 1, 0 <= residue_min_shared <= 1; got "
+                f"{self.template_docs}, {self.template_run}, {self.min_residue}, "
+                f"{self.residue_max_own}, {self.residue_min_shared}"
             )
         if min(self.block, self.char_block, self.max_partners) < 1 or not (
             0.0

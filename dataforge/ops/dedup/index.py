@@ -20,6 +20,10 @@ as Ray actors (this module has no ray import). Lifecycle of a shard:
    with the shingles of ``u`` to the owner of ``v``, whose ``verify`` scores the pair
    (:mod:`dataforge.ops.dedup.verify`: exact Jaccard and own content) and keeps the
    duplicates.
+   With ``template_docs``, between ``add_payload`` and ``forward``: ``template_counts`` /
+   ``count_template`` / ``template_share`` / ``receive_template`` count the candidates'
+   character n-grams by owning shard and cut each owned document's residue
+   (:mod:`dataforge.ops.dedup.template`), which travels with its texts.
    A pair with a record of an ``against`` run (key below ``fixed``: its text is gone) is
    judged on the signatures instead.
 4. ``edges``: the decided pairs and their similarity, for the star clustering on the
@@ -292,7 +296,11 @@ def decide_pairs(
     (bounded copies for the numpy kernels). A pair whose u is a record of an ``against``
     run (key below ``fixed``: its text is gone) is judged on the signatures."""
     cfg = method.config
-    rule = ResidueRule(cfg.residue_max_own, cfg.min_residue) if cfg.template_docs else None
+    rule = (
+        ResidueRule(cfg.residue_max_own, cfg.min_residue, cfg.residue_min_shared)
+        if cfg.template_docs
+        else None
+    )
     l_nodes, l_order, l_sigs, l_texts = left
     r_nodes, r_order, r_sigs, r_texts = right
     kept_edges, kept_sims = [np.zeros((0, 2), np.int64)], [np.zeros(0)]

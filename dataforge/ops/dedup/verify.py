@@ -17,6 +17,12 @@ taken on the shingle sequences themselves, two measures per pair:
   per document (``Texts.blocks``, ``Texts.max_owns``): Chinese pages of one template
   share headers and phrasing line by line, so their own content comes in runs of a short
   line (9 character 3-grams count), where English prose needs 20 character 8-grams.
+* **Own content beside the template** (``ResidueRule``): where the planner has cut each
+  side's residue (``Texts.residue``: its content beside the corpus's template,
+  :mod:`dataforge.ops.dedup.template`) and both have enough of it, own content is measured
+  on the residue instead: the share of its positions in runs of ``block`` residue n-grams
+  the other side lacks (the template between two short lines of a sibling's own no longer
+  splits them into short runs), against ``ResidueRule.max_own``.
 
 Vectorized over a chunk of pairs: every shingle (a 32-bit hash) is tagged with its pair's
 number in the high 23 bits. Membership is a merge, never a binary search (which costs a
@@ -141,6 +147,9 @@ class ResidueRule:
     min_residue: int = 1
     """Residue positions each side needs for the rule (shorter: the rule of the whole
     texts, ``max_own`` of :func:`verify_rows`)."""
+    min_shared: float = 0.0
+    """The share of its residue positions the other side has that the side with little
+    own content needs too (a short residue splits into runs too short to count)."""
 
 
 def verify_pairs(
@@ -214,13 +223,12 @@ def verify_rows(
             >= residue_rule.min_residue
         )
         pairs = unsure[on_residue]
-        duplicate[pairs] = (
-            np.minimum(
-                _own_of(sides, pairs, np.ones(len(pairs)), block, "residue"),
-                _own_of(sides, pairs, -np.ones(len(pairs)), block, "residue"),
-            )
-            <= residue_rule.max_own
-        )
+        copied = np.zeros(len(pairs), bool)
+        for side in (np.ones(len(pairs)), -np.ones(len(pairs))):
+            own = _own_of(sides, pairs, side, block, "residue")
+            unshared = _own_of(sides, pairs, side, 1, "residue", per_document_block=False)
+            copied |= (own <= residue_rule.max_own) & (1.0 - unshared >= residue_rule.min_shared)
+        duplicate[pairs] = copied
     unsure = unsure[~on_residue]
     if len(unsure):
         swap = left.chars.counts[left_rows[unsure]] > right.chars.counts[right_rows[unsure]]
@@ -249,12 +257,18 @@ def _max_own_of(sides: tuple, pairs: np.ndarray, side: np.ndarray, max_own: floa
 
 
 def _own_of(
-    sides: tuple, pairs: np.ndarray, side: np.ndarray, block: int, measured: str = "chars"
+    sides: tuple,
+    pairs: np.ndarray,
+    side: np.ndarray,
+    block: int,
+    measured: str = "chars",
+    per_document_block: bool = True,
 ) -> np.ndarray:
     """Own content of the left (``side`` 1) or right (-1) document of ``pairs``, each
     with its document's block (``Texts.blocks``, else ``block``); ``sides``: ``(left,
     left_rows, right, right_rows)`` as :func:`verify_rows` has them. ``measured``: the
-    positions measured (``chars``, or ``residue``), against the other side's ``chars``."""
+    positions measured (``chars``, or ``residue``), against the other side's ``chars``;
+    ``per_document_block`` False: ``block`` for every document."""
     left, left_rows, right, right_rows = sides
     first = np.where(side > 0, 0, 1)
     own = np.zeros(len(pairs))
@@ -270,7 +284,7 @@ def _own_of(
         mine_rows, other_rows = mine_rows[pairs[sel]], other_rows[pairs[sel]]
         blocks = (
             np.full(len(sel), block, np.int64)
-            if mine.blocks is None
+            if mine.blocks is None or not per_document_block
             else np.ascontiguousarray(mine.blocks[mine_rows], dtype=np.int64)
         )
         positions = getattr(mine, measured)
