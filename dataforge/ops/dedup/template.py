@@ -64,10 +64,7 @@ def residues(
         return ShingleSet(np.zeros(0, np.uint32), np.zeros(docs + 1, np.int64))
     doc = chars.doc_index()
     values = chars.hashes.astype(np.uint32, copy=False)
-    pos = np.searchsorted(template, values)
-    in_template = pos < len(template)
-    in_template[in_template] = template[pos[in_template]] == values[in_template]
-    own = ~in_template & templated[doc]
+    own = ~_members(values, template) & templated[doc]
     # Runs of own positions within one document: a new run where either changes.
     change = np.ones(len(own), bool)
     np.not_equal(own[1:], own[:-1], out=change[1:])
@@ -78,3 +75,22 @@ def residues(
     offsets = np.zeros(docs + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
     return ShingleSet(values[keep], offsets)
+
+
+_FILTER_BITS = 24
+
+
+def _members(values: np.ndarray, template: np.ndarray) -> np.ndarray:
+    """Per value: is it in ``template`` (sorted). A 2 MB bit filter on the low bits
+    answers most values at one lookup each; only its hits are searched (a search per
+    position cost most of the barrier's template work on text with little template)."""
+    found = np.zeros(len(values), bool)
+    if len(template) == 0 or len(values) == 0:
+        return found
+    mask = np.uint32((1 << _FILTER_BITS) - 1)
+    bits = np.zeros(1 << _FILTER_BITS, bool)
+    bits[template & mask] = True
+    hits = np.flatnonzero(bits[values & mask])
+    pos = np.minimum(np.searchsorted(template, values[hits]), len(template) - 1)
+    found[hits] = template[pos] == values[hits]
+    return found

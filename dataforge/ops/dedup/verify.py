@@ -224,10 +224,15 @@ def verify_rows(
         )
         pairs = unsure[on_residue]
         copied = np.zeros(len(pairs), bool)
-        for side in (np.ones(len(pairs)), -np.ones(len(pairs))):
-            own = _own_of(sides, pairs, side, block, "residue")
-            unshared = _own_of(sides, pairs, side, 1, "residue", per_document_block=False)
-            copied |= (own <= residue_rule.max_own) & (1.0 - unshared >= residue_rule.min_shared)
+        for side in (1, -1):  # the second side only where the first did not decide
+            todo = np.flatnonzero(~copied)
+            ones = np.full(len(todo), side)
+            low = _own_of(sides, pairs[todo], ones, block, "residue") <= residue_rule.max_own
+            todo, ones = todo[low], ones[low]
+            if residue_rule.min_shared > 0 and len(todo):
+                unshared = _own_of(sides, pairs[todo], ones, 1, "residue", False)
+                todo = todo[1.0 - unshared >= residue_rule.min_shared]
+            copied[todo] = True
         duplicate[pairs] = copied
     unsure = unsure[~on_residue]
     if len(unsure):
