@@ -77,18 +77,19 @@ def residues(
     return ShingleSet(values[keep], offsets)
 
 
-_FILTER_BITS = 24
+_MAX_FILTER_BITS = 24
 
 
 def _members(values: np.ndarray, template: np.ndarray) -> np.ndarray:
-    """Per value: is it in ``template`` (sorted). A 2 MB bit filter on the low bits
-    answers most values at one lookup each; only its hits are searched (a search per
-    position cost most of the barrier's template work on text with little template)."""
+    """Per value: is it in ``template`` (sorted). A filter on the low bits (8 to 16 slots
+    per template value, at most 16 MB) answers most values at one lookup each; only its
+    hits are searched (a search per position cost most of the template work)."""
     found = np.zeros(len(values), bool)
     if len(template) == 0 or len(values) == 0:
         return found
-    mask = np.uint32((1 << _FILTER_BITS) - 1)
-    bits = np.zeros(1 << _FILTER_BITS, bool)
+    width = min(_MAX_FILTER_BITS, max(10, int(len(template)).bit_length() + 3))
+    mask = np.uint32((1 << width) - 1)
+    bits = np.zeros(1 << width, bool)
     bits[template & mask] = True
     hits = np.flatnonzero(bits[values & mask])
     pos = np.minimum(np.searchsorted(template, values[hits]), len(template) - 1)
