@@ -93,24 +93,19 @@ class DedupConfig:
     """``max_own`` of character-shingled texts (chosen with ``char_block`` on template
     families in benchmarks/dedup_quality.py)."""
     template_docs: int = 5
-    """Verification of character-shingled texts: a character 3-gram in at least this many
-    candidate documents is template (a site's headers, menus, stock phrasing); pairs are
-    verified on the rest of each text, its residue (:mod:`dataforge.ops.dedup.template`).
-    Above the size of most copy clusters (a page and its few copies count once each);
+    """Character-shingled texts: a 3-gram in at least this many candidate documents is
+    template; pairs are verified on the rest, each side's residue
+    (:mod:`dataforge.ops.dedup.template`; the rule chosen in benchmarks/dedup_quality.py).
     0: no template rule."""
     template_run: int = 4
-    """A residue is made of runs of at least this many non-template 3-grams (what a single
-    edit leaves in a copy of a text with many copies is shorter)."""
+    """A residue: runs of at least this many non-template 3-grams."""
     residue_max_own: float = 0.1
-    """Verification on residues: a pair is a duplicate when one of the two has at most this
-    share of its residue in runs of ``char_block`` 3-grams the other lacks (a sibling
-    page's residue is its own body: most of it)."""
+    """A pair is a duplicate when one side has at most this share of its residue in runs
+    of ``char_block`` 3-grams the other lacks..."""
     residue_min_shared: float = 0.2
-    """Verification on residues: the side with little own content must also share at least
-    this share of its residue 3-grams with the other."""
+    """...and at least this share of its residue in the other."""
     min_residue: int = 10
-    """Residue 3-grams each side needs for the rule on residues (else the rule on the whole
-    texts, ``char_max_own``)."""
+    """Residue 3-grams both sides need for the rule (else the whole-text rule)."""
     max_partners: int = 16
     """In one bucket, each document is paired with up to this many members before it
     (all pairs of buckets up to ``max_partners + 1``; star-shaped beyond)."""
