@@ -13,11 +13,13 @@ defaults are reported on both.
 
 Template families (``benchmarks/dedup_template_sets.py``): short-line Chinese reference text
 (command manuals, help pages, spec sheets, forum boards), each family one site's template
-whose pages are distinct documents, with near-duplicates of every kind. The verification
-settings (``char_block`` x ``char_max_own``) are chosen on the tuning families ``*/0`` (with the
-domain sets: they must stay acceptable there too) and reported, with the shipped defaults,
-per held-out family ``*/1``, none of which took part in any choice: P, R, F1, unique
-documents lost, recall per kind, for MinHash and SimHash.
+whose pages are distinct documents, with near-duplicates of every kind, built at several
+generator seeds (``--family-seeds``). The template rule (``template_docs``, ``template_run``,
+``residue_max_own``, ``min_residue``: :mod:`dataforge.ops.dedup.template`) is chosen on the
+tuning families ``*/0`` with the domain sets of every seed (they must stay acceptable there
+too) and reported, with the shipped defaults, per held-out family ``*/1`` and seed, none of
+which took part in any choice: P, R, F1, unique documents lost, recall per kind, for
+MinHash and SimHash.
 
 Scores: pairwise precision / recall / F1 over all pairs that share a predicted cluster;
 *lost*: true clusters (unique texts) none of whose documents is kept (e.g. a unique
@@ -25,7 +27,7 @@ document dropped as a duplicate of an unrelated one); recall per variant kind (t
 ends in the cluster of its base).
 
     .venv/bin/python benchmarks/dedup_quality.py [--bases 300] [--no-sweep] [--no-baselines]
-        [--pages 200] [--families-only]
+        [--pages 200] [--family-seeds 1,2,3,11] [--families-only]
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from dataforge.runtime.barriers import BarrierContext  # noqa: E402
 from dataforge.runtime.barriers import dedup as planner  # noqa: E402
 
 __all__ = [
-    "choose_on_families",
+    "choose_template",
     "family_report",
     "load_bases",
     "records_table",
@@ -68,9 +70,13 @@ GRID = [  # one share of own content for both kinds of text: the one setting car
     for t in (0.3, 0.4, 0.5)
     for m in (0.02, 0.05, 0.1)
 ]
-FAMILY_GRID = [
-    {"char_block": b, "char_max_own": m} for b in (6, 7, 8, 9, 10) for m in (0.02, 0.03, 0.04, 0.05)
-]
+TEMPLATE_GRID = [  # the template rule; residue_max_own grows looser, min_residue reaches wider
+    {"template_docs": 5, "template_run": 4, "residue_max_own": m, "min_residue": n,
+     "residue_min_shared": c}
+    for m in (0.1, 0.15, 0.2)
+    for n in (10, 15, 20)
+    for c in (0.0, 0.2, 0.3)
+]  # fmt: skip
 
 
 def score(records: list[dict], cluster_of: dict[str, str], dropped: set[str]) -> dict:
@@ -270,37 +276,29 @@ def report_domain(domain: str, records: list[dict], baselines: bool) -> None:
         print(_row(name, s, time.perf_counter() - t))
 
 
-def choose_on_families(sets: dict[str, list[dict]], grid=FAMILY_GRID, show=print) -> dict:
-    """The grid setting with the best lowest F1 over ``sets`` among those acceptable on
-    every set whose one-step looser neighbours (the next ``char_max_own``, the next
-    ``char_block``) are acceptable too: a setting at the edge of precision on the tuning
-    sets is past it on others (measured so: the best acceptable one lost pages on the
-    held-out families)."""
-    scores = {}
+def choose_template(sets: dict[str, list[dict]], grid=TEMPLATE_GRID, show=print) -> dict:
+    """The template-rule setting with the best lowest F1 over ``sets`` among those
+    acceptable on every set whose next looser ``residue_max_own`` is acceptable too (a
+    margin: a setting at the edge of precision on the tuning sets is past it on others); ties: the smallest ``min_residue`` (the rule on
+    residues decides the most pairs), then the first in the grid."""
+    ok, low_f1 = {}, {}
     for cfg in grid:
-        scores[cfg["char_block"], cfg["char_max_own"]] = per_set = {
-            name: _ours(recs, **cfg)[0] for name, recs in sets.items()
-        }
-        cells = " ".join(
-            f"{n}:P{s['precision']:.3f}/F{s['f1']:.3f}/lost{s['lost']}" for n, s in per_set.items()
-        )
-        ok = all(acceptable(s) for s in per_set.values())
-        show(f"  {cfg} min F1 {min(s['f1'] for s in per_set.values()):.4f} "
-             f"{'ok' if ok else 'NOT acceptable'}  {cells}")  # fmt: skip
-    ok = {key: all(acceptable(s) for s in per.values()) for key, per in scores.items()}
-    blocks = sorted({b for b, _ in scores})
-    owns = sorted({m for _, m in scores})
+        per_set = {name: _ours(recs, **cfg)[0] for name, recs in sets.items()}
+        key = tuple(cfg.items())
+        ok[key] = all(acceptable(s) for s in per_set.values())
+        low_f1[key] = min(s["f1"] for s in per_set.values())
+        worst = min(per_set, key=lambda n: per_set[n]["f1"])
+        show(f"  {cfg} min F1 {low_f1[key]:.4f} ({worst}) {'ok' if ok[key] else 'NOT acceptable'}")
+    owns = sorted({c["residue_max_own"] for c in grid})
 
-    def looser(b: int, m: float) -> list[tuple[int, float]]:
-        nxt_m = [x for x in owns if x > m][:1]
-        nxt_b = [x for x in blocks if x > b][:1]
-        return [(b, x) for x in nxt_m] + [(x, m) for x in nxt_b]
+    def looser(cfg: dict) -> tuple:
+        nxt = [m for m in owns if m > cfg["residue_max_own"]][:1]
+        return tuple({**cfg, "residue_max_own": nxt[0]}.items()) if nxt else None
 
-    safe = [k for k in scores if ok[k] and all(ok.get(n, False) for n in looser(*k))]
+    safe = [c for c in grid if ok[tuple(c.items())] and ok.get(looser(c), False)]
     if not safe:
-        raise SystemExit("no setting of the grid is acceptable with a margin on the tuning sets")
-    b, m = max(safe, key=lambda k: min(s["f1"] for s in scores[k].values()))
-    return {"char_block": b, "char_max_own": m}
+        raise SystemExit("no template setting is acceptable with a margin on the tuning sets")
+    return max(safe, key=lambda c: (round(low_f1[tuple(c.items())], 4), -c["min_residue"]))
 
 
 def family_report(sets: dict[str, list[dict]], configs: dict[str, dict], show=print) -> dict:
@@ -316,19 +314,26 @@ def family_report(sets: dict[str, list[dict]], configs: dict[str, dict], show=pr
     return out
 
 
-def report_families(demo: Path, pages: int, seed: int, sets: dict) -> None:
-    families = build_families(demo, FAMILIES, pages, seed)
-    print("\n== template families: choose on", ", ".join(TUNING), "(+ the domain sets)")
-    tuning = {f: families[f] for f in TUNING} | sets
-    chosen = choose_on_families(tuning)
-    print(f"chosen: {chosen}; shipped defaults: char_block={Dedup.Config().char_block}, "
-          f"char_max_own={Dedup.Config().char_max_own}")  # fmt: skip
+def report_families(demo: Path, pages: int, seeds: list[int], bases: int) -> None:
+    """Choose the template rule on the tuning families and the domain sets of every
+    generator seed, then report the held-out families of every seed."""
+    print("\n== template families: choose on", ", ".join(TUNING), "(+ the domain sets), seeds",
+          seeds)  # fmt: skip
+    tuning, held_out = {}, {}
+    for seed in seeds:
+        families = build_families(demo, FAMILIES, pages, seed)
+        tuning |= {f"{f}@{seed}": families[f] for f in TUNING}
+        tuning |= {f"{d}@{seed}": build_domain_set(demo, d, bases, seed) for d in DOMAINS}
+        held_out |= {f"{f}@{seed}": families[f] for f in HELD_OUT}
+    chosen = choose_template(tuning)
+    shipped = {k: getattr(Dedup.Config(), k) for k in chosen}
+    print(f"chosen: {chosen}; shipped defaults: {shipped}")
     print(f"\n== held-out families (never used for a choice): {', '.join(HELD_OUT)}")
     print(f"{'':<40} {'':>62}" + " ".join(f"{k:>4}"[:4] for k in KINDS))
     configs = {"minhash defaults": {}, "simhash defaults": {"method": "simhash"}}
-    if chosen != {k: getattr(Dedup.Config(), k) for k in chosen}:
+    if chosen != shipped:
         configs[f"minhash chosen {chosen}"] = chosen
-    family_report({f: families[f] for f in HELD_OUT}, configs)
+    family_report(held_out, configs)
 
 
 def main() -> int:
@@ -338,6 +343,7 @@ def main() -> int:
     ap.add_argument("--demo", default=str(ROOT / "data" / "demo"))
     ap.add_argument("--bases", type=int, default=300, help="base documents per corpus group")
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--family-seeds", default="1,2,3,11", help="generator seeds of the families")
     ap.add_argument("--no-sweep", action="store_true", help="skip the cross-domain check")
     ap.add_argument("--no-baselines", action="store_true")
     ap.add_argument("--pages", type=int, default=200, help="distinct pages per template family")
@@ -347,10 +353,11 @@ def main() -> int:
     if not (demo / ".done").exists():
         print(f"{demo} is not built (make demo-data)", file=sys.stderr)
         return 2
-    sets = {d: build_domain_set(demo, d, args.bases, args.seed) for d in DOMAINS}
-    report_families(demo, args.pages, args.seed, sets)
+    seeds = [int(s) for s in args.family_seeds.split(",")]
+    report_families(demo, args.pages, seeds, args.bases)
     if args.families_only:
         return 0
+    sets = {d: build_domain_set(demo, d, args.bases, args.seed) for d in DOMAINS}
     for domain in DOMAINS:
         report_domain(domain, sets[domain], not args.no_baselines)
     if args.no_sweep:

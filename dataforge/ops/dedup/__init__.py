@@ -92,6 +92,20 @@ class DedupConfig:
     char_max_own: float = 0.02
     """``max_own`` of character-shingled texts (chosen with ``char_block`` on template
     families in benchmarks/dedup_quality.py)."""
+    template_docs: int = 5
+    """Character-shingled texts: a 3-gram in at least this many candidate documents is
+    template; pairs are verified on the rest, each side's residue
+    (:mod:`dataforge.ops.dedup.template`; the rule chosen in benchmarks/dedup_quality.py).
+    0: no template rule."""
+    template_run: int = 4
+    """A residue: runs of at least this many non-template 3-grams."""
+    residue_max_own: float = 0.1
+    """A pair is a duplicate when one side has at most this share of its residue in runs
+    of ``char_block`` 3-grams the other lacks..."""
+    residue_min_shared: float = 0.2
+    """...and at least this share of its residue in the other."""
+    min_residue: int = 10
+    """Residue 3-grams both sides need for the rule (else the whole-text rule)."""
     max_partners: int = 16
     """In one bucket, each document is paired with up to this many members before it
     (all pairs of buckets up to ``max_partners + 1``; star-shaped beyond)."""
@@ -167,6 +181,18 @@ class DedupConfig:
             raise ValueError(f"index_shards must be >= 1, got {self.index_shards}")
         if self.max_chars < 1 or self.max_shingles < 1:
             raise ValueError("max_chars and max_shingles must be >= 1")
+        if (
+            min(self.template_docs, self.min_residue) < 0
+            or self.template_run < 1
+            or not (0.0 <= self.residue_max_own <= 1.0)
+            or not (0.0 <= self.residue_min_shared <= 1.0)
+        ):
+            raise ValueError(
+                "need template_docs >= 0, template_run >= 1, min_residue >= 0, "
+                "0 <= residue_max_own <= 1, 0 <= residue_min_shared <= 1; got "
+                f"{self.template_docs}, {self.template_run}, {self.min_residue}, "
+                f"{self.residue_max_own}, {self.residue_min_shared}"
+            )
         if min(self.block, self.char_block, self.max_partners) < 1 or not (
             0.0
             <= min(self.max_own, self.char_max_own)
@@ -311,6 +337,7 @@ class Dedup(BarrierOp):
         text order."""
         rows, shingles, chars = [], [], []
         blocks, max_owns = np.ones(len(texts), np.int64), np.zeros(len(texts))
+        templated = np.zeros(len(texts), bool)
         for kind, idx, group in self._kind_groups(texts, langs):
             points = self._normalized(group, "char" if kind == "exact" else kind)
             shingles.append(self._shingles_of(points, "char" if kind == "exact" else kind))
@@ -320,12 +347,14 @@ class Dedup(BarrierOp):
             words = kind == "word"
             blocks[idx] = self.config.block if words else self.config.char_block
             max_owns[idx] = self.config.max_own if words else self.config.char_max_own
+            templated[idx] = not words and self.config.template_docs > 0
             rows.append(idx)
         return Texts(
             _in_row_order(shingles, rows, len(texts)),
             _in_row_order(chars, rows, len(texts)),
             blocks,
             max_owns,
+            templated,
         )
 
     def _signatures(self, texts: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:

@@ -20,6 +20,10 @@ as Ray actors (this module has no ray import). Lifecycle of a shard:
    with the shingles of ``u`` to the owner of ``v``, whose ``verify`` scores the pair
    (:mod:`dataforge.ops.dedup.verify`: exact Jaccard and own content) and keeps the
    duplicates.
+   With ``template_docs``, between ``add_payload`` and ``forward``: ``template_counts`` /
+   ``count_template`` / ``template_share`` / ``receive_template`` count the candidates'
+   character n-grams by owning shard and cut each owned document's residue
+   (:mod:`dataforge.ops.dedup.template`), which travels with its texts.
    A pair with a record of an ``against`` run (key below ``fixed``: its text is gone) is
    judged on the signatures instead.
 4. ``edges``: the decided pairs and their similarity, for the star clustering in the
@@ -41,7 +45,8 @@ from dataforge.ops.dedup.buckets import (
 )
 from dataforge.ops.dedup.method import DedupMethod
 from dataforge.ops.dedup.simhash import hamming_pairs
-from dataforge.ops.dedup.verify import Texts, verify_rows
+from dataforge.ops.dedup.template import doc_ngrams, frequent, residues, route_ngrams
+from dataforge.ops.dedup.verify import ResidueRule, Texts, verify_rows
 
 __all__ = ["IndexShard", "Pool", "decide_pairs"]
 
@@ -72,6 +77,7 @@ class IndexShard:
         self._screened = np.zeros((0, 2), dtype=np.int64)
         self._pool = _empty_pool()
         self._decided: list[tuple[np.ndarray, np.ndarray]] = []
+        self._template = np.zeros(0, np.uint32)
 
     def ping(self) -> int:
         return os.getpid()
@@ -199,6 +205,37 @@ class IndexShard:
             self._pool = (nodes, np.argsort(nodes, kind="stable"), np.concatenate(sigs), texts)
         return self._pool
 
+    # -- the corpus's template (dataforge.ops.dedup.template) -------------------------------
+
+    def template_counts(self) -> list[np.ndarray]:
+        """The distinct character n-grams of each owned candidate document, routed to the
+        shards that count them."""
+        texts = self._payload()[3]
+        return route_ngrams(doc_ngrams(texts.chars, texts.templated), self.shards)
+
+    def count_template(self, *parts: np.ndarray) -> int:
+        """Keep the n-grams of this shard's share in at least ``template_docs``
+        documents; returns how many."""
+        flat = [p for p in _flatten(parts) if len(p)]
+        ngrams = np.concatenate(flat) if flat else np.zeros(0, np.uint32)
+        self._template = frequent(ngrams, self.config.template_docs)
+        return len(self._template)
+
+    def template_share(self) -> list[np.ndarray]:
+        """This shard's template n-grams, for every shard."""
+        return [self._template] * self.shards
+
+    def receive_template(self, *parts: np.ndarray) -> int:
+        """Take the whole template (every shard's share) and cut the owned documents'
+        residues from it; returns the residue n-grams."""
+        flat = [p for p in _flatten(parts) if len(p)]
+        template = np.sort(np.concatenate(flat)) if flat else np.zeros(0, np.uint32)
+        self._template = np.zeros(0, np.uint32)
+        nodes, order, sigs, texts = self._payload()
+        cut = residues(texts.chars, texts.templated, template, self.config.template_run)
+        self._pool = (nodes, order, sigs, texts.with_residue(cut))
+        return len(cut.hashes)
+
     def forward(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Texts]]:
         """``(pairs (u, v) with u < v, their distinct u, sig(u), texts(u))`` routed to the
         owner of ``v`` (each ``u`` travels once per destination, not once per pair)."""
@@ -259,6 +296,11 @@ def decide_pairs(
     (bounded copies for the numpy kernels). A pair whose u is a record of an ``against``
     run (key below ``fixed``: its text is gone) is judged on the signatures."""
     cfg = method.config
+    rule = (
+        ResidueRule(cfg.residue_max_own, cfg.min_residue, cfg.residue_min_shared)
+        if cfg.template_docs
+        else None
+    )
     l_nodes, l_order, l_sigs, l_texts = left
     r_nodes, r_order, r_sigs, r_texts = right
     kept_edges, kept_sims = [np.zeros((0, 2), np.int64)], [np.zeros(0)]
@@ -267,7 +309,7 @@ def decide_pairs(
         lrows = l_order[np.searchsorted(l_nodes, chunk[:, 0], sorter=l_order)]
         rrows = r_order[np.searchsorted(r_nodes, chunk[:, 1], sorter=r_order)]
         sim, keep = verify_rows(
-            l_texts, lrows, r_texts, rrows, cfg.threshold, cfg.block, cfg.max_own
+            l_texts, lrows, r_texts, rrows, cfg.threshold, cfg.block, cfg.max_own, rule
         )
         against = chunk[:, 0] < fixed
         if against.any():

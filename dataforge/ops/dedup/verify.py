@@ -17,6 +17,12 @@ taken on the shingle sequences themselves, two measures per pair:
   per document (``Texts.blocks``, ``Texts.max_owns``): Chinese pages of one template
   share headers and phrasing line by line, so their own content comes in runs of a short
   line (9 character 3-grams count), where English prose needs 20 character 8-grams.
+* **Own content beside the template** (``ResidueRule``): where the planner has cut each
+  side's residue (``Texts.residue``: its content beside the corpus's template,
+  :mod:`dataforge.ops.dedup.template`) and both have enough of it, own content is measured
+  on the residue instead: the share of its positions in runs of ``block`` residue n-grams
+  the other side lacks (the template between two short lines of a sibling's own no longer
+  splits them into short runs), against ``ResidueRule.max_own``.
 
 Vectorized over a chunk of pairs: every shingle (a 32-bit hash) is tagged with its pair's
 number in the high 23 bits. Membership is a merge, never a binary search (which costs a
@@ -52,7 +58,7 @@ try:
 except ImportError:  # not built: the numpy kernels below
     _verify = None
 
-__all__ = ["Texts", "verify_pairs", "verify_rows"]
+__all__ = ["ResidueRule", "Texts", "verify_pairs", "verify_rows"]
 
 _HASH_BITS = np.uint64((1 << 40) - 1)
 _MAX_PAIRS = 1 << 23  # pair << 40 plus one side bit fit in 64 bits
@@ -73,11 +79,19 @@ class Texts:
     max_owns: np.ndarray | None = None
     """Per document, the most own content it may have as the less original side of a
     duplicate (float64; None: the ``max_own`` the verification is given)."""
+    templated: np.ndarray | None = None
+    """Per document, whether the template rule applies to it (bool; None: to none)."""
+    residue: ShingleSet | None = None
+    """Per document, its ``chars`` beside the corpus's template, in text order
+    (:mod:`dataforge.ops.dedup.template`); None until the template is known."""
 
     def take(self, rows: np.ndarray) -> Texts:
         rows = np.asarray(rows, np.int64)
-        rules = [None if r is None else r[rows] for r in (self.blocks, self.max_owns)]
-        return Texts(self.shingles.take(rows), self.chars.take(rows), *rules)
+        rules = [
+            None if r is None else r[rows] for r in (self.blocks, self.max_owns, self.templated)
+        ]
+        residue = None if self.residue is None else self.residue.take(rows)
+        return Texts(self.shingles.take(rows), self.chars.take(rows), *rules, residue)
 
     @staticmethod
     def concat(parts: list[Texts]) -> Texts:
@@ -88,26 +102,68 @@ class Texts:
         if parts and all(with_rules):
             rules = [np.concatenate([p.blocks for p in parts]),
                      np.concatenate([p.max_owns for p in parts])]  # fmt: skip
+        counts = [len(p.chars.offsets) - 1 for p in parts]
+        templated = None
+        if any(p.templated is not None for p in parts):
+            templated = np.concatenate(
+                [np.zeros(0, bool)]
+                + [np.zeros(n, bool) if p.templated is None else p.templated
+                   for p, n in zip(parts, counts, strict=True)]
+            )  # fmt: skip
+        residue = None
+        if parts and all(p.residue is not None for p in parts):
+            residue = ShingleSet.concat([p.residue for p in parts])
         return Texts(
             ShingleSet.concat([p.shingles for p in parts]),
             ShingleSet.concat([p.chars for p in parts]),
             *rules,
+            templated,
+            residue,
         )
+
+    def with_residue(self, residue: ShingleSet) -> Texts:
+        return dataclasses.replace(self, residue=residue)
 
     @staticmethod
     def empty(docs: int = 0) -> Texts:
         return Texts(
-            ShingleSet.empty(docs), ShingleSet.empty(docs), np.ones(docs, np.int64), np.zeros(docs)
+            ShingleSet.empty(docs),
+            ShingleSet.empty(docs),
+            np.ones(docs, np.int64),
+            np.zeros(docs),
+            np.zeros(docs, bool),
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class ResidueRule:
+    """Verification on the residues (``Texts.residue``: each side beside the corpus's
+    template) where both sides have one: a pair is a duplicate when one of the two has
+    at most ``max_own`` of its residue in runs of its ``block`` positions the other side
+    lacks. Two sibling pages' residues are their own bodies, which the other lacks; an
+    edited copy keeps most of its page's."""
+
+    max_own: float
+    min_residue: int = 1
+    """Residue positions each side needs for the rule (shorter: the rule of the whole
+    texts, ``max_own`` of :func:`verify_rows`)."""
+    min_shared: float = 0.0
+    """The share of its residue positions the other side has that the side with little
+    own content needs too (a short residue splits into runs too short to count)."""
+
+
 def verify_pairs(
-    left: Texts, right: Texts, threshold: float, block: int, max_own: float
+    left: Texts,
+    right: Texts,
+    threshold: float,
+    block: int,
+    max_own: float,
+    residue_rule: ResidueRule | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Decide row-aligned pairs: document i of ``left`` with document i of ``right``
     (:func:`verify_rows` with every row in order)."""
     rows = np.arange(len(left.shingles.offsets) - 1)
-    return verify_rows(left, rows, right, rows, threshold, block, max_own)
+    return verify_rows(left, rows, right, rows, threshold, block, max_own, residue_rule)
 
 
 def verify_rows(
@@ -118,13 +174,15 @@ def verify_rows(
     threshold: float,
     block: int,
     max_own: float,
+    residue_rule: ResidueRule | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Decide the pairs (document ``left_rows[i]`` of ``left``, ``right_rows[i]`` of
     ``right``); the compiled kernels read the documents where they are, the numpy ones
     take copies.
 
     Staged, so that most pairs cost only their Jaccard: own content is measured only for
-    pairs that reach ``threshold`` without being equal sets, first on the shorter side
+    pairs that reach ``threshold`` without being equal sets: on the residues where the
+    ``residue_rule`` applies, else on the whole texts, first on the shorter side
     (contained copies and edited copies end there), then on the other one.
 
     Args:
@@ -137,6 +195,7 @@ def verify_rows(
             side is content of its own (for documents without their own ``Texts.blocks``).
         max_own: the most own content the less original side of a duplicate may have
             (for documents without their own ``Texts.max_owns``).
+        residue_rule: the rule of pairs whose sides both have a residue (None: none).
 
     Returns:
         ``(jaccard, duplicate)`` per pair.
@@ -154,8 +213,29 @@ def verify_rows(
         )
     duplicate = jaccard >= threshold
     unsure = np.flatnonzero(duplicate & (jaccard < 1.0))
+    sides = (left, left_rows, right, right_rows)
+    on_residue = np.zeros(len(unsure), bool)
+    if residue_rule is not None and left.residue is not None and right.residue is not None:
+        on_residue = (
+            np.minimum(
+                left.residue.counts[left_rows[unsure]], right.residue.counts[right_rows[unsure]]
+            )
+            >= residue_rule.min_residue
+        )
+        pairs = unsure[on_residue]
+        copied = np.zeros(len(pairs), bool)
+        for side in (1, -1):  # the second side only where the first did not decide
+            todo = np.flatnonzero(~copied)
+            ones = np.full(len(todo), side)
+            low = _own_of(sides, pairs[todo], ones, block, "residue") <= residue_rule.max_own
+            todo, ones = todo[low], ones[low]
+            if residue_rule.min_shared > 0 and len(todo):
+                unshared = _own_of(sides, pairs[todo], ones, 1, "residue", False)
+                todo = todo[1.0 - unshared >= residue_rule.min_shared]
+            copied[todo] = True
+        duplicate[pairs] = copied
+    unsure = unsure[~on_residue]
     if len(unsure):
-        sides = (left, left_rows, right, right_rows)
         swap = left.chars.counts[left_rows[unsure]] > right.chars.counts[right_rows[unsure]]
         shorter = np.where(swap, -1, 1)
         copied = _own_of(sides, unsure, shorter, block) <= _max_own_of(
@@ -181,10 +261,19 @@ def _max_own_of(sides: tuple, pairs: np.ndarray, side: np.ndarray, max_own: floa
     return out
 
 
-def _own_of(sides: tuple, pairs: np.ndarray, side: np.ndarray, block: int) -> np.ndarray:
+def _own_of(
+    sides: tuple,
+    pairs: np.ndarray,
+    side: np.ndarray,
+    block: int,
+    measured: str = "chars",
+    per_document_block: bool = True,
+) -> np.ndarray:
     """Own content of the left (``side`` 1) or right (-1) document of ``pairs``, each
     with its document's block (``Texts.blocks``, else ``block``); ``sides``: ``(left,
-    left_rows, right, right_rows)`` as :func:`verify_rows` has them."""
+    left_rows, right, right_rows)`` as :func:`verify_rows` has them. ``measured``: the
+    positions measured (``chars``, or ``residue``), against the other side's ``chars``;
+    ``per_document_block`` False: ``block`` for every document."""
     left, left_rows, right, right_rows = sides
     first = np.where(side > 0, 0, 1)
     own = np.zeros(len(pairs))
@@ -200,13 +289,14 @@ def _own_of(sides: tuple, pairs: np.ndarray, side: np.ndarray, block: int) -> np
         mine_rows, other_rows = mine_rows[pairs[sel]], other_rows[pairs[sel]]
         blocks = (
             np.full(len(sel), block, np.int64)
-            if mine.blocks is None
+            if mine.blocks is None or not per_document_block
             else np.ascontiguousarray(mine.blocks[mine_rows], dtype=np.int64)
         )
+        positions = getattr(mine, measured)
         if _verify is not None:
-            own[sel] = _native(_verify.own, mine.chars, mine_rows, other.chars, other_rows, blocks)
+            own[sel] = _native(_verify.own, positions, mine_rows, other.chars, other_rows, blocks)
         else:
-            a, b = mine.chars.take(mine_rows), other.chars.take(other_rows)
+            a, b = positions.take(mine_rows), other.chars.take(other_rows)
             own[sel] = _chunked(a.counts + b.counts, functools.partial(_own, a, b, blocks=blocks))
     return own
 

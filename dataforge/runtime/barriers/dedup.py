@@ -266,6 +266,9 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         stats["candidate_docs"] = len(needed)
         calls_of = functools.partial(_payload_calls, needed=needed)
         _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text=True)
+        if op.config.template_docs:  # the candidates' template, counted on the shards
+            stats["template_ngrams"] = sum(backend.exchange("template_counts", "count_template"))
+            backend.exchange("template_share", "receive_template")
         _hook("signatures", attempt, backend)
         stats["verified_pairs"] = sum(backend.exchange("forward", "verify"))
     _hook("edges", attempt, backend)
