@@ -195,6 +195,7 @@ class Checkpointer:
         self.config, self.env = config, env
         self.root = Path(config.dir)
         check_checkpoint_dir(self.root)
+        barrier(env)  # every rank has checked before the main rank marks or cleans it
         if env.is_main:
             self.root.mkdir(parents=True, exist_ok=True)
             if not is_owned_dir(self.root):
