@@ -156,7 +156,9 @@ def test_export_holds_a_peft_adapter_that_gives_the_merged_logits(
     base_config = make_config(tmp_path / "base")
     torch.manual_seed(0)
     base_state = Transformer(base_config.model).state_dict()
-    write_export(base_state, base_config, tmp_path / "base_export", {"stage": "pretrain", "step": 0})
+    write_export(
+        base_state, base_config, tmp_path / "base_export", {"stage": "pretrain", "step": 0}
+    )
     batches = [make_batch(i) for i in range(4)]
     config = make_config(
         tmp_path,
