@@ -25,13 +25,16 @@ $(DEDUP_BENCH_DIR)/dedup_speed.txt: benchmarks/dedup_speed.py $(DEDUP_SOURCES) d
 # dataforge.ops.dedup._verify: the barrier's exact pair verification (Jaccard, own content)
 # pair by pair in C++ with the GIL released (dataforge/ops/dedup/verify.py);
 # dataforge.ops.dedup._shingles: the shingle hashes (dataforge/ops/dedup/shingles.py) in one
-# rolling pass. The same values as their numpy kernels, which run where they are not built.
+# rolling pass; dataforge.ops.dedup._template: the corpus template's n-grams and residues
+# (dataforge/ops/dedup/template.py) one document at a time. The same values as their numpy
+# kernels, which run where they are not built.
 DEDUP_VERIFY_SO := dataforge/ops/dedup/_verify$(PY_EXT)
 DEDUP_SHINGLES_SO := dataforge/ops/dedup/_shingles$(PY_EXT)
-$(DEDUP_VERIFY_SO) $(DEDUP_SHINGLES_SO): dataforge/ops/dedup/_buffer.h
+DEDUP_TEMPLATE_SO := dataforge/ops/dedup/_template$(PY_EXT)
+$(DEDUP_VERIFY_SO) $(DEDUP_SHINGLES_SO) $(DEDUP_TEMPLATE_SO): dataforge/ops/dedup/_buffer.h
 
 .PHONY: dedup-verify
-dedup-verify: $(DEDUP_VERIFY_SO) $(DEDUP_SHINGLES_SO)
+dedup-verify: $(DEDUP_VERIFY_SO) $(DEDUP_SHINGLES_SO) $(DEDUP_TEMPLATE_SO)
 
 TEST_DEPS += dedup-verify
 DEMO_DEPS += dedup-verify

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from dedup_testkit import kept_ids, make_table
 
 from dataforge.ops.base import OpContext
-from dataforge.ops.dedup import Dedup
+from dataforge.ops.dedup import Dedup, template
 from dataforge.ops.dedup.shingles import ShingleSet
 from dataforge.ops.dedup.template import doc_ngrams, frequent, residues, route_ngrams
 from dataforge.ops.dedup.verify import ResidueRule, verify_pairs
@@ -55,6 +56,97 @@ def test_residues_are_long_runs_beside_the_template():
     assert cut.hashes.tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 10]
     assert residues(chars, on, template, 5).hashes.tolist() == [5, 6, 7, 8, 10]
     assert residues(chars, None, template, 1).counts.tolist() == [0, 0, 0]
+
+
+def _random_pool(seed: int, wide: bool) -> tuple[ShingleSet, np.ndarray, np.ndarray]:
+    """40 documents of 0-200 n-grams (some empty, some all template, some of values below
+    300: radix passes over equal bytes) drawn from few low-32-bit values (so that documents
+    repeat them and share them), a random third not templated, and a template of some of
+    the values (the all-ones value among them: a hash set's usual empty mark)."""
+    rng = np.random.default_rng(seed)
+    low = np.concatenate([rng.integers(0, 1 << 32, 40, dtype=np.uint64), [0, 0xFFFFFFFF]])
+    tmpl = np.union1d(rng.choice(low, 15), [7, 0xFFFFFFFF]).astype(np.uint32)
+    docs = []
+    for d in range(40):
+        length = rng.integers(0, 201) if d % 7 else 0
+        if d % 5 == 2:
+            docs.append(rng.integers(0, 300, length, dtype=np.uint64))
+        else:
+            docs.append(rng.choice(tmpl if d % 9 == 4 else low, length).astype(np.uint64))
+    offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
+    hashes = np.concatenate(docs)
+    if wide:  # high bits differ between copies of one low-32-bit value: only the low 32 count
+        hashes |= rng.integers(0, 1 << 32, len(hashes), dtype=np.uint64) << np.uint64(32)
+    else:
+        hashes = hashes.astype(np.uint32)
+    return ShingleSet(hashes, offsets), rng.random(40) < 0.67, tmpl
+
+
+def _native_and_numpy(monkeypatch, fn, *args):
+    """``fn(*args)`` with the compiled kernels, then with the numpy code."""
+    native = fn(*args)
+    with monkeypatch.context() as patch:
+        patch.setattr(template, "_template", None)
+        return native, fn(*args)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("wide", [True, False])
+def test_native_template_kernels_equal_numpy(monkeypatch, seed, wide):
+    pytest.importorskip("dataforge.ops.dedup._template", reason="make dedup-verify")
+    chars, templated, tmpl = _random_pool(seed, wide)
+    native, numpy = _native_and_numpy(monkeypatch, doc_ngrams, chars, templated)
+    assert native.dtype == numpy.dtype == np.uint32
+    assert np.array_equal(native, numpy) and len(native) > 100
+    cut_tmpls = (tmpl, tmpl[::2].copy(), np.zeros(0, np.uint32))
+    for tmpl_used, run in itertools.product(cut_tmpls, (1, 3, 1000)):
+        native, numpy = _native_and_numpy(monkeypatch, residues, chars, templated, tmpl_used, run)
+        assert native.hashes.dtype == numpy.hashes.dtype == np.uint32
+        assert native.offsets.dtype == numpy.offsets.dtype == np.int64
+        assert np.array_equal(native.hashes, numpy.hashes)
+        assert np.array_equal(native.offsets, numpy.offsets)
+        if run == 1:  # every own position of a templated document is in a run of >= 1
+            assert len(native.hashes) > 0
+        if run == 1000:
+            assert len(native.hashes) == 0
+    off = np.zeros(40, bool)
+    native, numpy = _native_and_numpy(monkeypatch, residues, chars, off, tmpl, 1)
+    assert native.counts.tolist() == numpy.counts.tolist() == [0] * 40
+    assert len(_native_and_numpy(monkeypatch, doc_ngrams, chars, off)[0]) == 0
+
+
+def test_native_template_kernels_check_their_inputs():
+    kernels = pytest.importorskip("dataforge.ops.dedup._template", reason="make dedup-verify")
+    values = np.arange(6, dtype=np.uint64)
+    offsets = np.array([0, 2, 6], np.int64)
+    on = np.array([True, False])
+    tmpl = np.array([1, 4], np.uint32)
+    with pytest.raises(ValueError, match="offsets: offset 1 out of order"):
+        kernels.doc_ngrams(values, np.array([0, 7, 6], np.int64), on)
+    with pytest.raises(ValueError, match="templated: 3 flags for 2 documents"):
+        kernels.doc_ngrams(values, offsets, np.ones(3, bool))
+    with pytest.raises(TypeError, match="templated: need a 1-d contiguous bool array"):
+        kernels.residues(values, offsets, on.astype(np.int64), tmpl, 1)
+    with pytest.raises(TypeError, match="values: need a 1-d contiguous array"):
+        kernels.doc_ngrams(values.astype(np.float64), offsets, on)
+    with pytest.raises(TypeError, match="template: need"):
+        kernels.residues(values, offsets, on, tmpl.astype(np.uint64), 1)
+    with pytest.raises(ValueError, match="template: value 1 is below the one before"):
+        kernels.residues(values, offsets, on, tmpl[::-1].copy(), 1)
+    with pytest.raises(ValueError, match="run: 0; valid: >= 1"):
+        kernels.residues(values, offsets, on, tmpl, 0)
+    hashes, cuts = kernels.residues(values, offsets, on, tmpl, 1)
+    assert np.frombuffer(hashes, np.uint32).tolist() == [0]
+    assert np.frombuffer(cuts, np.int64).tolist() == [0, 1, 1]
+
+
+def test_residues_check_the_run_on_either_path(monkeypatch):
+    chars = _sets([[1, 2, 3]])
+    with pytest.raises(ValueError, match="run: 0; valid: >= 1"):
+        residues(chars, np.array([True]), np.zeros(0, np.uint32), 0)
+    monkeypatch.setattr(template, "_template", None)
+    with pytest.raises(ValueError, match="run: 0; valid: >= 1"):
+        residues(chars, np.array([True]), np.zeros(0, np.uint32), 0)
 
 
 def _edit(text: str, rate: float, rng: random.Random) -> str:

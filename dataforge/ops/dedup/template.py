@@ -16,6 +16,11 @@ the union of the frequent sets. A shard holds at most the distinct n-grams of it
 the candidate documents, the same order as their shingles it holds anyway; nothing passes
 through the driver. The counts depend on the set of candidate documents only, never on
 tasks, batches, shards or workers. Records of ``against`` runs (texts gone) count nothing.
+
+Where ``make dedup-verify`` built ``_template`` (``_template.cpp``), :func:`doc_ngrams` and
+:func:`residues` run one pass per document in C++ with the GIL released (a sort of each small
+document instead of one of the whole batch, a hash set of the template instead of a search
+per position); the numpy code runs where it is not built. Both give identical values (tested).
 """
 
 from __future__ import annotations
@@ -23,6 +28,11 @@ from __future__ import annotations
 import numpy as np
 
 from dataforge.ops.dedup.shingles import ShingleSet
+
+try:
+    from dataforge.ops.dedup import _template
+except ImportError:  # not built: the numpy code below
+    _template = None
 
 __all__ = ["doc_ngrams", "frequent", "residues", "route_ngrams"]
 
@@ -32,6 +42,9 @@ def doc_ngrams(chars: ShingleSet, templated: np.ndarray | None) -> np.ndarray:
     (uint32: the 32 bits the planner ships): one entry per (document, n-gram)."""
     if templated is None or not templated.any() or len(chars.hashes) == 0:
         return np.zeros(0, np.uint32)
+    if _template is not None:
+        ngrams = _template.doc_ngrams(*_kernel_pool(chars, templated))
+        return np.frombuffer(ngrams, np.uint32)
     doc = chars.doc_index()
     keep = templated[doc]
     tagged = (doc[keep].astype(np.uint64) << np.uint64(32)) | (
@@ -59,9 +72,16 @@ def residues(
     """Per document, its n-grams not in ``template`` (sorted uint32) that lie in runs of at
     least ``run`` consecutive such positions, in text order; no residue (empty) for
     documents without the template rule."""
+    if run < 1:
+        raise ValueError(f"run: {run}; valid: >= 1")
     docs = len(chars.offsets) - 1
     if templated is None or len(chars.hashes) == 0:
         return ShingleSet(np.zeros(0, np.uint32), np.zeros(docs + 1, np.int64))
+    if _template is not None:
+        hashes, offsets = _template.residues(
+            *_kernel_pool(chars, templated), np.ascontiguousarray(template), run
+        )
+        return ShingleSet(np.frombuffer(hashes, np.uint32), np.frombuffer(offsets, np.int64))
     doc = chars.doc_index()
     values = chars.hashes.astype(np.uint32, copy=False)
     own = ~_members(values, template) & templated[doc]
@@ -75,6 +95,19 @@ def residues(
     offsets = np.zeros(docs + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
     return ShingleSet(values[keep], offsets)
+
+
+def _kernel_pool(chars: ShingleSet, templated: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``chars`` and ``templated`` as the compiled kernels read them: 4- or 8-byte hashes
+    where they are, int64 offsets, one bool per document."""
+    hashes = chars.hashes
+    if hashes.dtype not in (np.uint32, np.uint64):
+        hashes = hashes.astype(np.uint64)
+    return (
+        np.ascontiguousarray(hashes),
+        np.ascontiguousarray(chars.offsets, dtype=np.int64),
+        np.ascontiguousarray(templated, dtype=bool),
+    )
 
 
 _MAX_FILTER_BITS = 24
