@@ -1,10 +1,14 @@
 """How the whole recipe grows with the input, on each executor.
 
 Recipe: clean -> quality_filter -> MinHash dedup -> tokenize (the demo tokenizer) -> MDS.
-Input: distinct documents built from the demo corpus (``data/demo``): each new document
-joins four quarter-length pieces of four random documents of one language, so two new
-documents share at most a piece (Jaccard ~0.14, far below dedup's threshold) and the work
-of every stage grows with the size, not just the bytes read. Files of ~16 MB (at least 16).
+Input: distinct documents built from the demo corpus (``data/demo``): document k is a copy
+of a demo document (each used in turn, in a random order per round) in which every word
+(Chinese: every Han character) is replaced, with probability :data:`SUBSTITUTE`, by one
+drawn from the language's own words. Lengths, scripts, lines and word frequencies stay the
+demo corpus's; two copies of one document share about 1/16 of their 2-gram shingles
+(Jaccard ~0.03, far below dedup's threshold), so no document of the corpus is a duplicate
+of another, whatever its size, and the work of every stage grows with the size, not just
+the bytes read. Files of ~16 MB (at least 8 per language).
 
 Each (size, executor) is one fresh ``dataforge run --executor X`` subprocess; the script
 polls ``/proc`` every 0.2 s for the run's process tree and prints wall seconds, CPU
@@ -24,18 +28,26 @@ import argparse
 import json
 import math
 import os
-import random
+import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "scale"
 FILE_BYTES = 16 << 20
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from recipe_corpus import demo_documents, pipeline_yaml, write_jsonl  # noqa: E402
+
+SUBSTITUTE = 0.5
+"""Share of the words of a copy replaced: two copies share a 2-gram with chance 0.5^4."""
+_TOKEN = re.compile(r"[\u4e00-\u9fff]|[^\W\d_\u4e00-\u9fff]+|[\W\d_]+")
+"""A Han character, a run of other letters (a word), or a run of anything else."""
+_BATCH = 4096
 
 
 def demo_texts(data: Path) -> dict[str, list[str]]:
@@ -45,35 +57,63 @@ def demo_texts(data: Path) -> dict[str, list[str]]:
     }
 
 
+class _Encoded:
+    """One language's documents as token ids, with the pools replacements come from."""
+
+    def __init__(self, texts: list[str]) -> None:
+        ids: dict[str, int] = {}
+        self.docs = []
+        for text in texts:
+            doc = [ids.setdefault(t, len(ids)) for t in _TOKEN.findall(text)]
+            self.docs.append(np.array(doc, np.int32))
+        self.tokens = list(ids)
+        # kind 1: a Han character, 2: a word, 0: the rest (kept as it is)
+        self.kind = np.array(
+            [1 if "\u4e00" <= t[0] <= "\u9fff" else 2 if t[0].isalpha() else 0
+             for t in self.tokens], np.int8)  # fmt: skip
+        every = np.concatenate(self.docs)
+        self.pools = {k: every[self.kind[every] == k] for k in (1, 2)}
+
+
 def build_corpus(by_lang: dict[str, list[str]], corpus: Path, total: int, seed: int = 0) -> int:
     """``total`` bytes of new documents, split between the languages as the demo corpus
     is, in files of about :data:`FILE_BYTES`. Returns the number of documents."""
-    rng = random.Random(seed)
+    rng = np.random.default_rng(seed)
     sizes = {lang: sum(len(t.encode()) for t in texts) for lang, texts in by_lang.items()}
     shutil.rmtree(corpus, ignore_errors=True)
     docs = 0
     for lang, texts in by_lang.items():
         want = total * sizes[lang] // sum(sizes.values())
         files = max(8, round(want / FILE_BYTES))
-        written, _ = write_jsonl(corpus / lang, _new_documents(rng, texts, lang, docs, want),
-                                 files, start=docs)  # fmt: skip
+        new = _new_documents(rng, _Encoded(texts), lang, docs, want)
+        written, _ = write_jsonl(corpus / lang, new, files, start=docs)
         docs += written
     return docs
 
 
-def _new_documents(rng: random.Random, texts: list[str], lang: str, first: int, want: int):
+def _new_documents(rng: np.random.Generator, enc: _Encoded, lang: str, first: int, want: int):
     """``(id, text)`` of new documents until their jsonl lines hold ``want`` bytes."""
-    written, k = 0, first
+    written, k, order = 0, first, np.zeros(0, np.int64)
     while written < want:
-        pieces = []
-        for text in rng.sample(texts, 4):
-            q = rng.randrange(4)
-            pieces.append(text[q * len(text) // 4 : (q + 1) * len(text) // 4])
-        doc = (f"{lang}-{k}", "".join(pieces))
-        line = json.dumps({"id": doc[0], "text": doc[1]}, ensure_ascii=False)
-        written += len(line.encode()) + 1
-        k += 1
-        yield doc
+        while len(order) < _BATCH:
+            order = np.concatenate([order, rng.permutation(len(enc.docs))])
+        batch, order = order[:_BATCH], order[_BATCH:]
+        ids = np.concatenate([enc.docs[b] for b in batch])
+        bounds = np.cumsum([0] + [len(enc.docs[b]) for b in batch])
+        kinds = enc.kind[ids]
+        swap = rng.random(len(ids)) < SUBSTITUTE
+        for kind, pool in enc.pools.items():
+            sel = swap & (kinds == kind)
+            ids[sel] = pool[rng.integers(0, len(pool), int(sel.sum()))]
+        flat = ids.tolist()
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            doc = (f"{lang}-{k}", "".join([enc.tokens[i] for i in flat[lo:hi]]))
+            line = json.dumps({"id": doc[0], "text": doc[1]}, ensure_ascii=False)
+            written += len(line.encode()) + 1
+            k += 1
+            yield doc
+            if written >= want:
+                return
 
 
 def _tree(root: int) -> dict[int, tuple[str, float, int, int | None]]:

@@ -254,21 +254,18 @@ class IndexShard:
         return out
 
     def verify(self, *parts) -> int:
-        """Decide the forwarded pairs (chunk by chunk: bounded copies); keeps duplicates."""
-        flat = [p for p in _flatten(parts) if len(p[0])]
-        if not flat:
-            return 0
-        edges = np.concatenate([p[0] for p in flat])
-        pool_nodes = np.concatenate([p[1] for p in flat])  # each u has one owner: distinct
-        left = (
-            pool_nodes,
-            np.argsort(pool_nodes),
-            np.concatenate([p[2] for p in flat]),
-            Texts.concat([p[3] for p in flat]),
-        )
-        decided = decide_pairs(edges, left, self._payload(), self.method, self.fixed)
-        self._decided.append(decided)
-        return len(decided[0])
+        """Decide the forwarded pairs, part by part and chunk by chunk (bounded copies);
+        keeps the duplicates."""
+        right, count = self._payload(), 0
+        for edges, nodes, sigs, texts in _flatten(parts):
+            if len(edges) == 0:
+                continue
+            # each part is decided on its own texts: no copy of all of them at once
+            left = (nodes, np.argsort(nodes), sigs, texts)
+            decided = decide_pairs(edges, left, right, self.method, self.fixed)
+            self._decided.append(decided)
+            count += len(decided[0])
+        return count
 
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
         """The decided pairs and their similarity; frees the verification state.
