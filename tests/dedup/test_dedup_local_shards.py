@@ -13,7 +13,7 @@ from dataforge.runtime.barriers._dedup_shards import LocalShards
 
 
 class _Shard:
-    def __init__(self, count, method, fixed) -> None:
+    def __init__(self, count, method, fixed, texts_of) -> None:
         self.calls: list[tuple[str, int]] = []
 
     def add(self, n: int) -> None:

@@ -445,3 +445,29 @@ def test_native_kernels_refuse_bad_arrays(side, message):
         native.own(*good, *side, 2)
     with pytest.raises(ValueError, match="block"):
         native.own(*good, *good, 0)
+
+
+@pytest.mark.parametrize("shingle", ["auto", "jieba"])
+def test_a_shard_shingles_its_texts_as_the_planner_would(shingle, reviews_zh, docs_en):
+    """The planner sends its op to the index shards, which shingle the candidates' texts
+    themselves (``IndexShard.add_texts``): after a pickle round trip (a Ray actor's copy;
+    a set-up jieba segmenter does not travel) the sequences are the planner's own."""
+    import pickle
+
+    from dataforge.ops.dedup.index import IndexShard
+
+    op = Dedup(Dedup.Config(shingle=shingle), OpContext())
+    op.setup()
+    texts = [reviews_zh[0], docs_en[0], reviews_zh[1], ""]
+    langs = ["zh", "en", "zh", "zh"]
+    want = op.verification_texts(pa.array(texts), pa.array(langs))
+    copy = pickle.loads(pickle.dumps(op))
+    shard = IndexShard(1, copy.method, texts_of=copy.verification_texts)
+    table = pa.table({"text": texts, "lang": langs})
+    assert shard.add_texts(np.arange(4), np.zeros((4, 1), np.uint32), table) == 4
+    got = shard._payload()[3]
+    for field in ("shingles", "chars"):
+        w, g = getattr(want, field), getattr(got, field)
+        assert np.array_equal(w.hashes, g.hashes) and np.array_equal(w.offsets, g.offsets)
+    assert got.blocks.tolist() == want.blocks.tolist()
+    assert got.max_owns.tolist() == want.max_owns.tolist()

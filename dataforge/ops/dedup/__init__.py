@@ -220,6 +220,11 @@ class Dedup(BarrierOp):
 
             self._jieba = rjieba
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The planner sends the op to its index shards (verification_texts); a module does
+        # not pickle, and _normalized sets the segmenter up again where it is needed.
+        return {**self.__dict__, "_jieba": None}
+
     # -- parameters shared with the planner ------------------------------------------------
 
     @property

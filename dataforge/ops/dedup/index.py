@@ -15,8 +15,10 @@ as Ray actors (this module has no ray import). Lifecycle of a shard:
 3. Verified methods: ``receive_candidates``; with a screen (MinHash) ``add_signatures`` /
    ``forward_signatures`` / ``screen`` / ``emit_screened`` drop the pairs whose signature
    estimate is far below the threshold (chance band collisions) before any text is read;
-   ``add_payload`` keeps the shingle sequences
-   (and signatures) of the owned candidate nodes; ``forward`` sends each pair ``(u, v)``
+   ``add_texts`` turns the texts of the owned candidate nodes into their shingle
+   sequences (with the planner's ``texts_of``: the dedup op's ``verification_texts``, so
+   that this work spreads over the shards) and keeps them and their signatures
+   (``add_payload``: sequences made elsewhere); ``forward`` sends each pair ``(u, v)``
    with the shingles of ``u`` to the owner of ``v``, whose ``verify`` scores the pair
    (:mod:`dataforge.ops.dedup.verify`: exact Jaccard and own content) and keeps the
    duplicates.
@@ -34,6 +36,8 @@ from __future__ import annotations
 
 import os
 import resource
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -47,6 +51,9 @@ from dataforge.ops.dedup.method import DedupMethod
 from dataforge.ops.dedup.simhash import hamming_pairs
 from dataforge.ops.dedup.template import doc_ngrams, frequent, residues, route_ngrams
 from dataforge.ops.dedup.verify import ResidueRule, Texts, verify_rows
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["IndexShard", "Pool", "decide_pairs"]
 
@@ -63,8 +70,15 @@ def _flatten(parts) -> list:
 class IndexShard:
     """Bucket entries, then candidate pairs and their verification, of one shard."""
 
-    def __init__(self, shards: int, method: DedupMethod, fixed: int = 0) -> None:
+    def __init__(
+        self,
+        shards: int,
+        method: DedupMethod,
+        fixed: int = 0,
+        texts_of: Callable[[pa.Array, pa.Array], Texts] | None = None,
+    ) -> None:
         self.shards = shards
+        self.texts_of = texts_of
         self.method = method
         self.config = method.config
         self.fixed = fixed
@@ -193,6 +207,14 @@ class IndexShard:
         nodes = np.asarray(nodes, dtype=np.int64)
         self._parts.append((nodes, signatures, Texts.empty(len(nodes)) if texts is None else texts))
         return sum(len(p[0]) for p in self._parts)
+
+    def add_texts(self, nodes: np.ndarray, signatures: np.ndarray, texts: pa.Table) -> int:
+        """``add_payload`` with the shingle sequences of ``texts`` (columns text, lang; one
+        row per node) made here by ``texts_of``."""
+        assert self.texts_of is not None, "add_texts needs the shard's texts_of"
+        return self.add_payload(
+            nodes, signatures, self.texts_of(texts.column("text"), texts.column("lang"))
+        )
 
     def _payload(self) -> Pool:
         """The received payload as one pool (concatenated once): ``(nodes, order that

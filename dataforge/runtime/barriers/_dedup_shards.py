@@ -8,11 +8,16 @@ and ``close()``. ``failures`` lists the exceptions that mean "a shard died: retr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from dataforge.ops.dedup.index import IndexShard
 from dataforge.ops.dedup.method import DedupMethod
+from dataforge.ops.dedup.verify import Texts
+
+TextsOf = Callable[[Any, Any], Texts]
+"""The dedup op's ``verification_texts``: (texts, langs) -> what verification compares."""
 
 __all__ = ["LocalShards", "RayShards"]
 
@@ -25,9 +30,16 @@ class LocalShards:
 
     failures: tuple[type[BaseException], ...] = ()
 
-    def __init__(self, count: int, method: DedupMethod, fixed: int = 0, threaded: bool = False):
+    def __init__(
+        self,
+        count: int,
+        method: DedupMethod,
+        fixed: int = 0,
+        threaded: bool = False,
+        texts_of: TextsOf | None = None,
+    ):
         self.count = count
-        self.shards = [IndexShard(count, method, fixed) for _ in range(count)]
+        self.shards = [IndexShard(count, method, fixed, texts_of) for _ in range(count)]
         self._threads = [
             ThreadPoolExecutor(1, thread_name_prefix=f"dataforge-shard-{i}")
             for i in range(count if threaded and count > 1 else 0)
@@ -68,7 +80,9 @@ class LocalShards:
 class RayShards:
     """Index shards as Ray actors; shuffles pass object refs actor to actor."""
 
-    def __init__(self, count: int, method: DedupMethod, fixed: int = 0) -> None:
+    def __init__(
+        self, count: int, method: DedupMethod, fixed: int = 0, texts_of: TextsOf | None = None
+    ) -> None:
         import ray
 
         self._ray = ray
@@ -80,7 +94,7 @@ class RayShards:
             num_cpus=0, max_restarts=0, max_task_retries=0, scheduling_strategy="SPREAD"
         )
         # Not waited for: they start while the caller prepares its first calls.
-        self.actors = [remote.remote(count, method, fixed) for _ in range(count)]
+        self.actors = [remote.remote(count, method, fixed, texts_of) for _ in range(count)]
 
     def call_one(self, shard: int, method: str, *args: Any) -> Any:
         return getattr(self.actors[shard], method).remote(*args)

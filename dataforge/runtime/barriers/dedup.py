@@ -86,10 +86,13 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
     n_prev = 0 if previous_table is None else previous_table.num_rows
 
     def start() -> Any:
+        # The shards shingle their own candidates' texts (op.verification_texts).
         if ctx.ray_available:
-            return RayShards(shards, op.method, n_prev)
+            return RayShards(shards, op.method, n_prev, op.verification_texts)
         # several CPUs: the shards' threads work side by side
-        return LocalShards(shards, op.method, n_prev, threaded=ctx.num_cpus > 1)
+        return LocalShards(
+            shards, op.method, n_prev, threaded=ctx.num_cpus > 1, texts_of=op.verification_texts
+        )
 
     backend = start()  # Ray: the shards' actors start while the keys are assigned
     try:
@@ -150,23 +153,21 @@ def _index_calls(count: int, op: Dedup, signatures: pa.Array, node_keys: np.ndar
 
 
 def _payload_calls(count, op, signatures, node_keys, needed, texts=None) -> Calls:
-    """Signatures and (with ``texts``: a table of text and lang) verification sets of the
-    candidate records, to the shards that own them."""
+    """Signatures and (with ``texts``: a table of text and lang) the texts of the
+    candidate records, to the shards that own them (which shingle them: ``add_texts``)."""
     rows, values = op.method.values(signatures)
     wanted = np.isin(node_keys[rows], needed)
     rows, values = rows[wanted], values[wanted]
     nodes = node_keys[rows]
-    sets = None
-    if texts is not None and len(rows):
-        picked = texts.take(pa.array(rows))
-        sets = op.verification_texts(picked.column("text"), picked.column("lang"))
+    picked = None if texts is None or not len(rows) else texts.take(pa.array(rows))
     owner = nodes % count
     calls = []
     for shard in range(count):
         sel = np.flatnonzero(owner == shard)
-        if len(sel):
-            part = None if sets is None else sets.take(sel)
-            calls.append((shard, "add_payload", (nodes[sel], values[sel], part)))
+        if len(sel) and picked is None:
+            calls.append((shard, "add_payload", (nodes[sel], values[sel], None)))
+        elif len(sel):
+            calls.append((shard, "add_texts", (nodes[sel], values[sel], picked.take(sel))))
     return calls
 
 
