@@ -9,7 +9,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataforge.ops.dedup.buckets import bucket_pair_edges, packed_bucket_pair_edges
+from dataforge.ops.base import OpContext
+from dataforge.ops.dedup import Dedup
+from dataforge.ops.dedup.buckets import bucket_pair_edges, key_owners, packed_bucket_pair_edges
+from dataforge.ops.dedup.index import IndexShard
 from dataforge.ops.dedup.simhash import block_masks, hamming_pairs, table_keys
 
 
@@ -89,3 +92,30 @@ def test_packed_pair_edges_equal_unpacked(entries):
     assert (
         packed_bucket_pair_edges(packed, 3).tolist() == bucket_pair_edges(keys, nodes, 3).tolist()
     )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 30)), max_size=60),
+    st.integers(1, 3),
+)
+def test_minhash_candidates_do_not_depend_on_the_shard_count(entries, partners):
+    """A MinHash shard keeps the high 32 bits of a bucket key: keys that differ only in
+    their low bits share a bucket, on one shard or on several."""
+    method = Dedup(Dedup.Config(max_partners=partners), OpContext()).method
+    assert method.key_bits == 32
+    keys = np.array([(high << 32) | low for high, low, _ in entries], np.uint64)
+    nodes = np.array([n for _, _, n in entries], np.uint32)
+
+    def candidates(count: int) -> list[list[int]]:
+        owner = key_owners(keys, count, method.key_bits)
+        routed = []
+        for i in range(count):
+            shard = IndexShard(count, method)
+            shard.add(keys[owner == i], nodes[owner == i])
+            routed += shard.candidate_edges()
+        edges = np.concatenate([np.zeros((0, 2), np.int64), *routed])
+        return sorted({tuple(sorted(e)) for e in edges.tolist()})
+
+    want = candidates(1)
+    assert all(candidates(count) == want for count in (2, 3, 4))

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAX_NODE", "bucket_pair_edges", "packed_bucket_pair_edges", "route_edges"]
+__all__ = [
+    "MAX_NODE",
+    "bucket_pair_edges",
+    "key_owners",
+    "packed_bucket_pair_edges",
+    "route_edges",
+]
 
 MAX_NODE = (1 << 31) - 1
 
@@ -76,6 +82,16 @@ def unique_edges(edges: np.ndarray) -> np.ndarray:
         return np.zeros((0, 2), dtype=np.int64)
     packed = np.unique((edges[:, 0].astype(np.int64) << 32) | edges[:, 1].astype(np.int64))
     return np.stack([packed >> 32, packed & 0xFFFFFFFF], axis=1)
+
+
+def key_owners(keys: np.ndarray, shards: int, key_bits: int = 64) -> np.ndarray:
+    """The shard that owns each bucket key. A shard keeps only a key's high ``key_bits``
+    bits (MinHash: 32), so the owner is chosen from those bits too: a bucket then holds
+    the same entries, and gives the same candidate pairs, whatever the shard count."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    if key_bits < 64:
+        keys = keys >> np.uint64(64 - key_bits)
+    return keys % np.uint64(shards)
 
 
 def route_edges(edges: np.ndarray, shards: int, both: bool = True) -> list[np.ndarray]:

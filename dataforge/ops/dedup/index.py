@@ -3,9 +3,10 @@
 The planner (``dataforge.runtime.barriers.dedup``) runs ``shards`` of these, in-process or
 as Ray actors (this module has no ray import). Lifecycle of a shard:
 
-1. ``add`` bucket entries whose key it owns (``key % shards``). Stored per entry: the
-   uint32 document key and the bucket key: with ``key_bits == 32`` (MinHash) only its high
-   32 bits (the low bits chose the shard; a false 32-bit match only makes a candidate,
+1. ``add`` bucket entries whose key it owns (:func:`~dataforge.ops.dedup.buckets.key_owners`).
+   Stored per entry: the uint32 document key and the bucket key: with ``key_bits == 32``
+   (MinHash) only its high 32 bits (which also chose the shard, so that a bucket does
+   not depend on the shard count; a false 32-bit match only makes a candidate,
    which verification rejects), packed with the document key into one uint64, so a MinHash
    document with ``b`` bands costs ``8 * b`` bytes spread over the shards; exact keeps 64
    bits, SimHash 64 bits plus the uint64 fingerprint.
@@ -107,7 +108,7 @@ class IndexShard:
         keys = np.asarray(keys, dtype=np.uint64)
         nodes = np.asarray(nodes, dtype=np.uint32)
         if self._packed:
-            # One uint64 per entry: high 32 key bits (the low bits chose the shard) | node.
+            # One uint64 per entry: high 32 key bits (they chose the shard too) | node.
             self._keys.append((keys & np.uint64(0xFFFFFFFF00000000)) | nodes.astype(np.uint64))
         else:
             self._keys.append(keys)

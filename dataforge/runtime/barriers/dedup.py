@@ -10,7 +10,9 @@ driver. Steps (``plan``):
    representative. (The planner holds ids and source ranks for this sort, not signatures.)
 2. **Index.** Signatures are streamed part by part (sorted task order); each record's bucket
    keys (from the method, :class:`dataforge.ops.dedup.method.DedupMethod`) go to index
-   shard ``bucket_key % N``. N = ``index_shards`` (default: the run's CPUs). With the Ray
+   shard ``bucket_key % N`` (of the key bits a shard keeps:
+   :func:`dataforge.ops.dedup.buckets.key_owners`, so that buckets, and the output, do
+   not depend on N). N = ``index_shards`` (default: the run's CPUs). With the Ray
    executor the shards are Ray actors (:class:`dataforge.ops.dedup.index.IndexShard`),
    spread over the cluster; with the local one they are objects in the planning worker,
    each on a thread of its own. Same shards, same calls, same results.
@@ -56,6 +58,7 @@ import pyarrow.parquet as pq
 
 from dataforge.io import fs
 from dataforge.ops.dedup import DECISION_REASON, Dedup
+from dataforge.ops.dedup.buckets import key_owners
 from dataforge.ops.dedup.star import star_clusters
 from dataforge.records import ORD
 from dataforge.runtime.barriers import BarrierContext
@@ -140,7 +143,7 @@ def _index_calls(count: int, op: Dedup, signatures: pa.Array, node_keys: np.ndar
     nodes = np.repeat(node_keys[entries.rows], per_row).astype(np.uint32)
     fps = entries.fingerprints
     fps = None if fps is None else np.repeat(fps, per_row)
-    owner = keys % np.uint64(count)
+    owner = key_owners(keys, count, op.method.key_bits)
     order = np.argsort(owner, kind="stable")
     bounds = np.searchsorted(owner[order], np.arange(count + 1, dtype=np.uint64))
     calls = []
