@@ -23,6 +23,7 @@ interleaved ``--rounds`` times; the medians of wall time and the ratios are prin
 the machine's load average. Not part of ``make test``.
 
     .venv/bin/python benchmarks/peers.py [--rounds 3] [--cpus 2]
+    .venv/bin/python benchmarks/peers.py --copies 20 --rounds 1 --local  # 330 MB
     .venv/bin/python benchmarks/peers.py --copies 6 --no-peer   # ~100 MB, Ray vs in-process
     .venv/bin/python benchmarks/peers.py --copies 6 --no-peer --local  # and executor: local
 """
@@ -189,7 +190,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument(
-        "--copies", type=int, default=1, help="repeat the corpus (1: 15.7 MB; 2: 31 MB; 6: 94 MB)"
+        "--copies",
+        type=int,
+        default=1,
+        help="repeat the corpus (1: 16 MB; 6: 94 MB; 20: 330 MB; 60: 989 MB)",
     )
     parser.add_argument("--no-peer", action="store_true", help="only Ray vs in-process")
     parser.add_argument(
