@@ -175,6 +175,10 @@ def reshard(data: Path, corpus: Path, copies: int = 1) -> tuple[int, float]:
     return sum(map(len, by_lang.values())), sum(sizes.values()) / 1e6
 
 
+def _kept(manifest: Path) -> int:
+    return json.loads(manifest.read_text())["counts"]["total"]["kept"]
+
+
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -230,6 +234,7 @@ def main() -> int:
     envs = {name: env for name in runs}
     print(f"{docs} docs, {mbytes:.1f} MB of text in 16 files; {args.cpus} CPUs")
     seconds: dict[str, list[float]] = {name: [] for name in runs}
+    kept_by_run: dict[str, int] = {}
     loads = []
     for round_ in range(args.rounds):
         for name, cmd in runs.items():
@@ -237,14 +242,16 @@ def main() -> int:
                 shutil.rmtree(out / "datatrove", ignore_errors=True)
             loads.append(os.getloadavg()[0])
             seconds[name].append(timed(cmd, envs[name]))
+            if name != "datatrove":  # the local executor writes the Ray run's output path
+                manifest = out / ("local" if name == "dataforge in-process" else "ray")
+                kept_by_run[name] = _kept(manifest / "manifest.json")
             print(f"  round {round_ + 1}: {name:<22} {seconds[name][-1]:6.1f} s", flush=True)
     median = {name: statistics.median(values) for name, values in seconds.items()}
     print(f"load average (1 min) during the runs: {min(loads):.1f} .. {max(loads):.1f}")
     for name, value in median.items():
         print(f"{name:<22} median {value:6.1f} s  ({', '.join(f'{s:.1f}' for s in seconds[name])})")
-    kept = json.loads((out / "ray" / "manifest.json").read_text())["counts"]["total"]["kept"]
-    local_kept = json.loads((out / "local" / "manifest.json").read_text())["counts"]["total"]
-    assert local_kept["kept"] == kept, "the Ray and in-process runs must keep the same records"
+    kept = kept_by_run["dataforge on Ray"]
+    assert set(kept_by_run.values()) == {kept}, f"every dataforge run keeps the same: {kept_by_run}"
     ray, local = median["dataforge on Ray"], median["dataforge in-process"]
     if "datatrove" in median:
         peer = median["datatrove"]
