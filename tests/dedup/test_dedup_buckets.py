@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 
 from dataforge.ops.base import OpContext
 from dataforge.ops.dedup import Dedup
-from dataforge.ops.dedup.buckets import bucket_pair_edges, key_owners, packed_bucket_pair_edges
+from dataforge.ops.dedup.buckets import bucket_pair_edges, packed_bucket_pair_edges
 from dataforge.ops.dedup.index import IndexShard
+from dataforge.ops.dedup.method import BucketEntries
 from dataforge.ops.dedup.simhash import block_masks, hamming_pairs, table_keys
+from dataforge.runtime.barriers.dedup import _index_calls
 
 
 def test_bucket_pair_edges_small_bucket_gives_all_pairs():
@@ -101,21 +103,23 @@ def test_packed_pair_edges_equal_unpacked(entries):
 )
 def test_minhash_candidates_do_not_depend_on_the_shard_count(entries, partners):
     """A MinHash shard keeps the high 32 bits of a bucket key: keys that differ only in
-    their low bits share a bucket, on one shard or on several."""
-    method = Dedup(Dedup.Config(max_partners=partners), OpContext()).method
+    their low bits share a bucket, on one shard or on several (the planner's routing)."""
+    op = Dedup(Dedup.Config(max_partners=partners), OpContext())
+    method = op.method
     assert method.key_bits == 32
     keys = np.array([(high << 32) | low for high, low, _ in entries], np.uint64)
     nodes = np.array([n for _, _, n in entries], np.uint32)
+    rows = np.arange(len(entries))
+    method.bucket_keys = lambda signatures: BucketEntries(rows, keys.reshape(-1, 1))
 
-    def candidates(count: int) -> list[list[int]]:
-        owner = key_owners(keys, count, method.key_bits)
-        routed = []
-        for i in range(count):
-            shard = IndexShard(count, method)
-            shard.add(keys[owner == i], nodes[owner == i])
+    def candidates(count: int) -> list[tuple[int, int]]:
+        shards = [IndexShard(count, method) for _ in range(count)]
+        for shard, name, args in _index_calls(count, op, None, nodes):
+            getattr(shards[shard], name)(*args)
+        routed = [np.zeros((0, 2), np.int64)]
+        for shard in shards:
             routed += shard.candidate_edges()
-        edges = np.concatenate([np.zeros((0, 2), np.int64), *routed])
-        return sorted({tuple(sorted(e)) for e in edges.tolist()})
+        return sorted({tuple(sorted(e)) for e in np.concatenate(routed).tolist()})
 
     want = candidates(1)
     assert all(candidates(count) == want for count in (2, 3, 4))

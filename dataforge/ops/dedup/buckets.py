@@ -15,6 +15,7 @@ import numpy as np
 __all__ = [
     "MAX_NODE",
     "bucket_pair_edges",
+    "kept_key_bits",
     "key_owners",
     "packed_bucket_pair_edges",
     "route_edges",
@@ -84,14 +85,21 @@ def unique_edges(edges: np.ndarray) -> np.ndarray:
     return np.stack([packed >> 32, packed & 0xFFFFFFFF], axis=1)
 
 
-def key_owners(keys: np.ndarray, shards: int, key_bits: int = 64) -> np.ndarray:
-    """The shard that owns each bucket key. A shard keeps only a key's high ``key_bits``
-    bits (MinHash: 32), so the owner is chosen from those bits too: a bucket then holds
-    the same entries, and gives the same candidate pairs, whatever the shard count."""
+def kept_key_bits(keys: np.ndarray, key_bits: int = 64) -> np.ndarray:
+    """The bits of each bucket key an index shard keeps: the high ``key_bits`` (MinHash: 32;
+    the rest zero). They are the bucket, and they choose its shard (:func:`key_owners`)."""
     keys = np.asarray(keys, dtype=np.uint64)
-    if key_bits < 64:
-        keys = keys >> np.uint64(64 - key_bits)
-    return keys % np.uint64(shards)
+    if key_bits == 64:
+        return keys
+    return keys & np.uint64(((1 << key_bits) - 1) << (64 - key_bits))
+
+
+def key_owners(keys: np.ndarray, shards: int, key_bits: int = 64) -> np.ndarray:
+    """The shard that owns each bucket key, chosen from the bits a shard keeps: a bucket
+    then holds the same entries, and gives the same candidate pairs, whatever the shard
+    count."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    return (keys >> np.uint64(64 - key_bits)) % np.uint64(shards)
 
 
 def route_edges(edges: np.ndarray, shards: int, both: bool = True) -> list[np.ndarray]:

@@ -44,6 +44,7 @@ import numpy as np
 
 from dataforge.ops.dedup.buckets import (
     bucket_pair_edges,
+    kept_key_bits,
     packed_bucket_pair_edges,
     route_edges,
     unique_edges,
@@ -56,9 +57,12 @@ from dataforge.ops.dedup.verify import ResidueRule, Texts, verify_rows
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["IndexShard", "Pool", "decide_pairs"]
+__all__ = ["IndexShard", "Pool", "TextsOf", "decide_pairs"]
 
 _VERIFY_CHUNK = 8192  # pairs per verification step (numpy kernels: their shingles copied once)
+
+TextsOf = Callable[["pa.Array", "pa.Array"], Texts]
+"""The dedup op's ``verification_texts``: (texts, langs) -> what verification compares."""
 
 Pool = tuple[np.ndarray, np.ndarray, "np.ndarray | None", Texts]
 """Documents by node key: ``(nodes, order that sorts them, signatures, texts)``."""
@@ -76,7 +80,7 @@ class IndexShard:
         shards: int,
         method: DedupMethod,
         fixed: int = 0,
-        texts_of: Callable[[pa.Array, pa.Array], Texts] | None = None,
+        texts_of: TextsOf | None = None,
     ) -> None:
         self.shards = shards
         self.texts_of = texts_of
@@ -108,8 +112,8 @@ class IndexShard:
         keys = np.asarray(keys, dtype=np.uint64)
         nodes = np.asarray(nodes, dtype=np.uint32)
         if self._packed:
-            # One uint64 per entry: high 32 key bits (they chose the shard too) | node.
-            self._keys.append((keys & np.uint64(0xFFFFFFFF00000000)) | nodes.astype(np.uint64))
+            # One uint64 per entry: the 32 key bits a shard keeps (the high ones) | node.
+            self._keys.append(kept_key_bits(keys, self.method.key_bits) | nodes.astype(np.uint64))
         else:
             self._keys.append(keys)
             self._nodes.append(nodes)

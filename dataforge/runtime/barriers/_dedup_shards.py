@@ -8,16 +8,11 @@ and ``close()``. ``failures`` lists the exceptions that mean "a shard died: retr
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from dataforge.ops.dedup.index import IndexShard
+from dataforge.ops.dedup.index import IndexShard, TextsOf
 from dataforge.ops.dedup.method import DedupMethod
-from dataforge.ops.dedup.verify import Texts
-
-TextsOf = Callable[[Any, Any], Texts]
-"""The dedup op's ``verification_texts``: (texts, langs) -> what verification compares."""
 
 __all__ = ["LocalShards", "RayShards"]
 

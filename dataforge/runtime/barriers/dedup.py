@@ -167,9 +167,11 @@ def _payload_calls(count, op, signatures, node_keys, needed, texts=None) -> Call
     calls = []
     for shard in range(count):
         sel = np.flatnonzero(owner == shard)
-        if len(sel) and picked is None:
+        if not len(sel):
+            continue
+        if picked is None:
             calls.append((shard, "add_payload", (nodes[sel], values[sel], None)))
-        elif len(sel):
+        else:
             calls.append((shard, "add_texts", (nodes[sel], values[sel], picked.take(sel))))
     return calls
 
