@@ -22,6 +22,7 @@ folder: that is refused before any weights are read.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -113,6 +114,9 @@ def write_export(
             _write_files(tmp, weights, config, info, out_dir)
             if adapter is not None:
                 _write_adapter(tmp / "adapter", *adapter)
+            for path in tmp.rglob("*"):
+                # safetensors writes 0600: an export is read by other users and servers.
+                path.chmod(0o644 if path.is_file() else 0o755)
     except OutputPathError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -149,8 +153,9 @@ def _write_files(
 ) -> None:
     model = config.model
     reason = unsupported_reason(model)
+    info = _portable(info)
     if reason is None:
-        special = _write_tokenizer(tmp, config.tokenizer, config.init_from)
+        special = _write_tokenizer(tmp, config)
         _save_weights(hf_weights(weights, model), tmp / "model.safetensors", out_dir)
         end_of_turn = special.pop("end_of_turn_token_id", None)
         card = hf_config(model, special) | {"dataforge": info}
@@ -163,6 +168,15 @@ def _write_files(
         weights = {k: v.contiguous() for k, v in weights.items()}
         _save_weights(weights, tmp / "model.safetensors", out_dir)
         _write_json(tmp / "config.json", {"model": to_plain(model), **info})
+
+
+def _portable(info: dict) -> dict:
+    """``info`` with the tokenizer named by its directory's name: a local path of the
+    machine that exported means nothing where the export is used."""
+    tokenizer = info.get("tokenizer")
+    if not tokenizer:
+        return info
+    return info | {"tokenizer": str(tokenizer).rstrip("/").rsplit("/", 1)[-1]}
 
 
 def _write_adapter(out: Path, tensors: dict[str, torch.Tensor], card: dict) -> None:
@@ -204,8 +218,9 @@ def _write_json(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False), "utf-8")
 
 
-def _write_tokenizer(out: Path, tokenizer: str | None, init_from: str | None) -> dict[str, Any]:
+def _write_tokenizer(out: Path, config: TrainerConfig) -> dict[str, Any]:
     """Put the tokenizer next to the weights; returns its special ids for config.json."""
+    tokenizer, init_from = config.tokenizer, config.init_from
     if tokenizer:
         from dataforge.tokenization.hf_tokenizer import local_tokenizer_dir
 
@@ -213,7 +228,10 @@ def _write_tokenizer(out: Path, tokenizer: str | None, init_from: str | None) ->
     if tokenizer and (Path(tokenizer) / "spm.model").is_file():
         from dataforge.tokenization.hf_export import end_of_turn_id, write_hf_tokenizer
 
-        special = write_hf_tokenizer(tokenizer, out)
+        clean, add_bos = _pipeline_text_settings(config)
+        special = write_hf_tokenizer(
+            tokenizer, out, clean=clean, add_bos=add_bos, max_seq_len=config.model.max_seq_len
+        )
         return special | {"end_of_turn_token_id": end_of_turn_id(tokenizer)}
     source = tokenizer if tokenizer and Path(tokenizer).is_dir() else init_from
     if source is None:
@@ -225,6 +243,45 @@ def _write_tokenizer(out: Path, tokenizer: str | None, init_from: str | None) ->
         card = json.loads((Path(init_from) / "config.json").read_text(encoding="utf-8"))
         return {k: card.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
     return {}
+
+
+def _pipeline_text_settings(config: TrainerConfig) -> tuple[Any, bool]:
+    """How the pipeline runs that wrote the training streams prepared text, from their
+    ``manifest.json`` (next to a local ``mds/``): the ``clean`` stage's settings (True
+    where no run says: those of the tokenizer's own training text) and whether sequences
+    began with ``<bos>`` (a tokenizing op's ``add_bos``; True where no run says). With
+    several runs the first that says wins."""
+    from dataforge.text.clean import CleanConfig
+
+    clean_fields = {f.name for f in dataclasses.fields(CleanConfig)}
+    found: dict[str, list] = {"clean": [], "add_bos": []}
+    for stage in _pipeline_stages(config):
+        if stage.get("op") == "clean":
+            found["clean"].append({k: v for k, v in stage.items() if k in clean_fields})
+        elif stage.get("op") in ("tokenize", "format_sft", "format_dpo") and "add_bos" in stage:
+            found["add_bos"].append(bool(stage["add_bos"]))
+    for key, values in found.items():
+        if len({json.dumps(v, sort_keys=True) for v in values}) > 1:
+            print(f"[trainer] export: the data's pipelines differ in {key}; using the first")
+    clean = CleanConfig(**found["clean"][0]) if found["clean"] else True
+    return clean, found["add_bos"][0] if found["add_bos"] else True
+
+
+def _pipeline_stages(config: TrainerConfig) -> list[dict]:
+    """The stages of every pipeline run whose manifest lies next to a local data stream."""
+    streams = config.data.loader.get("streams") or []
+    stages = []
+    for stream in streams if isinstance(streams, list) else [streams]:
+        path = stream.get("path") if isinstance(stream, dict) else stream
+        if not isinstance(path, str) or "://" in path:
+            continue
+        try:
+            manifest = json.loads((Path(path).parent / "manifest.json").read_text("utf-8"))
+            run_stages = manifest["config"]["stages"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # no run of ours, or unreadable: nothing recorded to follow
+        stages.extend(s for s in run_stages if isinstance(s, dict))
+    return stages
 
 
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:

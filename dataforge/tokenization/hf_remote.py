@@ -9,6 +9,12 @@ escapes (U+E000 and U+2581 as raw bytes, lone surrogates as U+FFFD), the same wo
 boundaries between CJK ideographs, the same chunking of long texts, and the sentencepiece
 BPE model converted to a ``tokenizers`` BPE with the same merge order (file
 ``dataforge_bpe.json``, written by ``dataforge.tokenization.hf_export``).
+
+Raw text is first normalized as the pipeline's ``clean`` op normalized the training text
+(:class:`TextNormalizer`, settings in ``tokenizer_config.json``'s ``normalization``), so a
+prompt typed with full-width punctuation, traditional characters or odd spaces gets the ids
+the model was trained on. Each stretch of text between special tokens is normalized on its
+own, as ``format_sft`` encodes each turn's content on its own.
 """
 
 from __future__ import annotations
@@ -16,9 +22,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 
 from tokenizers import Tokenizer as BPETokenizer
-from transformers import PreTrainedTokenizer
+from transformers import BatchEncoding, PreTrainedTokenizer
 
 __all__ = ["DataforgeTokenizer"]
 
@@ -75,6 +82,81 @@ def split_long(text: str, size: int = CHUNK_CHARS) -> list[str]:
     return out
 
 
+# The character rules of dataforge.text.clean (steps 1-4, 7 and 8 of clean_text), in
+# Python's re instead of Arrow's RE2: the same classes, the same order.
+_LINE_BREAKS = re.compile(r"\r\n?|[\x0b\x0c\x85\u2028\u2029]")
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffe\uffff]")
+_INVISIBLE = re.compile(r"[\xad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+_FULLWIDTH = {0xFF01 + i: 0x21 + i for i in range(0x5E)} | {0x3000: 0x20}
+_UNICODE_SPACES = re.compile(r"[\xa0\u1680\u2000-\u200a\u202f\u205f\u3000]")
+_BLANK_BEFORE_NEWLINE = re.compile(r"[ \t]+\n")
+_SPACE_RUN_AFTER_TEXT = re.compile(r"([^ \t\n])  +")
+_SPACE_RUN = re.compile("  +")
+NORMALIZATION_KEYS = (
+    "normalization",
+    "fullwidth_to_halfwidth",
+    "remove_invisible",
+    "invalid_utf8",
+    "normalize_whitespace",
+    "keep_indentation",
+    "max_blank_lines",
+    "convert",
+)
+"""The ``clean`` settings (same names) a :class:`TextNormalizer` applies."""
+
+
+class TextNormalizer:
+    """The ``clean`` op's normalization of one string: line breaks, control and invisible
+    characters, the Unicode form, full-width ASCII, U+FFFD, whitespace, OpenCC conversion.
+
+    Markup, URL and e-mail removal are not applied: they remove content, which a prompt
+    keeps (a question about HTML has tags). Python's Unicode tables may be older than
+    Arrow's: characters assigned since normalize as Python knows them.
+    """
+
+    def __init__(self, settings: dict) -> None:
+        unknown = sorted(set(settings) - set(NORMALIZATION_KEYS))
+        if unknown:
+            raise ValueError(
+                f"normalization: unknown keys {unknown}; valid: {', '.join(NORMALIZATION_KEYS)}"
+            )
+        self.settings = dict(settings)
+        get = settings.get
+        self.form = get("normalization", "NFKC")
+        self.fullwidth = get("fullwidth_to_halfwidth", True) and self.form not in ("NFKC", "NFKD")
+        self.remove_invisible = get("remove_invisible", True)
+        self.remove_replacement = get("invalid_utf8", "remove") == "remove"
+        self.whitespace = get("normalize_whitespace", True)
+        indent = get("keep_indentation", True)
+        self.space_run = (_SPACE_RUN_AFTER_TEXT, r"\1 ") if indent else (_SPACE_RUN, " ")
+        keep = int(get("max_blank_lines", 1)) + 1
+        self.blank_lines = (re.compile(f"\n{{{keep + 1},}}"), "\n" * keep)
+        self.convert = None
+        if get("convert"):
+            import opencc  # the recipe converted scripts: its OpenCC is needed here too
+
+            self.convert = opencc.OpenCC(f"{get('convert')}.json").convert
+
+    def __call__(self, text: str) -> str:
+        text = _SURROGATE.sub("\ufffd", text)  # what a reader does before clean
+        text = _CONTROL.sub("", _LINE_BREAKS.sub("\n", text))
+        if self.remove_invisible:
+            text = _INVISIBLE.sub("", text)
+        if self.fullwidth:
+            text = text.translate(_FULLWIDTH)
+        if self.form != "none":
+            text = unicodedata.normalize(self.form, text)
+        if self.remove_replacement:
+            text = text.replace("\ufffd", "")
+        if self.whitespace:
+            text = _BLANK_BEFORE_NEWLINE.sub("\n", _UNICODE_SPACES.sub(" ", text))
+            text = self.space_run[0].sub(self.space_run[1], text)
+            text = self.blank_lines[0].sub(self.blank_lines[1], text).strip(" \t\n")
+        if self.convert is not None and _HAS_CJK.search(text):
+            text = self.convert(text)
+        return text
+
+
 class DataforgeTokenizer(PreTrainedTokenizer):
     """Jieba word boundaries + byte-fallback BPE; ``decode(encode(x)) == x``."""
 
@@ -105,8 +187,14 @@ class DataforgeTokenizer(PreTrainedTokenizer):
         ):
             kwargs.setdefault(key, piece)
         self.add_bos_token = bool(kwargs.pop("add_bos_token", False))
+        # None (an export from before normalization was recorded): text is encoded as given.
+        normalization = kwargs.pop("normalization", None)
+        self.normalizer = TextNormalizer(normalization) if normalization is not None else None
+        user = [t.content for t in self.bpe.get_added_tokens_decoder().values()]
+        user = sorted((t for t in user if t != MARKER and t not in CONTROL), key=len, reverse=True)
+        self._special_text = re.compile("|".join(map(re.escape, user))) if user else None
         kwargs.setdefault("clean_up_tokenization_spaces", False)
-        super().__init__(add_bos_token=self.add_bos_token, **kwargs)
+        super().__init__(add_bos_token=self.add_bos_token, normalization=normalization, **kwargs)
 
     @property
     def vocab_size(self) -> int:
@@ -127,11 +215,33 @@ class DataforgeTokenizer(PreTrainedTokenizer):
         return "".join(out)
 
     def tokenize(self, text: str, **kwargs) -> list[str]:
-        """Pieces of ``text`` exactly as dataforge encodes it (no BOS/EOS added). A text
-        that begins with ``<bos>`` (as the chat template renders a conversation) begins
-        with the BOS piece; ``<bos>`` anywhere else is text."""
-        if text.startswith("<bos>"):
-            return ["<bos>", *self.tokenize(text[len("<bos>") :])]
+        """Pieces of ``text`` as dataforge encodes its normalized form (no BOS/EOS added).
+        A text that begins with ``<bos>`` (as the chat template renders a conversation)
+        begins with the BOS piece; ``<bos>`` anywhere else is text."""
+        return [piece for piece, _, _ in self.pieces_and_spans(text)]
+
+    def pieces_and_spans(self, text: str) -> list[tuple[str, int, int]]:
+        """``(piece, start, end)`` for every piece of ``text``: a special token's own
+        characters, or the whole stretch of text between special tokens that the piece
+        comes from (normalization may rewrite a stretch, so finer offsets are not kept)."""
+        out: list[tuple[str, int, int]] = []
+        start = len("<bos>") if text.startswith("<bos>") else 0
+        if start:
+            out.append(("<bos>", 0, start))
+        specials = self._special_text.finditer(text, start) if self._special_text else ()
+        for match in (*specials, None):
+            end = match.start() if match else len(text)
+            if end > start:
+                out.extend((piece, start, end) for piece in self._encode_text(text[start:end]))
+            if match:
+                out.append((match.group(), match.start(), match.end()))
+                start = match.end()
+        return out
+
+    def _encode_text(self, text: str) -> list[str]:
+        """Pieces of text holding no special token, normalized first."""
+        if self.normalizer is not None:
+            text = self.normalizer(text)
         pieces: list[str] = []
         parts = _ESCAPED.split(_SURROGATE.sub("\ufffd", text))
         for k, part in enumerate(parts):
@@ -172,6 +282,54 @@ class DataforgeTokenizer(PreTrainedTokenizer):
         # unless skip_special_tokens.
         skip = self.control_ids | (set(self.all_special_ids) if skip_special_tokens else set())
         return self.bpe.decode([i for i in token_ids if i not in skip], skip_special_tokens=False)
+
+    def apply_chat_template(self, conversation, *args, **kwargs):
+        """transformers' ``apply_chat_template``; with ``return_assistant_tokens_mask`` the
+        mask is computed here: transformers maps the template's ``{% generation %}`` spans
+        to tokens with a fast tokenizer's offsets, which this tokenizer has not. A token is
+        marked when the text it comes from (:meth:`pieces_and_spans`) overlaps a span."""
+        if not kwargs.get("return_assistant_tokens_mask") or not kwargs.get("tokenize", True):
+            return super().apply_chat_template(conversation, *args, **kwargs)
+        if not kwargs.get("return_dict"):
+            raise ValueError("`return_assistant_tokens_mask=True` needs `return_dict=True`")
+        unsupported = [
+            key
+            for key in ("padding", "truncation", "max_length", "return_tensors", "tokenizer_kwargs")
+            if kwargs.get(key)
+        ]
+        if args or unsupported or isinstance(conversation[0], (list, tuple)):
+            raise ValueError(
+                "with return_assistant_tokens_mask this tokenizer takes one conversation "
+                f"and keyword arguments, without {unsupported or 'padding or tensors'}"
+            )
+        text = super().apply_chat_template(
+            conversation, **(kwargs | {"tokenize": False, "return_assistant_tokens_mask": False})
+        )
+        spans = self._generation_spans(conversation, kwargs)
+        pieces = self.pieces_and_spans(text)
+        ids = [self._convert_token_to_id(piece) for piece, _, _ in pieces]
+        mask = [int(any(s < b and a < e for a, b in spans)) for _, s, e in pieces]
+        return BatchEncoding(
+            {"input_ids": ids, "attention_mask": [1] * len(ids), "assistant_masks": mask}
+        )
+
+    def _generation_spans(self, conversation, kwargs: dict) -> list[tuple[int, int]]:
+        """Character spans of the template's ``{% generation %}`` blocks, from the renderer
+        transformers' own ``apply_chat_template`` uses."""
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        options = ("tools", "documents", "add_generation_prompt", "continue_final_message")
+        skip = {"chat_template", "tokenize", "return_dict", "return_assistant_tokens_mask"}
+        extra = {k: v for k, v in kwargs.items() if k not in skip and k not in options}
+        template = self.get_chat_template(kwargs.get("chat_template"), kwargs.get("tools"))
+        _, spans = render_jinja_template(
+            conversations=[conversation],
+            chat_template=template,
+            return_assistant_tokens_mask=True,
+            **{k: kwargs[k] for k in options if k in kwargs},
+            **(self.special_tokens_map | extra),
+        )
+        return [tuple(span) for span in spans[0]]
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None):
         prefix = f"{filename_prefix}-" if filename_prefix else ""
