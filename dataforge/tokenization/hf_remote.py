@@ -302,10 +302,7 @@ class DataforgeTokenizer(PreTrainedTokenizer):
                 "with return_assistant_tokens_mask this tokenizer takes one conversation "
                 f"and keyword arguments, without {unsupported or 'padding or tensors'}"
             )
-        text = super().apply_chat_template(
-            conversation, **(kwargs | {"tokenize": False, "return_assistant_tokens_mask": False})
-        )
-        spans = self._generation_spans(conversation, kwargs)
+        text, spans = self._render_with_spans(conversation, kwargs)
         pieces = self.pieces_and_spans(text)
         ids = [self._convert_token_to_id(piece) for piece, _, _ in pieces]
         mask = [int(any(s < b and a < e for a, b in spans)) for _, s, e in pieces]
@@ -313,23 +310,23 @@ class DataforgeTokenizer(PreTrainedTokenizer):
             {"input_ids": ids, "attention_mask": [1] * len(ids), "assistant_masks": mask}
         )
 
-    def _generation_spans(self, conversation, kwargs: dict) -> list[tuple[int, int]]:
-        """Character spans of the template's ``{% generation %}`` blocks, from the renderer
-        transformers' own ``apply_chat_template`` uses."""
+    def _render_with_spans(self, conversation, kwargs: dict) -> tuple[str, list[tuple[int, int]]]:
+        """The rendered conversation and the character spans of its ``{% generation %}``
+        blocks, from the renderer transformers' own ``apply_chat_template`` uses."""
         from transformers.utils.chat_template_utils import render_jinja_template
 
         options = ("tools", "documents", "add_generation_prompt", "continue_final_message")
         skip = {"chat_template", "tokenize", "return_dict", "return_assistant_tokens_mask"}
         extra = {k: v for k, v in kwargs.items() if k not in skip and k not in options}
         template = self.get_chat_template(kwargs.get("chat_template"), kwargs.get("tools"))
-        _, spans = render_jinja_template(
+        rendered, spans = render_jinja_template(
             conversations=[conversation],
             chat_template=template,
             return_assistant_tokens_mask=True,
             **{k: kwargs[k] for k in options if k in kwargs},
             **(self.special_tokens_map | extra),
         )
-        return [tuple(span) for span in spans[0]]
+        return rendered[0], [tuple(span) for span in spans[0]]
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None):
         prefix = f"{filename_prefix}-" if filename_prefix else ""
