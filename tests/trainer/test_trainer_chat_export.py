@@ -95,17 +95,25 @@ def _sft_tokens(tokenizer, messages: list[dict]) -> list[int]:
     return list(row["tokens"])
 
 
+def _clean(text: str) -> str:
+    from dataforge.text.clean import CleanConfig, clean_text
+
+    return clean_text(pa.array([text]), CleanConfig()).to_pylist()[0]
+
+
 def test_chat_template_gives_the_ids_format_sft_writes(chat_export):
     hf_tok = transformers.AutoTokenizer.from_pretrained(
         str(chat_export["dir"]), trust_remote_code=True
     )
     tokenizer = chat_export["tokenizer"]
-    full = _sft_tokens(tokenizer, CONVERSATION)
+    # The export normalizes text as clean does (the tokenizer's training text was cleaned).
+    cleaned = [m | {"content": _clean(m["content"])} for m in CONVERSATION]
+    full = _sft_tokens(tokenizer, cleaned)
     assert full[0] == tokenizer.bos_id
     assert hf_tok.apply_chat_template(CONVERSATION) == full
     # the prompt of the last answer: everything up to and including its <|assistant|>
     prompt = hf_tok.apply_chat_template(CONVERSATION[:-1], add_generation_prompt=True)
-    answer = tokenizer.encode(CONVERSATION[-1]["content"]) + [tokenizer.special_tokens[END]]
+    answer = tokenizer.encode(cleaned[-1]["content"]) + [tokenizer.special_tokens[END]]
     assert prompt + answer == full
     assert prompt[-1] == tokenizer.special_tokens["<|assistant|>"]
 
