@@ -206,7 +206,11 @@ def test_sft_then_dpo_from_an_imported_llama(demo, tmp_path, monkeypatch):
 
     hf_tok = transformers.AutoTokenizer.from_pretrained(sft.export_dir, trust_remote_code=True)
     text = "这个商品质量很好，推荐购买。Quality is fine."
-    assert hf_tok(text)["input_ids"] == Tokenizer.load(demo["tokenizer"]).encode(text)
+    # ... which normalizes raw text as clean did (NFKC: "，" is ",") and begins with <bos>.
+    cleaned = text.replace("，", ",")
+    assert hf_tok(text)["input_ids"] == Tokenizer.load(demo["tokenizer"]).encode(
+        cleaned, add_bos=True
+    )
 
     dpo_overrides = _overrides("dpo_tiny", demo, tmp_path / "dpo") + [
         f"init_from={sft.export_dir}",
