@@ -6,8 +6,10 @@ Mistral or Qwen2 tensor names in ``model.safetensors``, ``config.json`` (plus a
 ``dataforge`` entry: stage, step, tokens seen), ``generation_config.json`` and the
 tokenizer. ``transformers.AutoModelForCausalLM.from_pretrained(path)`` loads it. The
 tokenizer is the trainer's tokenizer directory converted to remote code (dataforge
-tokenizers, ``trust_remote_code=True``) or copied (Hugging Face tokenizers, or those of
-the model ``init_from`` imported). A model outside those architectures (LayerNorm, GELU,
+tokenizers, ``trust_remote_code=True``; it normalizes raw text as the training data's
+``clean`` stage did and follows its ``add_bos``, see :func:`_pipeline_text_settings`) or
+copied (Hugging Face tokenizers, or those of the model ``init_from`` imported). Every file
+is 0644 and the card names the tokenizer, not a path of this machine. A model outside those architectures (LayerNorm, GELU,
 biases) is exported in the trainer's own layout (``model`` config + its tensor names),
 which ``init_from`` also reads
 (:mod:`trainer.pretrained`). A LoRA run's export is the merged model plus ``adapter/``, the

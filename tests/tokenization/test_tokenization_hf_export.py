@@ -135,3 +135,22 @@ def test_recorded_settings(tiny_dir, tmp_path):
     config = json.loads((tmp_path / "b" / "tokenizer_config.json").read_text())
     assert config["normalization"] is None and config["add_bos_token"] is False
     assert "bos_token" not in config["chat_template"]
+
+
+def test_remote_code_imports_no_dataforge():
+    """The file copied into exports runs where dataforge is not installed."""
+    import ast
+    import importlib.util
+
+    origin = importlib.util.find_spec("dataforge.tokenization.hf_remote").origin
+    tree = ast.parse(Path(origin).read_text(encoding="utf-8"))
+    imported = {
+        name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for name in (
+            [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        )
+    }
+    allowed = {"__future__", "json", "logging", "os", "re", "unicodedata"}
+    assert imported <= allowed | {"tokenizers", "transformers", "rjieba", "jieba", "opencc"}

@@ -139,6 +139,14 @@ def test_config_follows_training(export):
     assert generation["bos_token_id"] == special["<bos>"]
 
 
+def test_save_pretrained_keeps_the_settings(export, tmp_path):
+    text = "這個，\u3000好"
+    export["hf"].save_pretrained(tmp_path)
+    again = transformers.AutoTokenizer.from_pretrained(str(tmp_path), trust_remote_code=True)
+    assert again(text)["input_ids"] == export["hf"](text)["input_ids"]
+    assert (again.padding_side, again.model_max_length) == ("left", MAX_SEQ_LEN)
+
+
 def test_no_local_paths_and_files_readable_by_all(export):
     root = export["root"]
     files = [p for p in export["dir"].rglob("*") if p.is_file()]
