@@ -37,6 +37,15 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _CJK = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x2FA1F))
 _HAS_CJK = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK) + "]")
 CONTROL = ("<pad>", "<bos>", "<eos>", "<unk>")
+_NOT_WITH_MASK = (
+    "padding",
+    "truncation",
+    "max_length",
+    "return_tensors",
+    "tokenizer_kwargs",
+    "continue_final_message",
+)
+"""``apply_chat_template`` options this tokenizer does not combine with the assistant mask."""
 
 
 def _is_cjk(char: str) -> bool:
@@ -158,7 +167,8 @@ class TextNormalizer:
 
 
 class DataforgeTokenizer(PreTrainedTokenizer):
-    """Jieba word boundaries + byte-fallback BPE; ``decode(encode(x)) == x``."""
+    """Jieba word boundaries + byte-fallback BPE; ``decode(encode(x))`` is ``x`` as the
+    normalization (if any) rewrites it."""
 
     vocab_files_names = {
         "bpe_file": "dataforge_bpe.json",
@@ -292,15 +302,11 @@ class DataforgeTokenizer(PreTrainedTokenizer):
             return super().apply_chat_template(conversation, *args, **kwargs)
         if not kwargs.get("return_dict"):
             raise ValueError("`return_assistant_tokens_mask=True` needs `return_dict=True`")
-        unsupported = [
-            key
-            for key in ("padding", "truncation", "max_length", "return_tensors", "tokenizer_kwargs")
-            if kwargs.get(key)
-        ]
+        unsupported = [key for key in _NOT_WITH_MASK if kwargs.get(key)]
         if args or unsupported or isinstance(conversation[0], (list, tuple)):
             raise ValueError(
                 "with return_assistant_tokens_mask this tokenizer takes one conversation "
-                f"and keyword arguments, without {unsupported or 'padding or tensors'}"
+                f"and keyword arguments, without {', '.join(unsupported or _NOT_WITH_MASK)}"
             )
         text, spans = self._render_with_spans(conversation, kwargs)
         pieces = self.pieces_and_spans(text)
@@ -317,7 +323,8 @@ class DataforgeTokenizer(PreTrainedTokenizer):
 
         options = ("tools", "documents", "add_generation_prompt", "continue_final_message")
         skip = {"chat_template", "tokenize", "return_dict", "return_assistant_tokens_mask"}
-        extra = {k: v for k, v in kwargs.items() if k not in skip and k not in options}
+        skip |= {*options, *_NOT_WITH_MASK}
+        extra = {k: v for k, v in kwargs.items() if k not in skip}
         template = self.get_chat_template(kwargs.get("chat_template"), kwargs.get("tools"))
         rendered, spans = render_jinja_template(
             conversations=[conversation],

@@ -196,3 +196,13 @@ def test_assistant_mask_is_the_sft_loss_mask(export):
     assert 0 < sum(out["assistant_masks"]) < len(out["input_ids"])
     assert hf.apply_chat_template(CONVERSATION) == row["tokens"]
     assert "{% generation %}" in hf.chat_template
+    # TRL's call (tools and template named, None) gives the same; padding is refused.
+    trl = hf.apply_chat_template(
+        CONVERSATION, tools=None, chat_template=None, return_dict=True,
+        return_assistant_tokens_mask=True,
+    )  # fmt: skip
+    assert trl["assistant_masks"] == row["loss_mask"]
+    with pytest.raises(ValueError, match="padding"):
+        hf.apply_chat_template(
+            CONVERSATION, return_dict=True, return_assistant_tokens_mask=True, padding=True
+        )
