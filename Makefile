@@ -40,6 +40,7 @@ demo: setup $(DEMO_DEPS)
 	.venv/bin/dataforge validate pipelines/demo.yaml
 	.venv/bin/dataforge run pipelines/demo.yaml --overwrite
 	.venv/bin/dataforge inspect out/demo --head 2 --verify
+	@echo "next: make demo-train-data (the chat shards trainer/configs/*_tiny.yaml read), then make demo-dpo or make demo-rlhf"
 
 # The whole CPU suite, slow tests included (about 15 minutes on 2 cores).
 test: setup $(TEST_DEPS)

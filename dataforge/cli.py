@@ -184,6 +184,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from dataforge.io.readers import plan_input_tasks
     from dataforge.io.splits import split_summary
 
+    if _names_an_ablation(args.pipeline):
+        return _validate_ablation(args)
     config = _checked_config(args)
     chosen = None if config is None else _executor(args, config)
     if chosen is None:
@@ -196,6 +198,37 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"stages: {[s.op for s in config.stages]}"
     )
     print(chosen[1])
+    return 0
+
+
+def _names_an_ablation(path: str) -> bool:
+    """Whether ``path`` is an ablation file (``dataforge ablate``), not a pipeline; an
+    unreadable file is left to the pipeline checks, which name the problem."""
+    from dataforge.typed_config import ConfigError, read_yaml_file
+    from trainer.ablate.validate import is_ablation_file
+
+    try:
+        return is_ablation_file(read_yaml_file(path, "pipeline file"))
+    except ConfigError:
+        return False
+
+
+def _validate_ablation(args: argparse.Namespace) -> int:
+    """``dataforge validate ABLATION.yaml``: the ablation's checks, nothing run."""
+    from dataforge.runtime.validate import validate_pipeline
+    from trainer.ablate.validate import ablation_problems
+
+    config, problems = ablation_problems(args.pipeline, args.set, validate_pipeline, args.output)
+    for p in problems:
+        print(f"error: {p}", file=sys.stderr)
+    if config is None or problems:
+        return 2
+    variants = ", ".join(f"{v.name} ({config.pipeline_of(v)})" for v in config.variants)
+    print(
+        f"ok: ablation {config.name}: variants {variants}; "
+        f"eval sets {[e.name for e in config.eval]}; seeds {list(config.seeds)}; "
+        f"{config.train.tokens} tokens per model"
+    )
     return 0
 
 
@@ -280,10 +313,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     val = sub.add_parser(
         "validate",
-        help="check a pipeline without running it",
-        description="Check the config, input paths, models and tokenizers, without Ray.",
+        help="check a pipeline (or an ablation file) without running it",
+        description="Check the config, input paths, models and tokenizers, without Ray. "
+        "Given an ablation file (dataforge ablate), check every variant's pipeline, the "
+        "training recipe and the evaluation sets.",
     )
-    val.add_argument("pipeline", metavar="PIPELINE.yaml")
+    val.add_argument("pipeline", metavar="PIPELINE.yaml|ABLATION.yaml")
     val.add_argument(
         "-o", "--output", metavar="OUT", help="check this run directory (default: output.path)"
     )

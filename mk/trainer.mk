@@ -7,7 +7,11 @@ VENV_STAMP ?= .venv/.installed
 TRAINER_SOURCES := $(wildcard trainer/*.py)
 TRAINER_BENCH_DIR := build/bench
 
-.PHONY: bench-trainer test-trainer demo-pretrain demo-sft demo-dpo
+.PHONY: bench-trainer test-trainer demo-pretrain demo-sft demo-dpo demo-train-data
+
+# Every shard the tiny trainer configs read (sft_tiny, dpo_tiny, reward_tiny, rlhf_*_tiny,
+# ppo_tiny); their init_from checkpoints come from the stage before (demo-pretrain, ...).
+demo-train-data: demo-sft-data demo-dpo-data demo-rlhf-data
 
 # Quick start, CPU (trainer/configs/*_tiny.yaml): pretrain on `make demo`'s output, then SFT
 # and DPO from the previous stage's export on the chat demo shards (mk/loader.mk). Each

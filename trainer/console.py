@@ -79,8 +79,15 @@ class Console:
             f"precision {c.train.precision}, parallelism {strategy} on {world_size} x {device}, "
             f"checkpoints every {c.checkpoint.interval} steps to {c.checkpoint.dir}"
         )
+        weights = (
+            f"the weights of init_from {c.init_from}"
+            if c.init_from
+            else f"new weights (train.seed {c.train.seed})"
+        )
         self._print(
-            f"resuming from {resumed} at step {step}" if resumed else "starting from step 0"
+            f"resuming from {resumed} at step {step} (the run began from {weights})"
+            if resumed
+            else f"starting from step 0 with {weights}"
         )
 
     def step(self, record: dict[str, Any]) -> None:

@@ -79,6 +79,10 @@ class Op:
     """Base class of all ops. Subclasses set ``name`` and a nested frozen ``Config``."""
 
     name: ClassVar[str] = ""
+    observed_as: ClassVar[str | None] = None
+    """A distribution the runtime fills from this op's output (``runtime.histograms``):
+    ``"ppl"`` (the scores in ``meta.ppl``) or ``"chars_extracted"`` (text length once
+    pages became main text); None for none."""
 
     @dataclasses.dataclass(frozen=True)
     class Config:

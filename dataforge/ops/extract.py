@@ -76,6 +76,7 @@ class Extract(Mapper):
     """HTML -> main text (see the module docstring)."""
 
     name: ClassVar[str] = "extract"
+    observed_as: ClassVar[str | None] = "chars_extracted"
 
     @dataclasses.dataclass(frozen=True)
     class Config:

@@ -51,6 +51,7 @@ class PerplexityFilter(Filter):
     """Filter documents by KenLM perplexity (per-language models, CCNet buckets)."""
 
     name = "perplexity_filter"
+    observed_as = "ppl"
 
     @dataclasses.dataclass(frozen=True)
     class Config:

@@ -1,7 +1,7 @@
 """Sections of a pipeline run's report, from ``manifest.json`` and the audit folders.
 
-Plots: drop reasons per source; text length before and after, token length of what was
-written; perplexity per source with the cutoffs; dedup cluster sizes with example clusters;
+Plots: drop reasons per source; text length before, after extraction and as written, token
+length of what was written; the web steps' reasons with examples (``report.web``); perplexity per source with the cutoffs; dedup cluster sizes with example clusters;
 the sampling mixture (natural, target, realized); time and CPU per stage. A plot whose stage
 is not in the run is replaced by a note saying so.
 """
@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from dataforge.report.charts import Axes, Figure
 from dataforge.report.page import Plot, Section, table_html
+from dataforge.report.web import web_sections
 from dataforge.runtime.summary import SOURCE_HEADER, STAGE_HEADER, source_rows, stage_rows
 
 __all__ = ["pipeline_sections"]
@@ -52,6 +53,7 @@ def pipeline_sections(out: Path) -> tuple[str, str, list[Section]]:
             table_html(SOURCE_HEADER, source_rows(manifest), text_columns=(5,)),
         ),
         _lengths_section(dists, sources),
+        *web_sections(manifest, out),
         _perplexity_section(manifest, dists, sources),
         _dedup_section(manifest, out),
         _sample_section(manifest),
@@ -133,13 +135,14 @@ def _lengths_section(dists: dict[str, Any], sources: list[str]) -> Section:
         for ax, src in zip(axes, sources, strict=True):
             series = [
                 (k.split("_")[1], hists.get(k, {}).get(src))
-                for k in ("chars_before", "chars_after")
+                for k in ("chars_before", "chars_extracted", "chars_after")
             ]
             _hist_axes(ax, edges, [(k, c) for k, c in series if c])
         return fig
 
-    section.plots.append(Plot("text_length", "Text length per source, as read (before) and "
-                              "as written (after)", chars))  # fmt: skip
+    section.plots.append(Plot("text_length", "Text length per source, as read (before: a web "
+                              "page's HTML), after extract (extracted) and as written (after)",
+                              chars))  # fmt: skip
     if hists.get("tokens_after"):
 
         def tokens():

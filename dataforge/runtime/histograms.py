@@ -1,8 +1,9 @@
 """Distributions a run reports: text length, token length and perplexity per source.
 
 Every task fills fixed, log-spaced histograms (the same bin edges everywhere, so tasks merge
-by adding counts) while it runs: text length of what was read (``before``) and of what a
-final segment writes (``after``), token counts of what is written, and the perplexity the
+by adding counts) while it runs: text length of what was read (``before``: a web page's
+HTML), of the main text the ``extract`` stage kept (``extracted``) and of what a final
+segment writes (``after``), token counts of what is written, and the perplexity the
 ``perplexity_filter`` stage gave to the records it scored (kept and dropped alike). Each
 observation is one Arrow kernel plus ``np.bincount`` over the batch; the merged histograms go
 into ``manifest.json`` under ``distributions`` and feed ``dataforge report``.
@@ -17,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dataforge.records import DROP
+
 __all__ = ["BIN_EDGES", "Distributions", "merge_distributions"]
 
 # Log-spaced edges, 8 bins per decade from 1 to 10^7 (chars, tokens, perplexity); the first
@@ -24,7 +27,7 @@ __all__ = ["BIN_EDGES", "Distributions", "merge_distributions"]
 BIN_EDGES: list[float] = [10 ** (k / 8) for k in range(0, 57)]
 _LOG_EDGES = np.log10(np.asarray(BIN_EDGES))
 _PPL = r'"ppl":\s*(?P<ppl>[-+0-9.eE]+)'
-KINDS = ("chars_before", "chars_after", "tokens_after", "ppl")
+KINDS = ("chars_before", "chars_extracted", "chars_after", "tokens_after", "ppl")
 
 
 def _bin_counts(values: np.ndarray) -> np.ndarray:
@@ -61,6 +64,18 @@ class Distributions:
         if "num_tokens" in live.column_names:
             tokens = live.column("num_tokens").fill_null(0).to_numpy(zero_copy_only=False)
             self._add("tokens_after", live.column("source"), tokens)
+
+    def observe_stage(self, kind: str, batch: pa.Table) -> None:
+        """What an op declares to be observed after it (``Op.observed_as``)."""
+        if kind == "ppl":
+            self.observe_perplexity(batch)
+        elif kind == "chars_extracted":
+            live = batch.filter(pc.is_null(batch.column(DROP)))
+            if live.num_rows:
+                chars = pc.utf8_length(live.column("text").fill_null("")).to_numpy()
+                self._add(kind, live.column("source"), chars)
+        else:
+            raise ValueError(f"observed_as {kind!r}; valid: chars_extracted, ppl")
 
     def observe_perplexity(self, batch: pa.Table) -> None:
         """Perplexities ``perplexity_filter`` wrote to ``meta.ppl`` (rows without one skip)."""

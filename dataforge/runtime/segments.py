@@ -247,8 +247,8 @@ class SegmentRunner:
                 started = _clock()
                 batch = _run_op_isolating_errors(op, batch, stage.batch_size)
                 self._time(stats, stage_index, started)
-                if stage.op == "perplexity_filter":
-                    dists.observe_perplexity(batch)
+                if op.observed_as is not None:
+                    dists.observe_stage(op.observed_as, batch)
             mask = pc.is_null(batch.column(DROP))
             dropped = batch.filter(pc.invert(mask))
             live = batch.filter(mask)
@@ -364,7 +364,8 @@ class _PartSinks:
 
     def write(self, live: pa.Table, dropped: pa.Table) -> None:
         if dropped.num_rows:
-            cols = ["id", "source", DROP, "_ord"] + (["text"] if self.config.output.rejects else [])
+            audit = ["text", "meta"] if self.config.output.rejects else []  # meta: url, WARC ids
+            cols = ["id", "source", DROP, "_ord", *audit]
             table = dropped.select(cols)
             if self.dropped_writer is None:
                 self.dropped_writer = pq.ParquetWriter(self.part / "dropped.parquet", table.schema)

@@ -21,7 +21,7 @@ from dataforge.typed_config import ConfigError
 from trainer.ablate.config import load_ablation
 from trainer.ablate.run import prepare_output, run_ablation
 from trainer.ablate.scoring import BatchLosses, bootstrap_difference, bootstrap_interval
-from trainer.ablate.steps import eval_points
+from trainer.ablate.steps import eval_points, timing_ledger
 
 DOCS = Path(__file__).resolve().parents[2] / "data" / "demo" / "docs_en"
 SPAM = (
@@ -147,6 +147,9 @@ def test_rerun_resumes_to_identical_results(workspace: Path, result: dict) -> No
     )
     for a, b in zip(again["variants"], result["variants"], strict=True):
         assert a["eval"] == b["eval"] and a["tokens_trained"] == b["tokens_trained"]
+        # The rerun trained nothing; the time reported is still the training's.
+        assert a["train_wall_s"] >= b["train_wall_s"] > 1.0
+        assert a["pipeline_wall_s"] >= b["pipeline_wall_s"] > 0.5
     html = (workspace / "out" / "report.html").read_text(encoding="utf-8")
     assert html.count('data-plot="curve-0"') == 1 and "filtered" in html and "<table>" in html
 
@@ -229,3 +232,52 @@ def test_bootstrap_intervals_contain_the_loss_and_pair_the_batches() -> None:
     # b is a shifted by exactly 0.1 nats per token on every batch: the paired interval of
     # the difference is that one value, though each loss alone varies widely.
     assert bootstrap_difference([a], [b], 1000) == pytest.approx([-0.1, -0.1])
+
+
+def _validate(workspace: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dataforge.cli", "validate", str(workspace / "ablation.yaml"),
+         *args],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def test_validate_checks_an_ablation_file_without_running_it(
+    workspace: Path, tmp_path: Path
+) -> None:
+    done = _validate(workspace, "-o", str(tmp_path / "o"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok: ablation corrupted: variants raw (")
+    assert "eval sets ['clean_en']" in done.stdout and f"{TOKENS} tokens" in done.stdout
+    assert not (tmp_path / "o").exists()  # nothing ran, nothing written
+
+
+@pytest.mark.parametrize(
+    ("override", "where", "what"),
+    [
+        ("eval.0.inputs.0.path=heldout/none.jsonl", "eval.clean_en:", "none.jsonl"),
+        ("variants.1.pipeline=missing.yaml", "variants.filtered (", "missing.yaml"),
+        ("train.recipe.model.preset=huge", "train.recipe:", "valid: tiny"),
+        ("train.recipe.data.loader.packing=false", "packing must be true", "packing"),
+        ("train.tokens=0", "train.tokens=0", "valid range"),
+    ],
+)
+def test_validate_names_each_problem_of_an_ablation_file(
+    workspace: Path, override: str, where: str, what: str
+) -> None:
+    done = _validate(workspace, "--set", override)
+    assert done.returncode == 2, done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and where in lines[0] and what in lines[0], lines
+
+
+def test_timing_ledger_sums_every_attempt(tmp_path: Path) -> None:
+    ledger = tmp_path / "seed_1" / "timing.json"
+    with timing_ledger(ledger, "train") as first:
+        sum(range(200_000))
+    with pytest.raises(KeyboardInterrupt), timing_ledger(ledger, "train"):
+        raise KeyboardInterrupt  # an interrupted attempt still counts
+    with timing_ledger(ledger, "train") as total:
+        pass
+    assert total["train_wall_s"] >= first["train_wall_s"] > 0
+    assert json.loads(ledger.read_text(encoding="utf-8")) == total

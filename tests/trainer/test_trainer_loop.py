@@ -277,7 +277,11 @@ def test_export_round_trip_and_init_from(tmp_path, make_config, make_batch, caps
     )
     again = train(untied, "sft", source=ListBatchSource([batch]))
     assert again.losses[0] == pytest.approx(first, abs=1e-5)
-    assert "tie_embeddings False->True" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "tie_embeddings False->True" in out
+    # Each run says what its weights began from.
+    assert "starting from step 0 with new weights (train.seed" in out
+    assert f"starting from step 0 with the weights of init_from {export}" in out
 
 
 def test_tensorboard_events_written(tmp_path, make_config, make_batch):

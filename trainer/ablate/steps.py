@@ -9,6 +9,7 @@ latest checkpoint, and a checkpoint's scores are kept once computed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -16,7 +17,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +30,20 @@ from trainer.config import TrainerConfig, config_from_mapping
 __all__ = [
     "PipelineFailed",
     "check_variants",
+    "eval_pipeline_spec",
     "eval_points",
     "losses_of",
     "mds_tokens",
+    "recipe_probe",
     "run_eval_pipeline",
     "run_variant_pipeline",
     "score_run",
     "steps_for_budget",
+    "timing_ledger",
     "train_run",
     "trainer_config",
+    "variant_overrides",
+    "write_pipeline_file",
 ]
 
 Log = Callable[[str], None]
@@ -51,6 +57,30 @@ def _cpu_seconds() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@contextlib.contextmanager
+def timing_ledger(path: Path, step: str) -> Iterator[dict[str, float]]:
+    """Wall and CPU seconds of one step, summed over every attempt in ``path`` (JSON).
+
+    A resumed ablation reports the time the work took across its attempts, not only the
+    last attempt's (which finds most work done). An attempt that raises (Ctrl-C, SIGTERM,
+    a failure) is counted too; one killed with SIGKILL is not. The dict it yields holds the
+    totals (``STEP_wall_s``, ``STEP_cpu_s``) once the block has ended.
+    """
+    t0, cpu0 = time.perf_counter(), _cpu_seconds()
+    totals: dict[str, float] = {}
+    try:
+        yield totals
+    finally:
+        old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        for unit, spent in (("wall", time.perf_counter() - t0), ("cpu", _cpu_seconds() - cpu0)):
+            key = f"{step}_{unit}_s"
+            totals[key] = round(float(old.get(key, 0.0)) + spent, 3)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps({**old, **totals}), encoding="utf-8")
+        os.replace(tmp, path)
 
 
 def _tokenize_stage(pipeline: str, overrides: list[str]) -> tuple[Any, dict[str, Any]]:
@@ -67,7 +97,8 @@ def _tokenize_stage(pipeline: str, overrides: list[str]) -> tuple[Any, dict[str,
     return config, dataclasses.asdict(stages[-1].params)
 
 
-def _variant_overrides(config: AblationConfig, variant: Variant) -> list[str]:
+def variant_overrides(config: AblationConfig, variant: Variant) -> list[str]:
+    """The ``--set`` items a variant's pipeline runs with (its own, then shared inputs)."""
     sets = list(variant.set)
     if config.inputs:
         sets.append("inputs=" + json.dumps(config.shared_inputs(), ensure_ascii=False))
@@ -87,7 +118,7 @@ def check_variants(config: AblationConfig) -> None:
     tokenizer = config.resolve(config.tokenizer)
     for variant in config.variants:
         pipeline = config.pipeline_of(variant)
-        loaded, params = _tokenize_stage(pipeline, _variant_overrides(config, variant))
+        loaded, params = _tokenize_stage(pipeline, variant_overrides(config, variant))
         used = loaded.locate(params["tokenizer"])
         if _same_place(used) != _same_place(tokenizer):
             raise ConfigError(
@@ -129,34 +160,26 @@ def _kept(manifest: dict[str, Any], out: Path) -> tuple[int, int]:
 
 
 def run_variant_pipeline(config: AblationConfig, variant: Variant, out: Path, log: Log) -> dict:
-    """Run (or resume) a variant's pipeline into ``out``; its records and tokens kept."""
-    t0, cpu0 = time.perf_counter(), _cpu_seconds()
-    manifest = _dataforge_run(
-        config.pipeline_of(variant), out, _variant_overrides(config, variant), log
-    )
+    """Run (or resume) a variant's pipeline into ``out``; its records and tokens kept, and
+    the seconds its runs took (over every attempt: ``pipeline_timing.json`` beside ``out``)."""
+    with timing_ledger(out.parent / "pipeline_timing.json", "pipeline") as spent:
+        manifest = _dataforge_run(
+            config.pipeline_of(variant), out, variant_overrides(config, variant), log
+        )
     records, tokens = _kept(manifest, out)
-    return {
-        "records_kept": records,
-        "tokens_kept": tokens,
-        "pipeline_wall_s": round(time.perf_counter() - t0, 3),
-        "pipeline_cpu_s": round(_cpu_seconds() - cpu0, 3),
-    }
+    return {"records_kept": records, "tokens_kept": tokens, **spent}
 
 
-def run_eval_pipeline(config: AblationConfig, eval_set: EvalSet, root: Path, log: Log) -> str:
-    """The MDS folder of an evaluation set: given, or its raw inputs run through its
-    ``stages`` and tokenized here by the first variant's tokenize stage (so that the ids
-    are the ones the models train on)."""
-    if eval_set.mds is not None:
-        return config.resolve(eval_set.mds)
+def eval_pipeline_spec(config: AblationConfig, eval_set: EvalSet, root: Path) -> dict[str, Any]:
+    """The pipeline that tokenizes a raw evaluation set into ``root/data``: its inputs
+    through its ``stages`` and the first variant's tokenize stage (so that the ids are the
+    ones the models train on)."""
     variant = config.variants[0]
     loaded, params = _tokenize_stage(
-        config.pipeline_of(variant), _variant_overrides(config, variant)
+        config.pipeline_of(variant), variant_overrides(config, variant)
     )
     params = {**params, "tokenizer": loaded.locate(params["tokenizer"])}
-    root.mkdir(parents=True, exist_ok=True)
-    pipeline = root / "pipeline.yaml"
-    spec = {
+    return {
         "name": f"eval_{eval_set.name}",
         "seed": 0,
         "inputs": [
@@ -168,11 +191,25 @@ def run_eval_pipeline(config: AblationConfig, eval_set: EvalSet, root: Path, log
         "stages": [*eval_set.stages, {"op": "tokenize", **params}],
         "output": {"path": str(root / "data"), "format": "mds"},
     }
-    text = json.dumps(spec, ensure_ascii=False, indent=1)  # JSON is YAML
-    if not pipeline.is_file() or pipeline.read_text(encoding="utf-8") != text:
-        tmp = pipeline.with_name(pipeline.name + ".tmp")
+
+
+def write_pipeline_file(path: Path, spec: dict[str, Any]) -> None:
+    """``spec`` as a pipeline file (JSON is YAML), rewritten only when it changed."""
+    text = json.dumps(spec, ensure_ascii=False, indent=1)
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, pipeline)
+        os.replace(tmp, path)
+
+
+def run_eval_pipeline(config: AblationConfig, eval_set: EvalSet, root: Path, log: Log) -> str:
+    """The MDS folder of an evaluation set: given, or its raw inputs tokenized here
+    (:func:`eval_pipeline_spec`)."""
+    if eval_set.mds is not None:
+        return config.resolve(eval_set.mds)
+    pipeline = root / "pipeline.yaml"
+    write_pipeline_file(pipeline, eval_pipeline_spec(config, eval_set, root))
     _dataforge_run(str(pipeline), root / "data", [], log)
     return str(root / "data" / "mds")
 
@@ -218,9 +255,16 @@ def eval_points(steps: int, points: int) -> list[int]:
     return sorted({*range(interval, steps + 1, interval), steps})
 
 
-def trainer_config(config: AblationConfig, mds: str, run_root: Path, seed: int) -> TrainerConfig:
-    """The variant's trainer config: the shared recipe on its data, with its own folders,
-    the seed, and as many steps as its batches need to reach the token budget."""
+def recipe_probe(
+    config: AblationConfig, mds: str, run_root: Path, seed: int
+) -> tuple[dict[str, Any], TrainerConfig]:
+    """The recipe as the trainer mapping of one variant and seed (its data ``mds``, its
+    folders under ``run_root``), and that mapping checked and resolved against the tokenizer
+    and ``init_from`` with one step (the probe that counts the steps of the budget).
+
+    Raises:
+        ConfigError: the recipe is not a valid trainer config, or its model cannot be made.
+    """
     raw = config.trainer_mapping()
     data = dict(raw.get("data") or {})
     loader = dict(data.get("loader") or {})
@@ -237,6 +281,13 @@ def trainer_config(config: AblationConfig, mds: str, run_root: Path, seed: int) 
     probe = resolve_model(
         config_from_mapping({**raw, "optim": {"warmup_steps": 0}}, "train.recipe")
     )
+    return raw, probe
+
+
+def trainer_config(config: AblationConfig, mds: str, run_root: Path, seed: int) -> TrainerConfig:
+    """The variant's trainer config: the shared recipe on its data, with its own folders,
+    the seed, and as many steps as its batches need to reach the token budget."""
+    raw, probe = recipe_probe(config, mds, run_root, seed)
     steps = steps_for_budget(probe, config.train.tokens)
     points = eval_points(steps, config.train.eval_points)
     raw["train"]["max_steps"] = steps
@@ -255,18 +306,17 @@ def trainer_config(config: AblationConfig, mds: str, run_root: Path, seed: int) 
 
 
 def train_run(config: TrainerConfig, log: Log) -> dict[str, Any]:
-    """Train (or resume) one model to the end of its budget; wall and CPU seconds."""
+    """Train (or resume) one model to the end of its budget; wall and CPU seconds over
+    every attempt (``timing.json`` beside the checkpoints)."""
     from trainer.loop import train
 
-    t0, cpu0 = time.perf_counter(), _cpu_seconds()
-    final = Path(config.checkpoint.dir) / f"step_{config.train.max_steps:08d}"
-    if not (final / "meta.json").is_file():
-        log(f"training {config.train.max_steps} steps -> {config.checkpoint.dir}")
-        train(config, "pretrain", resume="auto")
-    return {
-        "train_wall_s": round(time.perf_counter() - t0, 3),
-        "train_cpu_s": round(_cpu_seconds() - cpu0, 3),
-    }
+    root = Path(config.checkpoint.dir)
+    final = root / f"step_{config.train.max_steps:08d}"
+    with timing_ledger(root.parent / "timing.json", "train") as spent:
+        if not (final / "meta.json").is_file():
+            log(f"training {config.train.max_steps} steps -> {config.checkpoint.dir}")
+            train(config, "pretrain", resume="auto")
+    return spent
 
 
 def _tokens_seen(checkpoint: Path) -> int:
