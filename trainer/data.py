@@ -298,6 +298,6 @@ class TokenCoverage:
             )
         epochs = tokens_seen / s.tokens_used if s.tokens_used else 0.0
         return (
-            f"data: {tokens_seen:,} tokens seen = {epochs:.2f} epochs of the {s.tokens_used:,} "
+            f"data: {tokens_seen:,} tokens seen = {epochs:.3f} epochs of the {s.tokens_used:,} "
             f"tokens an epoch trains on (the data holds {s.tokens:,})"
         )

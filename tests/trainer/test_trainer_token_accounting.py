@@ -81,7 +81,7 @@ def test_trainer_logs_tokens_used_and_warns_when_truncation_loses_them(
     seen = [line for line in out.splitlines() if "tokens seen, final loss" in line]
     tokens_seen = int(seen[0].split(" tokens seen")[0].rsplit(" ", 1)[1].replace(",", ""))
     assert lines[-1] == (
-        f"[trainer] data: {tokens_seen:,} tokens seen = {tokens_seen / used:.2f} epochs of the "
+        f"[trainer] data: {tokens_seen:,} tokens seen = {tokens_seen / used:.3f} epochs of the "
         f"{used:,} tokens an epoch trains on (the data holds {total:,})"
     )
     assert len(lines) == (3 if policy == "truncate" else 2)
