@@ -207,8 +207,10 @@ def main() -> int:
           f"shuffle_buffer={args.shuffle_buffer}")  # fmt: skip
 
     cache = tempfile.mkdtemp()
+    # long_samples truncate: the baselines clip long samples too, so all sides see the same tokens
     base = dict(streams=[str(mds)], max_tokens=args.max_tokens, max_seq_len=args.max_seq_len,
-                shuffle_buffer=args.shuffle_buffer, seed=1, cache_dir=cache)  # fmt: skip
+                shuffle_buffer=args.shuffle_buffer, seed=1, cache_dir=cache,
+                long_samples="truncate")  # fmt: skip
     fixed, fixed_fill = fixed_efficiency(clipped, batch, rng, args.max_tokens)
     grouped, grouped_fill = group_by_length_efficiency(clipped, batch, rng, args.max_tokens)
     ours, real0, secs0, fill = loader_pass(LoaderConfig(**base))

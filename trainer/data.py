@@ -15,6 +15,7 @@ DPO batches carry the same keys prefixed ``chosen_`` and ``rejected_``, and opti
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -24,7 +25,8 @@ import torch
 
 from trainer.config import ConfigError, TrainerConfig
 
-if TYPE_CHECKING:  # an annotation only: data and objectives are independent layers
+if TYPE_CHECKING:  # annotations only: data and objectives are independent layers
+    from dataforge.loader.batching import LengthStats
     from trainer.objectives import Objective
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "ListBatchSource",
     "LoaderBatchSource",
     "SyntheticBatchSource",
+    "TokenCoverage",
     "build_batch_source",
     "check_data_vocab",
 ]
@@ -231,3 +234,70 @@ class LoaderBatchSource:
 
     def close(self) -> None:
         self.loader.close()
+
+
+LOST_TOKENS_WARNING = 0.01
+"""Share of an epoch's tokens that truncated or dropped samples may take before the trainer
+warns: a few outliers are expected, more means ``max_seq_len`` or ``long_samples`` does not
+fit the data."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenCoverage:
+    """How many of the data's tokens one epoch of the loader trains on (all ranks)."""
+
+    epoch: int
+    stats: LengthStats
+    long_samples: str
+    max_seq_len: int
+    mode: str
+
+    @classmethod
+    def of(cls, source: BatchSource) -> TokenCoverage | None:
+        """The current epoch's coverage; None for a source other than the loader."""
+        if not isinstance(source, LoaderBatchSource):
+            return None
+        loader = source.loader
+        config = loader.config
+        return cls(loader.epoch, loader.stats, config.long_samples, config.max_seq_len, config.mode)
+
+    def start_lines(self) -> list[str]:
+        """What an epoch trains on, and a warning when more than 1% of the tokens are lost."""
+        s = self.stats
+        share = s.tokens_used / s.tokens if s.tokens else 1.0
+        what = (
+            f"{s.split:,} split into {s.pieces:,} pieces"
+            if self.long_samples == "split"
+            else f"{s.truncated:,} truncated, {s.dropped_long:,} dropped"
+        )
+        lines = [
+            f"data: epoch {self.epoch} trains on {s.tokens_used:,} of the data's {s.tokens:,} "
+            f"tokens ({share:.1%}); samples over max_seq_len {self.max_seq_len} "
+            f"(data.loader.long_samples {self.long_samples}): {what} of {s.samples:,}"
+        ]
+        if s.tokens_lost > LOST_TOKENS_WARNING * s.tokens:
+            fix = (
+                "set long_samples: split to train on every token"
+                if self.mode == "pretrain"
+                else "a larger max_seq_len or shorter samples keep them"
+            )
+            lines.append(
+                f"warning: {1 - share:.1%} of the data's tokens ({s.tokens_lost:,}) never reach "
+                f"the model (data.loader.long_samples {self.long_samples}, max_seq_len "
+                f"{self.max_seq_len}); {fix}"
+            )
+        return lines
+
+    def end_line(self, tokens_seen: int) -> str:
+        """Tokens trained on over the run against the tokens of an epoch."""
+        s = self.stats
+        if self.mode == "dpo":  # both rows of a pair count, so no epoch count
+            return (
+                f"data: {tokens_seen:,} tokens seen in chosen and rejected rows; an epoch's "
+                f"pairs hold {s.tokens_used:,} of the data's {s.tokens:,} (prompt + longer response)"
+            )
+        epochs = tokens_seen / s.tokens_used if s.tokens_used else 0.0
+        return (
+            f"data: {tokens_seen:,} tokens seen = {epochs:.3f} epochs of the {s.tokens_used:,} "
+            f"tokens an epoch trains on (the data holds {s.tokens:,})"
+        )

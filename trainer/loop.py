@@ -26,7 +26,7 @@ from trainer.checkpoint import Checkpointer, check_checkpoint_dir
 from trainer.comm_timing import AllReduceTimer, time_gradient_all_reduce
 from trainer.config import ConfigError, TrainerConfig
 from trainer.console import Console
-from trainer.data import BatchSource, build_batch_source
+from trainer.data import BatchSource, TokenCoverage, build_batch_source
 from trainer.evaluate import Evaluator, build_eval_source
 from trainer.export import check_export_dir, export_weights
 from trainer.lora import apply_lora
@@ -331,6 +331,9 @@ def _train(
         loop |= ckpt.load(latest, stage, objects, source, config.to_json())
     console = Console(config, stage, env.is_main)
     console.start(run.summary, env.world_size, str(env.device), latest, loop["step"])
+    coverage = TokenCoverage.of(source) if env.is_main else None
+    for line in coverage.start_lines() if coverage else ():
+        print(f"[trainer] {line}", flush=True)
     peak = device_peak_flops(env.device, config.train.precision, config.train.peak_tflops)
     # Records past the resumed step were written by the run that died after it; they are
     # recomputed now, so they go (a fresh start keeps none).
@@ -380,6 +383,8 @@ def _train(
     export_weights(run.model, config, env, export_dir, _export_info(run, loop))
     console.export(export_dir)
     console.finish(loop["step"], loop["tokens"], loop["skipped"])
+    if coverage:
+        print(f"[trainer] {coverage.end_line(loop['tokens'])}", flush=True)
     return TrainResult(loop["step"], losses, loop["skipped"], saved, export_dir)
 
 

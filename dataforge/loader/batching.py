@@ -25,12 +25,24 @@ Batch = list[list[int]]
 
 @dataclasses.dataclass
 class LengthStats:
-    """What the long-sample policy did to one epoch's samples."""
+    """What the long-sample policy did to one epoch's samples, and the tokens that remain."""
 
     samples: int = 0
     truncated: int = 0
     dropped_long: int = 0
     dropped_empty: int = 0
+    split: int = 0
+    """Samples cut into pieces of ``max_seq_len`` tokens (``long_samples: split``)."""
+    pieces: int = 0
+    """Rows those samples became."""
+    tokens: int = 0
+    """Tokens of the epoch's samples (their ``num_tokens``)."""
+    tokens_used: int = 0
+    """Tokens that reach a row (all of them unless samples are truncated or dropped)."""
+
+    @property
+    def tokens_lost(self) -> int:
+        return self.tokens - self.tokens_used
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -38,25 +50,45 @@ class LengthStats:
 
 def effective_lengths(
     lengths: np.ndarray, config: LoaderConfig
-) -> tuple[np.ndarray, np.ndarray, LengthStats]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, LengthStats]:
     """Apply the long-sample policy to the lengths of an epoch's samples (read order).
 
+    ``split`` cuts a sample longer than ``max_seq_len`` into pieces of ``max_seq_len``
+    tokens, the last one the remainder; the pieces follow each other in the read order and
+    are then planned like any sample. ``truncate`` keeps the first ``max_seq_len`` tokens
+    (collation cuts them), ``drop`` leaves the sample out; empty samples always go.
+
     Returns:
-        (keep mask, row length of each kept sample after truncation, counts)
+        (position in ``lengths`` of each entry, its first token, its row length, counts);
+        an entry is a whole sample, a truncated one or one piece of a split one.
     """
     lengths = np.asarray(lengths, np.int64)
-    too_long = lengths > config.max_seq_len
+    cap = config.max_seq_len
+    too_long = lengths > cap
     empty = lengths <= 0
     keep = ~empty
     if config.long_samples == "drop":
         keep &= ~too_long
+    positions = np.flatnonzero(keep)
+    starts = np.zeros(len(positions), np.int64)
+    split = config.long_samples == "split"
+    if split:
+        counts = -(-lengths[positions] // cap)
+        first_entry = np.repeat(np.cumsum(counts) - counts, counts)
+        positions = np.repeat(positions, counts)
+        starts = (np.arange(len(positions)) - first_entry) * cap
+    lens = np.minimum(lengths[positions] - starts, cap)
     stats = LengthStats(
         samples=len(lengths),
-        truncated=int((too_long & keep).sum()),
+        truncated=0 if split else int((too_long & keep).sum()),
         dropped_long=int((too_long & ~empty).sum()) if config.long_samples == "drop" else 0,
         dropped_empty=int(empty.sum()),
+        split=int((too_long & keep).sum()) if split else 0,
+        pieces=int((lengths[positions] > cap).sum()) if split else 0,
+        tokens=int(lengths[~empty].sum()),
+        tokens_used=int(lens.sum()),
     )
-    return keep, np.minimum(lengths[keep], config.max_seq_len), stats
+    return positions, starts, lens, stats
 
 
 class SortedBuffer:

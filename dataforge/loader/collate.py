@@ -8,6 +8,13 @@ with no further shift. The last token of every document has label -100, so no
 document's first token is ever the target of the previous document (packing).
 Unshifted labels (``shift_labels=False``, transformers' convention) are the same targets
 one position later: ``labels[t + 1]`` of the shifted form, -100 at each document's start.
+
+A piece of a split sample (``long_samples: split``) is collated as a document of its own:
+its positions restart at 0 and packing gives it its own ``cu_seqlens`` segment. It holds
+the sample's tokens as they are: the first piece keeps the sample's BOS, the last its EOS,
+and no piece gets a new one (a continuation is not a document start, and a BOS there
+would be a token the data never had). The token that ends one piece is not trained to
+predict the first of the next, as at any document boundary.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import torch
 
 from dataforge.loader.config import LoaderConfig
 
-__all__ = ["IGNORE_INDEX", "collate", "dpo_truncation"]
+__all__ = ["IGNORE_INDEX", "collate", "dpo_truncation", "piece"]
 
 IGNORE_INDEX = -100
 
@@ -42,6 +49,16 @@ def _check_num_tokens(sample: dict, length: int) -> None:
             f"sample {sample.get('id', '?')!r}: num_tokens={sample['num_tokens']} but its "
             f"tokens give a row of {length}; the shards are inconsistent"
         )
+
+
+def piece(sample: dict, start: int) -> dict:
+    """A pretrain ``sample`` from token ``start`` on: a later piece of a split sample
+    (:func:`collate` cuts it to ``max_seq_len``); the sample itself when ``start`` is 0."""
+    if start == 0:
+        return sample
+    _check_num_tokens(sample, len(sample["tokens"]))
+    tokens = sample["tokens"][start:]
+    return {**sample, "tokens": tokens, "num_tokens": len(tokens)}
 
 
 def _labels(tokens: np.ndarray, targets: np.ndarray, shift: bool) -> np.ndarray:

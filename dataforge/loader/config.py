@@ -74,7 +74,7 @@ class LoaderConfig:
     max_tokens: int = 16384
     """Token budget per batch, padding included: rows x padded length (DPO: 2 x pairs x length)."""
     max_seq_len: int = 2048
-    """Longest row; longer samples are truncated or dropped (``long_samples``)."""
+    """Longest row; longer samples are split, truncated or dropped (``long_samples``)."""
     bucket_boundaries: Any = "auto"
     """``"auto"``: batches are runs of neighbouring lengths in the sorted shuffle buffer (the
     finest bucketing the buffer allows); a list of ints: additionally a batch never mixes
@@ -87,7 +87,13 @@ class LoaderConfig:
     """Samples held in the bounded buffer that batches (and packed rows) are drawn from."""
     shuffle_block_size: int = 1 << 16
     """Samples shuffled together in the read order after the shard order is shuffled."""
-    long_samples: Literal["truncate", "drop"] = "truncate"
+    long_samples: Literal["auto", "split", "truncate", "drop"] = "auto"
+    """Samples longer than ``max_seq_len``: ``split`` into pieces of ``max_seq_len`` tokens
+    (the last one the remainder), each batched or packed as a document of its own, so every
+    token is trained on (pretrain only); ``truncate`` keeps the start (DPO: see
+    :func:`~dataforge.loader.collate.dpo_truncation`); ``drop`` leaves them out. ``auto``:
+    ``split`` in mode pretrain, ``truncate`` in sft and dpo, where a piece of a conversation
+    or pair would be a sample it never was."""
     pad_to_multiple_of: int = 1
     pad_id: int = 0
     shift_labels: bool = True
@@ -142,6 +148,7 @@ class LoaderConfig:
             )
         if self.packing and self.mode == "dpo":
             raise ValueError("packing=True is not supported in mode 'dpo' (pairs are padded rows)")
+        object.__setattr__(self, "long_samples", _long_sample_policy(self.long_samples, self.mode))
         object.__setattr__(self, "bucket_boundaries", _boundaries(self.bucket_boundaries))
         if self.num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
@@ -182,6 +189,18 @@ class LoaderConfig:
                 value = [dataclasses.asdict(s) for s in value]
             out[field.name] = value
         return out
+
+
+def _long_sample_policy(policy: str, mode: str) -> str:
+    if policy == "auto":
+        return "split" if mode == "pretrain" else "truncate"
+    if policy == "split" and mode != "pretrain":
+        raise ValueError(
+            f"long_samples='split' does not work in mode {mode!r}: a piece of a cut "
+            "conversation or pair is not a sample; valid in that mode: 'truncate', 'drop' "
+            "('split' is for mode 'pretrain')"
+        )
+    return policy
 
 
 def _round_up(n: int, multiple: int) -> int:

@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from dataforge.loader.batching import LengthStats
-from dataforge.loader.collate import collate
+from dataforge.loader.collate import collate, piece
 from dataforge.loader.config import MODE_COLUMNS, LoaderConfig
 from dataforge.loader.plan import EpochPlan, build_epoch_plan
 from dataforge.loader.source import StreamSource
@@ -58,7 +58,10 @@ class _PlannedBatches(IterableDataset):
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         for k in range(start + worker, len(plan), workers):
             try:
-                rows = [[self.source.get(i, self.columns) for i in row] for row in plan.batch(k)]
+                rows = [
+                    [piece(self.source.get(i, self.columns), start) for i, start in row]
+                    for row in plan.batch(k)
+                ]
                 batch = collate(rows, self.config)
             except ValueError as exc:  # corrupt shards or samples (MDSCorruptError is one)
                 # torch re-raises a worker's exception with the worker's traceback in its
@@ -135,7 +138,8 @@ class DataforgeLoader:
 
     @property
     def stats(self) -> LengthStats:
-        """Long-sample counts of the current epoch (all ranks): truncated, dropped_long, ..."""
+        """Long-sample counts and tokens of the current epoch (all ranks): truncated,
+        split, dropped_long, ..., tokens and tokens_used."""
         return self.plan().stats
 
     def __len__(self) -> int:

@@ -49,9 +49,10 @@ def test_padded_batches_never_exceed_budget_and_cover_each_sample_once(
         pad_to_multiple_of=multiple,
         bucket_boundaries=buckets,
         seed=seed,
+        long_samples="truncate",  # one row per sample (test_split_long_samples.py: pieces)
     )
     raw = np.array(lengths)
-    keep, lens, stats = effective_lengths(raw, config)
+    keep, _, lens, stats = effective_lengths(raw, config)
     ids = np.arange(len(raw))[keep]
     eff = dict(zip(ids.tolist(), lens.tolist(), strict=True))
     batches = plan_batches(ids, lens, config, np.random.default_rng(seed))
@@ -75,9 +76,13 @@ def test_padded_batches_never_exceed_budget_and_cover_each_sample_once(
 )
 def test_packed_rows_fit_and_cover_each_sample_once(lengths, max_seq_len, rows, buffer, seed):
     config = _config(
-        max_seq_len=max_seq_len, max_tokens=rows * max_seq_len, packing=True, shuffle_buffer=buffer
+        max_seq_len=max_seq_len,
+        max_tokens=rows * max_seq_len,
+        packing=True,
+        shuffle_buffer=buffer,
+        long_samples="truncate",
     )
-    keep, lens, _ = effective_lengths(np.array(lengths), config)
+    keep, _, lens, _ = effective_lengths(np.array(lengths), config)
     ids = np.arange(len(lengths))[keep]
     eff = dict(zip(ids.tolist(), lens.tolist(), strict=True))
     batches = plan_packed(ids, lens, config, np.random.default_rng(seed))
@@ -153,9 +158,10 @@ def test_stream_weights_choose_exact_counts():
 
 def test_long_sample_policy_counts():
     raw = np.array([5, 50, 0, 200, 100])
-    keep, lens, stats = effective_lengths(raw, _config(max_seq_len=100, max_tokens=100))
+    truncate = _config(max_seq_len=100, max_tokens=100, long_samples="truncate")
+    keep, _, lens, stats = effective_lengths(raw, truncate)
     assert lens.tolist() == [5, 50, 100, 100] and stats.truncated == 1 and stats.dropped_empty == 1
-    keep, lens, stats = effective_lengths(
+    keep, _, lens, stats = effective_lengths(
         raw, _config(max_seq_len=100, max_tokens=100, long_samples="drop")
     )
     assert lens.tolist() == [5, 50, 100] and stats.dropped_long == 1 and stats.truncated == 0

@@ -127,7 +127,8 @@ def test_state_from_other_plan_is_refused(pretrain_dir, cache_dir):
 
 def test_packed_rows_restart_positions_and_never_label_across_documents(pretrain_dir, cache_dir):
     path, samples = pretrain_dir
-    with build_dataloader(_config(path, cache_dir, packing=True, shuffle_buffer=128)) as loader:
+    cfg = _config(path, cache_dir, packing=True, shuffle_buffer=128, long_samples="truncate")
+    with build_dataloader(cfg) as loader:
         real = padded = 0
         for batch in loader:
             ids, labels, pos, mask = (
@@ -226,14 +227,17 @@ def test_missing_column_names_the_column_and_mode(tmp_path, cache_dir, mode, col
 
 def test_long_samples_are_truncated_or_dropped_and_counted(tmp_path, cache_dir):
     samples = write_mds(tmp_path / "long", [10, 300, 40, 129, 128], "pretrain")
-    with build_dataloader(_config(tmp_path / "long", cache_dir)) as loader:
+    truncate = _config(tmp_path / "long", cache_dir, long_samples="truncate")
+    with build_dataloader(truncate) as loader:
         rows = [r for b in loader for r in b["attention_mask"].sum(1).tolist()]
         assert sorted(rows) == [10, 40, 128, 128, 128]
         assert loader.stats.truncated == 2 and loader.stats.dropped_long == 0
+        assert (loader.stats.tokens, loader.stats.tokens_used) == (607, 434)
     with build_dataloader(_config(tmp_path / "long", cache_dir, long_samples="drop")) as loader:
         starts = [s for b in loader for _, _, s in _doc_starts(b["input_ids"])]
         assert sorted(starts) == [0, 2, 4]
         assert loader.stats.dropped_long == 2
+        assert (loader.stats.tokens, loader.stats.tokens_used) == (607, 178)
     assert len(samples) == 5
 
 

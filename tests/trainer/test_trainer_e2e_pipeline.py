@@ -131,10 +131,14 @@ def test_loader_packs_the_pipeline_output_within_budget(pipeline_run: dict, tmp_
             real_tokens += int(batch["attention_mask"].sum())
         stats = loader.stats.as_dict()
     long = sum(n > MAX_SEQ_LEN for n in lengths)
-    assert stats == {"samples": NUM_DOCS, "truncated": long, "dropped_long": 0, "dropped_empty": 0}
-    assert 0 < long < NUM_DOCS  # both paths (cut and whole documents) are exercised
-    # One epoch delivers every document once (long ones cut to max_seq_len).
-    assert real_tokens == sum(min(n, MAX_SEQ_LEN) for n in lengths)
+    pieces = sum(-(-n // MAX_SEQ_LEN) for n in lengths if n > MAX_SEQ_LEN)
+    assert stats == {
+        "samples": NUM_DOCS, "truncated": 0, "dropped_long": 0, "dropped_empty": 0,
+        "split": long, "pieces": pieces, "tokens": sum(lengths), "tokens_used": sum(lengths),
+    }  # fmt: skip
+    assert 0 < long < NUM_DOCS  # both paths (split and whole documents) are exercised
+    # One epoch delivers every token of every document once (long ones in pieces).
+    assert real_tokens == sum(lengths)
 
 
 def test_fifty_pretrain_steps_on_pipeline_output_lower_the_loss(
