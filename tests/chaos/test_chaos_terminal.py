@@ -99,11 +99,15 @@ def test_inspect_json_has_no_raw_control(hostile_dataset: Path, capsys) -> None:
 
 def test_inspect_verify_problems_are_escaped(hostile_dataset: Path, capsys) -> None:
     index = json.loads((hostile_dataset / "index.json").read_text())
-    index["shards"][0]["zip_data"]["basename"] = f"x{TITLE}.mds.zstd"
+    shard = index["shards"][0]["zip_data"]
+    name = f"x{TITLE}.mds.zstd"
+    (hostile_dataset / shard["basename"]).rename(hostile_dataset / name)
+    shard.update(basename=name, bytes=shard["bytes"] + 1)  # the size check names the file
     (hostile_dataset / "index.json").write_text(json.dumps(index))
     assert main(["inspect", str(hostile_dataset), "--verify"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and raw_controls(err[0]) == [] and "x\\x1b]0;pwned\\x07" in err[0]
+    assert len(err) == 1 and raw_controls(err[0]) == [], err
+    assert err[0].startswith("CORRUPT: shard 0: x\\x1b]0;pwned\\x07.mds.zstd has ")
 
 
 def _manifest(reasons: dict[str, int]) -> dict:
