@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import signal
 import sys
@@ -16,6 +15,7 @@ import threading
 from pathlib import Path
 
 from dataforge.lazy import skip_pandas_probe
+from dataforge.text.terminal import printable, printable_json
 
 __all__ = ["main"]
 
@@ -26,6 +26,14 @@ _EXTENSIONS = {"tokenizer": "dataforge.tokenization.cli", "lm": "dataforge.lm.cl
 """Subcommands other packages add (name -> module with ``add_subcommand``). Only the one a
 command line names is imported (``dataforge.lm.cli`` alone took 0.32 s to import, paid by
 every ``dataforge run``); all of them for help and unknown commands."""
+
+
+def _say(*lines: str) -> None:
+    """Each of ``lines`` as one line on stderr, control characters escaped (a newline
+    too): a message may quote a file name, a key or a value from a stranger's data
+    (:mod:`dataforge.text.terminal`)."""
+    for line in lines:
+        print(printable(line), file=sys.stderr, flush=True)
 
 
 def _checked_config(args: argparse.Namespace):
@@ -40,7 +48,7 @@ def _checked_config(args: argparse.Namespace):
     except ConfigError as exc:
         problems = [str(exc)]
     for p in problems:
-        print(f"error: {p}", file=sys.stderr)
+        _say(f"error: {p}")
     return None if problems else config
 
 
@@ -57,7 +65,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if chosen is None:
         return 2
     out = _output_location(args, config)
-    log = lambda m: print(f"[dataforge] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    log = lambda m: _say(f"[dataforge] {m}")  # noqa: E731
     log(chosen[1])
     from dataforge.runtime.cluster import ClusterError
     from dataforge.runtime.progress import RunProgress
@@ -67,37 +75,36 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         manifest = _run_on(chosen[0], config, out, args.address, **run_kwargs)
     except (RunDirError, LeaseHeldError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}")
         return 2
     except StorageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}")
         return 1
     except (AccountingError, ClusterError, RunFailed) as exc:
-        print(f"error: run failed: {exc}", file=sys.stderr)
+        # RunFailed's second line, when it has one, names the file holding the full trace
+        _say(*f"error: run failed: {exc}".split("\n"))
         return 1
     except OSError as exc:  # e.g. a full disk or a permission before any task ran
-        print(f"error: run failed: {one_line(exc, out)}", file=sys.stderr)
+        _say(f"error: run failed: {one_line(exc, out)}")
         return 1
     except KeyboardInterrupt as exc:
-        print(
+        _say(
             f"{_stopped_by(exc)}: {out} holds no complete output; the same command resumes it "
-            "(committed tasks are kept)",
-            file=sys.stderr,
+            "(committed tasks are kept)"
         )
         return 143 if isinstance(exc, Terminated) else 130
     if "://" not in out:  # the report is drawn from local files (object storage: not yet)
         _write_report(Path(out))
     total = manifest["counts"]["total"]
     print(
-        json.dumps(
+        printable_json(
             {
                 "output": str(out),
                 "input": total["input"],
                 "kept": total["kept"],
                 "repeated": total["repeated"],
                 "dropped": total["dropped"],
-            },
-            ensure_ascii=False,
+            }
         )
     )
     return 0
@@ -131,7 +138,7 @@ def _executor(args: argparse.Namespace, config) -> tuple[str, str] | None:
     try:
         name, why = executor_choice(config, args.executor, getattr(args, "address", None))
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}")
         return None
     return name, why
 
@@ -153,9 +160,9 @@ def _write_report(out: Path) -> None:
     try:
         path = write_report(out)
     except Exception as exc:  # noqa: BLE001 - the run succeeded; say why the report did not
-        print(f"[dataforge] report not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+        _say(f"[dataforge] report not written: {type(exc).__name__}: {exc}")
         return
-    print(f"[dataforge] report: {os.path.normpath(path)}", file=sys.stderr, flush=True)
+    _say(f"[dataforge] report: {os.path.normpath(path)}")
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -166,15 +173,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
     try:
         path = write_report(Path(args.path), Path(args.output) if args.output else None)
     except ReportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}")
         return 2
-    print(path)
+    print(printable(path))
     status = run_status(Path(args.path))
     if status not in (None, "complete"):
-        print(
+        _say(
             f"error: {args.path} is a run that did not complete (status {status}); the "
-            f"report at {path} shows what it recorded",
-            file=sys.stderr,
+            f"report at {path} shows what it recorded"
         )
         return 1
     return 0
@@ -193,11 +199,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     tasks = plan_input_tasks(config)
     splits = split_summary(tasks, config.inputs, config.read.split_bytes)
     print(
-        f"ok: {config.name}: {len(config.inputs)} sources, {len(tasks)} files, "
-        f"{sum(t.bytes for t in tasks)} bytes, {splits}, "
-        f"stages: {[s.op for s in config.stages]}"
+        printable(
+            f"ok: {config.name}: {len(config.inputs)} sources, {len(tasks)} files, "
+            f"{sum(t.bytes for t in tasks)} bytes, {splits}, "
+            f"stages: {[s.op for s in config.stages]}"
+        )
     )
-    print(chosen[1])
+    print(printable(chosen[1]))
     return 0
 
 
@@ -241,10 +249,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         with local_dataset(args.path) as path:
             return inspect_path(path, head=args.head, verify=args.verify, as_json=args.json)
     except MDSCorruptError as exc:
-        print(f"error: corrupt dataset: {exc}", file=sys.stderr)
+        _say(f"error: corrupt dataset: {exc}")
         return 1
     except (MDSFormatError, StorageError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}")
         return 2
 
 
@@ -385,8 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except KeyboardInterrupt as exc:
-        print(f"{_stopped_by(exc)}: dataforge {args.command} stopped; what it was writing was "
-              "not put in place", file=sys.stderr)  # fmt: skip
+        _say(f"{_stopped_by(exc)}: dataforge {args.command} stopped; what it was writing was "
+             "not put in place")  # fmt: skip
         return 143 if isinstance(exc, Terminated) else 130
     finally:
         if handle and signal.getsignal(signal.SIGTERM) is _raise_terminated:

@@ -27,6 +27,7 @@ from dataforge.io.mds import (
     shard_file,
     shard_hash,
 )
+from dataforge.text.terminal import printable, printable_json
 
 __all__ = ["InspectError", "inspect_path", "local_dataset", "summarize", "verify_dataset"]
 
@@ -168,32 +169,37 @@ def summarize(path: Path) -> dict[str, Any]:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
+    """Print the summary; names and paths from the dataset are escaped (:func:`printable`)."""
+
+    def out(line: str) -> None:
+        print(printable(line))
+
     ratio = s["bytes_raw"] / s["bytes_compressed"] if s["bytes_compressed"] else 1.0
-    print(f"dataset     {s['path']}")
-    print(f"shards      {s['shards']}    samples {s['samples']}")
-    print(
+    out(f"dataset     {s['path']}")
+    out(f"shards      {s['shards']}    samples {s['samples']}")
+    out(
         f"bytes       raw {s['bytes_raw']:,}  compressed {s['bytes_compressed']:,} "
         f"({s['compression']}, x{ratio:.2f})  hashes {s['hashes']}"
     )
-    print("columns     " + ", ".join(f"{k}:{v}" for k, v in s["columns"].items()))
-    print("per source  " + ", ".join(f"{k}={v}" for k, v in s["per_source"].items()))
+    out("columns     " + ", ".join(f"{k}:{v}" for k, v in s["columns"].items()))
+    out("per source  " + ", ".join(f"{k}={v}" for k, v in s["per_source"].items()))
     for title, key in (
         ("text length (chars)", "text_chars_histogram"),
         ("token length", "token_length_histogram"),
     ):
         if key not in s:
             continue
-        print(f"{title} histogram:")
+        out(f"{title} histogram:")
         for src, bins in s[key].items():
             cells = "  ".join(
                 f"[{b['lo']},{b['hi'] if b['hi'] < 1 << 60 else 'inf'}):{b['count']}" for b in bins
             )
-            print(f"  {src:<14} {cells}")
+            out(f"  {src:<14} {cells}")
     if "perplexity_histogram" in s:
-        print("perplexity histogram:")
+        out("perplexity histogram:")
         for src, bins in s["perplexity_histogram"].items():
             cells = "  ".join(f"[{b['lo']:.0f},{b['hi']:.0f}):{b['count']}" for b in bins)
-            print(f"  {src:<14} {cells}")
+            out(f"  {src:<14} {cells}")
 
 
 def _decode_tokens(root: Path, tokens: np.ndarray) -> str | None:
@@ -266,19 +272,40 @@ def _download_dataset(store: Any, prefix: str, dest: Path) -> None:
                 store.download(rel, dest / info["basename"])
 
 
+def _print_head(samples: list[dict[str, Any]]) -> None:
+    """Print the first samples: a text keeps its lines and tabs; every other control
+    character in it, and any in its id, source or lang, is shown escaped."""
+    for i, record in enumerate(samples):
+        text = str(record.get("text", ""))
+        print(
+            printable(
+                f"--- sample {i}: id={record.get('id')} source={record.get('source')} "
+                f"lang={record.get('lang')} chars={len(text)}"
+            )
+        )
+        print(printable(text[:500], multiline=True) + (" ..." if len(text) > 500 else ""))
+        if "tokens" in record:
+            print(f"  tokens ({len(record['tokens'])}): {record['tokens'][:24]}...")
+            if record.get("decoded") is not None:
+                print(f"  decoded == text: {record['decoded'] == text}")
+
+
 def inspect_path(path: Path, head: int = 0, verify: bool = False, as_json: bool = False) -> int:
-    """Run ``dataforge inspect``. Returns the exit code (1 when --verify finds corruption)."""
+    """Run ``dataforge inspect``. Returns the exit code (1 when --verify finds corruption).
+
+    Every string from the dataset is printed escaped (:mod:`dataforge.text.terminal`).
+    """
     root = dataset_dir(path)
     problems = verify_dataset(root) if verify else []
     if problems:  # a corrupt shard cannot be summarized; report what is wrong
         if as_json:
             print(
-                json.dumps(
+                printable_json(
                     {"path": str(root), "verify": {"ok": False, "problems": problems}}, indent=2
                 )
             )
         for p in problems if not as_json else []:
-            print(f"CORRUPT: {p}", file=sys.stderr)
+            print(f"CORRUPT: {printable(p)}", file=sys.stderr)
         return 1
     summary = summarize(root)
     samples = []
@@ -293,26 +320,11 @@ def inspect_path(path: Path, head: int = 0, verify: bool = False, as_json: bool 
     if as_json:
         out = {**summary, "head": samples}
         if verify:
-            out["verify"] = {"ok": not problems, "problems": problems}
-        print(json.dumps(out, ensure_ascii=False, indent=2, default=str))
-    else:
-        _print_summary(summary)
-        for i, record in enumerate(samples):
-            text = record.get("text", "")
-            print(
-                f"--- sample {i}: id={record.get('id')} source={record.get('source')} "
-                f"lang={record.get('lang')} chars={len(text)}"
-            )
-            print(text[:500] + (" ..." if len(text) > 500 else ""))
-            if "tokens" in record:
-                print(f"  tokens ({len(record['tokens'])}): {record['tokens'][:24]}...")
-                if record.get("decoded") is not None:
-                    same = record["decoded"] == text
-                    print(f"  decoded == text: {same}")
-        if verify:
-            if problems:
-                for p in problems:
-                    print(f"CORRUPT: {p}", file=sys.stderr)
-            else:
-                print(f"verify      ok ({summary['shards']} shards, {summary['samples']} samples)")
-    return 1 if problems else 0
+            out["verify"] = {"ok": True, "problems": []}
+        print(printable_json(out, indent=2, default=str))
+        return 0
+    _print_summary(summary)
+    _print_head(samples)
+    if verify:
+        print(f"verify      ok ({summary['shards']} shards, {summary['samples']} samples)")
+    return 0

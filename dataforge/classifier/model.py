@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
     "ClassifierCard",
     "QualityModel",
     "check_model_dir",
+    "fasttext_file_problem",
     "read_card",
 ]
 
@@ -35,6 +37,10 @@ CARD = "card.json"
 HELDOUT = "heldout.jsonl"
 POSITIVE = "__label__hq"
 NEGATIVE = "__label__lq"
+FASTTEXT_MAGIC = 793712314
+"""The int32 a fastText model file starts with (``FASTTEXT_FILEFORMAT_MAGIC_INT32``)."""
+FASTTEXT_VERSIONS = (11, 12)
+"""Format versions fastText 0.9 reads (the int32 after the magic)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +78,27 @@ def read_card(model_dir: Path) -> ClassifierCard:
         raise ValueError(f"{path}: not a classifier card ({exc})") from exc
 
 
+def fasttext_file_problem(path: Path) -> str | None:
+    """Why ``path`` is not a fastText model, from its first 8 bytes (the magic number and
+    the format version, little-endian int32s); None when they are right. Reads nothing more:
+    a model can be gigabytes, and the loader checks the rest."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError as exc:
+        return f"{path}: unreadable ({exc.strerror or exc})"
+    if len(head) < 8:
+        return f"{path}: {len(head)} bytes, not a fastText model"
+    magic, version = struct.unpack("<ii", head)
+    if magic != FASTTEXT_MAGIC:
+        return (
+            f"{path}: not a fastText model (starts with {head[:4]!r}, not magic {FASTTEXT_MAGIC})"
+        )
+    if version not in FASTTEXT_VERSIONS:
+        return f"{path}: fastText format version {version}; valid: {list(FASTTEXT_VERSIONS)}"
+    return None
+
+
 def check_model_dir(model_dir: Path) -> list[str]:
     """Problems that make ``model_dir`` unusable, without loading the model."""
     model_dir = Path(model_dir)
@@ -79,6 +106,8 @@ def check_model_dir(model_dir: Path) -> list[str]:
         return [
             f"{model_dir}: no {MODEL}; train one with `dataforge classifier train --out {model_dir}`"
         ]
+    if problem := fasttext_file_problem(model_dir / MODEL):
+        return [problem]
     try:
         card = read_card(model_dir)
     except (FileNotFoundError, ValueError) as exc:

@@ -1,9 +1,15 @@
 """The ``url_filter`` op: URL normalization, blocklists, exact URL dedup, per-domain cap.
 
 A barrier stage (the dedup and the cap need every record). Each record's ``meta.url`` is
-normalized (:func:`normalize_url`): scheme and host lower-cased, default port, fragment
-and tracking parameters (``utm_*``, ``fbclid``, ``gclid``...) removed, dot segments
-resolved, query parameters sorted. The result is written to ``meta.url_normalized``.
+parsed as a browser parses it (the WHATWG URL standard, by ``ada-url``), so the host a
+blocklist sees is the host a browser would visit: ``\\`` is a path separator
+(``http://evil.cn\\@good.cn`` is on ``evil.cn``), a host is percent-decoded, mapped by UTS
+46 (NFKC widths, case) and written in ASCII (``中国`` -> ``xn--fiqs8s``), user info is dropped,
+tabs and newlines are removed. Then it is normalized (:func:`normalize_url`): the trailing
+dot of the host, default port, fragment and tracking parameters (``utm_*``, ``fbclid``,
+``gclid``...) removed, dot segments resolved, query parameters sorted. The result is
+written to ``meta.url_normalized``. Listed domains are read the same way
+(:func:`normalize_host`).
 
 Rules, each a drop reason counted in the manifest (first that applies):
 
@@ -12,7 +18,9 @@ reason                   when
 =======================  ==================================================================
 ``url:invalid``          ``meta.url`` is set but is not an http(s) URL with a host
 ``url:blocked_domain``   the host is a listed domain or a subdomain of one (``www.`` ignored)
-``url:blocked_substring`` the normalized URL contains a listed substring (case-insensitive)
+``url:blocked_substring`` the normalized URL, or its readable form (Unicode host, decoded
+                         path and query), contains a listed substring (after NFKC and
+                         case folding of both)
 ``url:duplicate``        (``dedup``) another capture of the same URL (the key ignores the
                          scheme and ``www.``) is later by ``meta.warc_date``; the latest is
                          kept, ties broken by a hash of the id
@@ -28,10 +36,13 @@ Records without ``meta.url`` pass untouched. The planner is
 from __future__ import annotations
 
 import dataclasses
+import functools
 import posixpath
+import unicodedata
 from typing import ClassVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
+import ada_url
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,6 +56,7 @@ __all__ = [
     "KEY",
     "REASON",
     "UrlFilter",
+    "normalize_host",
     "normalize_url",
     "url_key",
 ]
@@ -59,30 +71,63 @@ TRACKING_PARAMS = frozenset({"fbclid", "gclid", "yclid", "msclkid", "dclid", "mc
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _SAFE_PATH = "/%:@!$&'()*+,;=-._~"
 _NO_DATE = np.iinfo(np.int64).min
+_PARTS = (
+    "protocol",
+    "username",
+    "hostname",
+    "port",
+    "pathname",
+    "search",
+)  # only these: all of them doubled the time
 
 
 def normalize_url(url: str) -> str | None:
     """The normalized form of an http(s) URL (see the module docstring); None if invalid."""
     try:
-        parts = urlsplit(url.strip())
-        port = parts.port
+        parts = ada_url.parse_url(url, attributes=_PARTS)
     except ValueError:
         return None
-    scheme = parts.scheme.lower()
-    host = (parts.hostname or "").rstrip(".")
+    scheme = parts["protocol"].rstrip(":")
+    host = parts["hostname"].rstrip(".")
     if scheme not in _DEFAULT_PORTS or not host:
         return None
-    netloc = host if port in (None, _DEFAULT_PORTS[scheme]) else f"{host}:{port}"
-    path = posixpath.normpath(unquote(parts.path)) if parts.path else "/"
-    if parts.path.endswith("/") and not path.endswith("/"):
+    netloc = f"{host}:{parts['port']}" if parts["port"] else host  # a default port is ""
+    path = posixpath.normpath(unquote(parts["pathname"]))
+    if parts["pathname"].endswith("/") and not path.endswith("/"):
         path += "/"
     path = quote(path.replace("//", "/"), safe=_SAFE_PATH)
     query = sorted(
         (k, v)
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        for k, v in parse_qsl(parts["search"].removeprefix("?"), keep_blank_values=True)
         if not k.lower().startswith("utm_") and k.lower() not in TRACKING_PARAMS
     )
     return urlunsplit((scheme, netloc, path, urlencode(query), ""))
+
+
+def normalize_host(name: str) -> str | None:
+    """A host name as :func:`normalize_url` writes it (``ＥＶＩＬ.中国.`` ->
+    ``evil.xn--fiqs8s``); None if ``name`` is not a host name alone (a path, port or user
+    info in it, or no host a browser would accept)."""
+    try:
+        parts = ada_url.parse_url(f"http://{name}/", attributes=_PARTS)
+    except ValueError:
+        return None
+    if parts["pathname"] != "/" or parts["port"] or parts["username"] or parts["search"]:
+        return None
+    return parts["hostname"].rstrip(".") or None
+
+
+def readable_url(normalized: str) -> str:
+    """``normalized`` as a reader would write it: the host in Unicode, the path and query
+    percent-decoded (what a listed substring such as ``赌场`` is compared with)."""
+    parts = urlsplit(normalized)
+    host = ada_url.idna_to_unicode(parts.netloc)
+    rest = normalized.split("://", 1)[1][len(parts.netloc) :]
+    return f"{parts.scheme}://{host}{unquote(rest)}"
+
+
+def _folded(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold()
 
 
 def _site(host: str) -> str:
@@ -133,21 +178,28 @@ class UrlFilter(BarrierOp):
         def __post_init__(self) -> None:
             check_range("url_filter.max_per_domain", self.max_per_domain, 1)
             for d in self.blocked_domains:
-                if not d or "/" in d:
+                if not d or "/" in d or normalize_host(d) is None:
                     raise ValueError(f"url_filter.blocked_domains: {d!r} is not a host name")
 
     @property
     def seed(self) -> int:
         return self.config.seed if self.config.seed is not None else self.context.seed
 
+    @functools.cached_property
+    def _blocked_sites(self) -> tuple[str, ...]:
+        return tuple(_site(normalize_host(d) or "") for d in self.config.blocked_domains)
+
+    @functools.cached_property
+    def _blocked_substrings(self) -> tuple[str, ...]:
+        return tuple(_folded(s) for s in self.config.blocked_substrings if s)
+
     def _blocked(self, normalized: str, domain: str) -> str | None:
-        for blocked in self.config.blocked_domains:
-            b = _site(blocked.lower().rstrip("."))
-            if domain == b or domain.endswith("." + b):
-                return "url:blocked_domain"
-        lowered = normalized.lower()
-        if any(s.lower() in lowered for s in self.config.blocked_substrings):
-            return "url:blocked_substring"
+        if any(domain == b or domain.endswith("." + b) for b in self._blocked_sites):
+            return "url:blocked_domain"
+        if self._blocked_substrings:
+            forms = (_folded(normalized), _folded(readable_url(normalized)))
+            if any(s in form for s in self._blocked_substrings for form in forms):
+                return "url:blocked_substring"
         return None
 
     def prepare(self, batch: pa.Table) -> pa.Table:

@@ -1,11 +1,15 @@
 """The closing summary of a run: a table per source and a table per stage.
 
 Built from ``manifest.json`` alone, so it reads the same for a fresh run and a resumed one.
+A cell is shown escaped (:func:`dataforge.text.terminal.printable`): a drop reason may come
+from the data (a WARC record's type), and no control character in it reaches the terminal.
 """
 
 from __future__ import annotations
 
 from typing import Any, TextIO
+
+from dataforge.text.terminal import printable
 
 __all__ = ["TOP_REASONS", "render_summary", "source_rows", "stage_rows"]
 
@@ -52,8 +56,11 @@ _TEXT = {"top drop reasons"}
 def render_summary(manifest: dict[str, Any], stream: TextIO, rich_output: bool) -> None:
     """Print both tables, with ``rich`` in a terminal, as aligned text otherwise."""
     tables = [
-        ("records per source", SOURCE_HEADER, source_rows(manifest)),
-        ("time per stage", STAGE_HEADER, stage_rows(manifest)),
+        (title, header, [[printable(cell) for cell in row] for row in rows])
+        for title, header, rows in (
+            ("records per source", SOURCE_HEADER, source_rows(manifest)),
+            ("time per stage", STAGE_HEADER, stage_rows(manifest)),
+        )
     ]
     if rich_output:
         from rich.console import Console

@@ -49,7 +49,7 @@ def validate_pipeline(config: PipelineConfig, out: str | None = None) -> list[st
     stages = list(config.stages)
     for i, stage in enumerate(stages):
         op = make_op(stage, config)
-        found = [*op.validate(), *op.check_pipeline(stages, i)]
+        found = [*_op_problems(op), *op.check_pipeline(stages, i)]
         if isinstance(op, BarrierOp):
             try:
                 planner_of(op)
@@ -57,6 +57,15 @@ def validate_pipeline(config: PipelineConfig, out: str | None = None) -> list[st
                 found.append(str(exc))
         problems += [f"stages[{i}] ({stage.op}): {p}" for p in found]
     return problems
+
+
+def _op_problems(op) -> list[str]:
+    """``op.validate()``; a model or tokenizer at a URI it could not fetch is one problem
+    naming the location (``s3://bucket/tok: cannot reach the storage endpoint ...``)."""
+    try:
+        return op.validate()
+    except fs.StorageError as exc:
+        return [str(exc)]
 
 
 def output_reached_through_links(out: Path, config: PipelineConfig) -> list[str]:

@@ -26,7 +26,7 @@ from dataforge.runtime.barriers import url_filter as planner
         ("https://example.com:8443/x?fbclid=1", "https://example.com:8443/x"),
         (
             "http://新闻.中国/路径/页面.html",
-            "http://新闻.中国/%E8%B7%AF%E5%BE%84/%E9%A1%B5%E9%9D%A2.html",
+            "http://xn--efvy88h.xn--fiqs8s/%E8%B7%AF%E5%BE%84/%E9%A1%B5%E9%9D%A2.html",
         ),
         ("http://a.cn/%7Euser/", "http://a.cn/~user/"),
         ("ftp://example.com/file", None),
