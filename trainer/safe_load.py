@@ -12,9 +12,12 @@ pickles, which can name any function to call while they load:
   :func:`read_dcp_metadata` unpickles ``.metadata`` through an allow-list of the classes torch
   writes there (checked against a real save in tests/trainer/test_checkpoint_safety.py) and
   checks every entry, and :func:`load_dcp` hands ``dcp.load`` that checked metadata and a
-  planner that reads the values with ``weights_only=True``.
+  planner that reads the values with ``weights_only=True``. The few private torch names a
+  real ``.metadata`` holds appear here only as allow-list strings, resolved by pickle.
 
-A file refused is a :class:`~trainer.config.ConfigError` naming it (one line, exit 2).
+:func:`read_meta` and :func:`read_train_state` read a checkpoint's ``meta.json`` and
+``train_state.pt`` for resume and export. A file refused is a
+:class:`~trainer.config.ConfigError` naming it (one line, exit 2).
 """
 
 from __future__ import annotations
@@ -223,8 +226,8 @@ def read_meta(path: Path) -> dict[str, Any]:
 
 
 def read_train_state(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``train_state.pt`` of checkpoint ``path`` (read as data, :mod:`trainer.safe_load`) and
-    the run's config saved in it, as a plain mapping.
+    """``train_state.pt`` of checkpoint ``path`` (:func:`load_torch_file`) and the run's
+    config saved in it, as a plain mapping.
 
     Raises:
         ConfigError: the file is unreadable, forged, or lacks a key a save writes.
