@@ -50,6 +50,7 @@ from dataforge.io.owned_output import (
 from trainer.config import CheckpointConfig, ConfigError
 from trainer.model_state import DCP_DIR, load_weights, sharded_state
 from trainer.parallel import DistEnv, barrier
+from trainer.safe_load import load_torch_file, read_meta, read_train_state
 
 __all__ = ["Checkpointer", "check_checkpoint_dir", "fsync_dir"]
 
@@ -304,9 +305,10 @@ class Checkpointer:
                 be resumed with the current config (``config_json``): a changed
                 ``train.max_steps`` (the schedule is laid out over it), a model or data
                 loader that no longer fits the saved state (the message names the keys
-                that changed).
+                that changed); a file in it that is unreadable or forged (read as data
+                only, :mod:`trainer.safe_load`).
         """
-        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        meta = read_meta(path)
         if meta["stage"] != stage:
             raise ConfigError(f"{path} is a {meta['stage']!r} checkpoint, not {stage!r}")
         saved_dp = meta.get("dp", meta["world_size"])
@@ -317,17 +319,18 @@ class Checkpointer:
                 "(keep distributed.dp, changing tp or pp freely, or --from-scratch with "
                 "init_from)"
             )
-        # mmap: ranks on one node share the page cache instead of each holding a copy.
-        state = torch.load(path / "train_state.pt", mmap=True, weights_only=True)
-        saved, current = json.loads(state["config"]), json.loads(config_json)
+        state, saved = read_train_state(path)
+        current = json.loads(config_json)
         _check_max_steps(path, saved, current)
         try:
             load_weights(path / DCP_DIR, state, objects["model"], objects["optimizer"], self.env)
+        except ConfigError:
+            raise  # a forged or unreadable file: not a changed config
         except (RuntimeError, KeyError, ValueError) as exc:
             raise _mismatch(path, "the model", saved, current, ("model",)) from exc
         objects["scheduler"].load_state_dict(state["scheduler"])
         objects["scaler"].load_state_dict(state["scaler"])
-        rank_state = torch.load(path / f"rank_{self.env.dp_rank:05d}.pt", weights_only=True)
+        rank_state = load_torch_file(path / f"rank_{self.env.dp_rank:05d}.pt", ("rng", "data"))
         _set_rng_state(rank_state["rng"], self.env.device)
         try:
             source.load_state_dict(rank_state["data"])

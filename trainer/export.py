@@ -42,6 +42,7 @@ from trainer.hf_model import hf_config, hf_weights, is_hf_model_dir, unsupported
 from trainer.lora import merge_lora, peft_adapter
 from trainer.model_state import DCP_DIR, read_sharded_weights
 from trainer.parallel import DistEnv, barrier
+from trainer.safe_load import read_meta, read_train_state
 
 __all__ = [
     "TOKENIZER_FILES",
@@ -304,11 +305,37 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
             f"{checkpoint}: not a complete checkpoint (needs meta.json and train_state.pt; "
             "give a <checkpoint.dir>/step_N directory)"
         )
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    state = torch.load(checkpoint / "train_state.pt", mmap=True, weights_only=True)
-    config = config_from_mapping(json.loads(state["config"]), f"{checkpoint}/train_state.pt")
+    meta = read_meta(checkpoint)
+    state, saved = read_train_state(checkpoint)
+    config = config_from_mapping(saved, f"{checkpoint}/train_state.pt")
     loop = state["loop"]
     info = {"stage": meta["stage"], "step": meta["step"], "tokens_seen": loop.get("tokens", 0)}
-    weights = state["model"] if "model" in state else read_sharded_weights(checkpoint / DCP_DIR)
-    write_export(weights, config, out_dir, info | {"tokenizer": config.tokenizer})
+    weights = _checkpoint_weights(checkpoint, state)
+    try:
+        write_export(weights, config, out_dir, info | {"tokenizer": config.tokenizer})
+    except KeyError as exc:
+        raise ConfigError(f"{checkpoint}: no weight {exc} in it, which its model has") from None
     return out_dir
+
+
+def _checkpoint_weights(checkpoint: Path, state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The model weights of a checkpoint, read as data (:mod:`trainer.safe_load`): the full
+    state dict in ``train_state.pt``, or else its distributed checkpoint.
+
+    Raises:
+        ConfigError: the weights are not tensors by name, or the distributed checkpoint is
+            forged or does not hold what its index declares.
+    """
+    if "model" not in state:
+        try:
+            return read_sharded_weights(checkpoint / DCP_DIR)
+        except ConfigError:
+            raise
+        except ValueError as exc:
+            raise ConfigError(f"{checkpoint}: its weights do not load ({exc})") from None
+    weights = state["model"]
+    if not isinstance(weights, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in weights.items()
+    ):
+        raise ConfigError(f"{checkpoint}/train_state.pt: its 'model' is not tensors by name")
+    return weights

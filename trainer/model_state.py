@@ -36,12 +36,17 @@ def sharded_state(model: Any, optimizer: Any) -> dict[str, Any]:
 
 def load_weights(folder: Path, state: dict, model: Any, optimizer: Any, env: DistEnv) -> None:
     """Restore model and optimizer from ``state`` (``train_state.pt``: full state dicts)
-    or, where it holds none, from the distributed checkpoint ``folder`` (into any mesh)."""
+    or, where it holds none, from the distributed checkpoint ``folder`` (into any mesh).
+
+    Raises:
+        ConfigError: a forged or unreadable distributed checkpoint (:mod:`trainer.safe_load`).
+        ValueError, KeyError, RuntimeError: the saved state does not fit ``model``.
+    """
     if "model" not in state:
-        import torch.distributed.checkpoint as dcp
+        from trainer.safe_load import load_dcp
 
         sharded = sharded_state(model, optimizer)
-        dcp.load(sharded, checkpoint_id=folder)
+        load_dcp(sharded, folder)
         options = StateDictOptions(flatten_optimizer_state_dict=True)
         set_state_dict(
             model,
@@ -77,14 +82,19 @@ def _stage_optimizer_state(optim_state: dict, names: set[str]) -> dict:
 
 
 def read_sharded_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """The model's full weights from a distributed checkpoint folder (one process)."""
-    import torch.distributed.checkpoint as dcp
+    """The model's full weights from a distributed checkpoint folder (one process).
 
-    metadata = dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+    Raises:
+        ConfigError: a forged or unreadable checkpoint (:mod:`trainer.safe_load`).
+        ValueError: its files do not hold what its index declares.
+    """
+    from trainer.safe_load import load_dcp, read_dcp_metadata
+
+    metadata = read_dcp_metadata(folder).state_dict_metadata
     weights = {
         key[len("model.") :]: torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
         for key, meta in metadata.items()
         if key.startswith("model.") and hasattr(meta, "size")
     }
-    dcp.load({"model": weights}, checkpoint_id=folder)
+    load_dcp({"model": weights}, folder)
     return weights

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from dataforge.typed_config import from_mapping
@@ -26,22 +27,27 @@ __all__ = ["load_exported", "pretrained_model_config", "resolve_model", "tokeniz
 
 def load_exported(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """Model config and trainer-named float32 weights of an export or of a Hugging Face
-    model directory (Llama, Mistral, Qwen2; sharded safetensors included).
+    model directory (Llama, Mistral, Qwen2; sharded safetensors included). Only JSON and
+    safetensors are read, formats that hold no code (never a pickle such as ``.bin``).
 
     Raises:
-        ConfigError: missing files, an unsupported architecture, or missing tensors.
+        ConfigError: missing files, an unsupported architecture, missing tensors, or a
+            weights file that is not safetensors.
     """
     path = Path(path)
     where = f"init_from {str(path)!r}"
     if is_hf_model_dir(path):
         card = json.loads((path / "config.json").read_text(encoding="utf-8"))
         config = model_config_from_hf(card, where)
-        weights = trainer_weights(read_hf_weights(path), config, where)
+        try:
+            weights = trainer_weights(read_hf_weights(path), config, where)
+        except SafetensorError as exc:
+            raise ConfigError(f"{where}: a weights file is not safetensors ({exc})") from None
         return config, {k: v.float() for k, v in weights.items()}
     try:
         card = json.loads((path / "config.json").read_text(encoding="utf-8"))
         weights = load_file(str(path / "model.safetensors"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, SafetensorError) as exc:
         raise ConfigError(f"{where}: not a trainer export or Hugging Face model: {exc}") from exc
     if not isinstance(card, dict) or "model" not in card:
         raise ConfigError(f"{where}: config.json has neither model_type nor a trainer 'model'")
