@@ -70,21 +70,22 @@ if __name__ == "__main__":  # its executor spawns worker processes
 """
 
 
-def ensure_venv(venv: Path) -> Path:
+def ensure_venv(venv: Path, packages: tuple[str, ...] = PEERS) -> Path:
+    """A virtualenv with ``packages`` (made once; ``.installed`` lists them)."""
     python = venv / "bin" / "python"
     if (venv / ".installed").exists():
         return python
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", *PEERS], check=True)
-    (venv / ".installed").write_text(" ".join(PEERS) + "\n")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
+    (venv / ".installed").write_text(" ".join(packages) + "\n")
     return python
 
 
-def build_corpus(corpus: Path, pages: int, files: int) -> int:
-    """``files`` WARC files of about ``pages`` pages (2/3 zh news, 1/3 en docs)."""
+def demo_pages(pages: int) -> list:
+    """About ``pages`` web pages of demo text (2/3 zh news, 1/3 en docs)."""
     import importlib.util
 
-    from webkit import make_pages, write_warc
+    from webkit import make_pages
 
     spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
     fixtures = importlib.util.module_from_spec(spec)
@@ -93,7 +94,14 @@ def build_corpus(corpus: Path, pages: int, files: int) -> int:
 
     zh = [t for t in read_demo_texts("news_zh", pages * 2) if len(t) >= 300][: pages * 2 // 3]
     en = [t for t in read_demo_texts("docs_en", 400) if len(t) >= 300][: pages - len(zh)]
-    all_pages = make_pages(zh, en)
+    return make_pages(zh, en)
+
+
+def build_corpus(corpus: Path, pages: int, files: int) -> int:
+    """``files`` WARC files of about ``pages`` pages (2/3 zh news, 1/3 en docs)."""
+    from webkit import write_warc
+
+    all_pages = demo_pages(pages)
     corpus.mkdir(parents=True, exist_ok=True)
     for k in range(files):
         write_warc(corpus / f"part-{k:03d}.warc.gz", all_pages[k::files], extras=False)
