@@ -118,3 +118,17 @@ def test_one_of_model_or_models(params):
 
     with pytest.raises(ValueError, match="give model: DIR or models: {lang: DIR}, one of the two"):
         QualityClassifier.Config(**params)
+
+
+def test_after_lang_id_the_languages_it_keeps_are_checked(trained):
+    from dataforge.ops.base import OpContext
+    from dataforge.ops.quality_classifier import QualityClassifier
+
+    _, zh_model = trained("zh")
+    config = QualityClassifier.Config(model=str(zh_model), min_score=0.5)
+    context = OpContext(sources={"web": "zh"}, record_langs=("zh", "en"))
+    assert QualityClassifier(config, context).validate() == [
+        "lang_id keeps 'en', which no model serves (models trained on ['zh']); its records "
+        "would pass unscored: add models: {en: DIR} or set allow_language_mismatch: true"
+    ]
+    assert QualityClassifier(config, OpContext(record_langs=("zh",))).validate() == []
