@@ -80,8 +80,8 @@ class Decontaminate(BarrierOp):
         mode: Literal["drop", "cut"] = "drop"
         """``drop`` the document, or ``cut`` the lines that hold matches."""
         word_ngram: int = 13
-        """Words per n-gram for non-Chinese text: 13, as GPT-3's decontamination; a
-        13-word run is rare outside copies, and any 15-word quote holds three of them."""
+        """Tokens per n-gram for a field mostly of words: 13, as GPT-3's decontamination;
+        a 13-word run is rare outside copies, and any 15-word quote holds three of them."""
         char_ngram: int = 25
         """Tokens per n-gram for a field whose tokens are mostly Chinese characters: about
         13 words' worth (a Chinese word averages under two characters); stock phrases

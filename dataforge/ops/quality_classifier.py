@@ -148,21 +148,16 @@ class QualityClassifier(BarrierOp):
             self.models[key] = QualityModel(model_dir, threads=self.config.threads)
         self.routes = self._routes({k: m.card.scope for k, m in self.models.items()})
 
-    def prepare(self, batch: pa.Table) -> pa.Table:
-        """Score the rows: ``_qc_score`` (NaN: a language no model serves), ``_qc_tie``
-        (the keyed id hash) and the meta keys of the scored rows."""
-        if not hasattr(self, "models"):
-            self.setup()
-        texts = batch.column("text").to_pylist()
-        langs = batch.column("lang").to_pylist()
-        scores = np.full(batch.num_rows, np.nan)
-        label_probs: list[dict[str, float] | None] = [None] * batch.num_rows
+    def _score(
+        self, texts: list[str | None], langs: list[str]
+    ) -> tuple[np.ndarray, list[dict[str, float] | None]]:
+        """P(high quality) and every label's probability per row, by the model of its
+        language (NaN and None where no model serves it)."""
+        scores = np.full(len(texts), np.nan)
+        label_probs: list[dict[str, float] | None] = [None] * len(texts)
+        default = self.routes.get("*")
         for key, model in self.models.items():
-            rows = [
-                i
-                for i, lang in enumerate(langs)
-                if self.routes.get(lang, self.routes.get("*")) == key
-            ]
+            rows = [i for i, lang in enumerate(langs) if self.routes.get(lang, default) == key]
             if not rows:
                 continue
             probs = model.label_probabilities([texts[i] for i in rows])
@@ -170,6 +165,16 @@ class QualityClassifier(BarrierOp):
             scores[rows] = probs[:, model.card.labels.index(POSITIVE)]
             for i, row in zip(rows, probs.tolist(), strict=True):
                 label_probs[i] = dict(zip(names, row, strict=True))
+        return scores, label_probs
+
+    def prepare(self, batch: pa.Table) -> pa.Table:
+        """Score the rows: ``_qc_score`` (NaN: a language no model serves), ``_qc_tie``
+        (the keyed id hash) and the meta keys of the scored rows."""
+        if not hasattr(self, "models"):
+            self.setup()
+        scores, label_probs = self._score(
+            batch.column("text").to_pylist(), batch.column("lang").to_pylist()
+        )
         metas = []
         for raw, score, labels in zip(
             batch.column("meta").to_pylist(), scores, label_probs, strict=True
