@@ -135,14 +135,19 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
 _BEFORE = 40
 """Characters before a candidate that its context rules read: a label and its colon."""
 _SECTION_BEFORE = re.compile(
-    r"(?:第|节|章|条|款|§|版本号?|版号|(?<![A-Za-z])(?:v|ver|version|release|rel|build|"
-    r"section|sec|chapter|chap|ch|clause|step|table|tab|figure|fig|appendix|paragraph|para|"
-    r"revision|rev|rfc|item|part)\.?|==|>=|<=|~=|!=)\s*[:：#]?\s*$",
+    r"(?:第|节|章|条|款|§|表|图|附录|步骤|版本号?|版号|(?<![A-Za-z])(?:v|ver|rel|build|sec|"
+    r"chap|ch|tab|fig|para|rev|rfc|(?:version|release|section|chapter|clause|step|table|"
+    r"figure|appendix|paragraph|revision|item|part)s?)\.?|==|>=|<=|~=|!=)\s*[:：#]?\s*$",
     re.IGNORECASE,
 )
 _SECTION_AFTER = re.compile(
     r"\s*(?:小?节|章|版(?!权))|-(?:alpha|beta|rc|dev|pre|snapshot|final|stable)", re.IGNORECASE
 )
+# a list of dotted numbers (``4.2.1、4.2.2 和 4.2.3 节``, ``sections 3.1.1.1 to 3.1.1.4``)
+# is judged by the words at its two ends
+_LIST_JOIN = r"\s*(?:[、,，/~–-]|和|及|与|至|到|and|or|to)\s*"
+_LIST_LEFT = re.compile(rf"(?:\d+(?:\.\d+)+{_LIST_JOIN})+$", re.IGNORECASE)
+_LIST_RIGHT = re.compile(rf"(?:{_LIST_JOIN}\d+(?:\.\d+)+)+", re.IGNORECASE)
 _HEADING_BEFORE = re.compile(r"(?:^|\n)[ \t]*(?:#+[ \t]*)?$")
 _HEADING_AFTER = re.compile(r"\.?[ \t]+[^\W\d_]")
 _REFERENCE_LABEL = re.compile(
@@ -166,8 +171,11 @@ _DIGIT_KINDS = ("id_cn", "bank_card", "phone_cn", "phone_intl")
 def _looks_like_section(text: str, m: re.Match[str]) -> bool:
     """A dotted number that the words around it call a section, version or list number
     (``第 4.2.13.1 节``, ``version 1.2.3.4``, ``v10.0.0.1``, a heading ``4.2.1.3 Title``)."""
-    before, after = text[max(0, m.start() - _BEFORE) : m.start()], text[m.end() : m.end() + 12]
-    if _SECTION_BEFORE.search(before) or _SECTION_AFTER.match(after):
+    before, after = text[max(0, m.start() - _BEFORE) : m.start()], text[m.end() : m.end() + _BEFORE]
+    left, right = _LIST_LEFT.search(before), _LIST_RIGHT.match(after)
+    list_before = before[: left.start()] if left else before
+    list_after = after[right.end() :] if right else after
+    if _SECTION_BEFORE.search(list_before) or _SECTION_AFTER.match(list_after):
         return True
     parts = [int(p) for p in m.group().split(".")]
     return (

@@ -35,6 +35,8 @@ def found(text: str) -> list[tuple[str, str]]:
         "4.2.13.1 引导分区\n4.2.13.2 数据分区",
         "## 1.2.3.4 Overview",
         "release 2.0.1.1-beta is out",
+        "参见 4.2.13.1、4.2.13.2 和 4.2.13.3 节，表 1.2.3.4。",
+        "See sections 3.1.1.1 to 3.1.1.4.",
     ],
 )
 def test_section_and_version_numbers_are_not_addresses(text):
@@ -42,12 +44,18 @@ def test_section_and_version_numbers_are_not_addresses(text):
 
 
 def test_an_address_keeps_its_kind_outside_those_contexts():
-    text = "网关 10.0.0.1。\n192.168.1.10 - - [05/Dec/2026] GET /\n10.0.0.1 is up; ping 8.8.8.8."
+    text = (
+        "网关 10.0.0.1。\n192.168.1.10 - - [05/Dec/2026] GET /\n10.0.0.1 is up; ping 8.8.8.8.\n"
+        "服务器 10.0.0.2、10.0.0.3 和 10.0.0.4 已上线（版本 2）。"
+    )
     assert found(text) == [
         ("ipv4", "10.0.0.1"),
         ("ipv4", "192.168.1.10"),
         ("ipv4", "10.0.0.1"),
         ("ipv4", "8.8.8.8"),
+        ("ipv4", "10.0.0.2"),
+        ("ipv4", "10.0.0.3"),
+        ("ipv4", "10.0.0.4"),
     ]
 
 
