@@ -162,6 +162,7 @@ _REFERENCE_LABEL = re.compile(
 )
 _PHONE_LABEL = re.compile(
     r"(?:(?<![A-Za-z])(?:phone|tel|telephone|call|cell|mobile|fax|contact|reach|text)"
+    r"(?:s|ed|ing)?(?![A-Za-z])"
     r"|电话|手机|联系|致电|拨打|热线)(?:[^0-9\n。！？；!?;.]|\.(?! )){0,30}$",
     re.IGNORECASE,
 )

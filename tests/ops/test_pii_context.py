@@ -91,6 +91,7 @@ def test_north_american_numbers_with_extensions_and_labelled_bare_ones():
     ]
     # ten bare digits without a word saying "phone" are some other number
     assert found("Customer 5913417776 since 2019. 客户编号 4008208820。") == []
+    assert found("register(callback) Customer 5913417776") == []
 
 
 def test_redaction_of_a_section_number_leaves_it_alone():
