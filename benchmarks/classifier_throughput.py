@@ -56,13 +56,14 @@ def bench(lang: str, docs: list[str], model_dir: Path, rounds: int, batch_rows: 
     config = QualityClassifier.Config(model=str(model_dir), min_score=0.5)
     op = QualityClassifier(config, OpContext())
     op.setup()
-    ft = op.model.model
+    model = op.models["model"]
+    ft = model.model
     n = len(docs)
     table = pa.table({
-        "id": [f"d{i}" for i in range(n)], "text": docs, "meta": ["{}"] * n,
+        "id": [f"d{i}" for i in range(n)], "text": docs, "lang": [lang] * n, "meta": ["{}"] * n,
         DROP: pa.nulls(n, pa.string()),
     })  # fmt: skip
-    flat = op.model.features.lines(docs)
+    flat = model.features.lines(docs)
 
     def bare() -> None:
         for line in flat:
@@ -75,10 +76,10 @@ def bench(lang: str, docs: list[str], model_dir: Path, rounds: int, batch_rows: 
     lines: list[str] = []
 
     def features() -> None:
-        lines[:] = op.model.features.lines(docs)
+        lines[:] = model.features.lines(docs)
 
     t_bare, t_ours, t_feat = best(bare, rounds), best(ours, rounds), best(features, rounds)
-    t_pred = best(lambda: op.model.probabilities_of_lines(lines), rounds)
+    t_pred = best(lambda: model.probabilities_of_lines(lines), rounds)
     mb = sum(len(d.encode()) for d in docs) / 1e6
     print(
         f"{lang}: {n} docs, {mb:.1f} MB | bare predict {n / t_bare:8.0f} docs/s | op "

@@ -1,5 +1,7 @@
-"""Precision and recall of the ``pii`` detectors per kind on the labeled set
-(:mod:`pii_sets`), with the validators (checksums, address parsing) and without them.
+"""Precision and recall of the ``pii`` detectors per kind on two labeled sets: the
+project's template set (:mod:`pii_sets`), with the validators (checksums, address parsing,
+context rules) and without them, and the held-out set of ``Faker`` values in real
+paragraphs (:mod:`pii_faker_set`).
 
 A detected span counts as correct only with the labeled kind and exact bounds.
 
@@ -14,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pii_faker_set import build_faker_set  # noqa: E402
 from pii_sets import KINDS, build_set  # noqa: E402
 
 from dataforge.ops.pii_patterns import find_pii  # noqa: E402
@@ -47,13 +50,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     examples = build_set(args.per_kind, args.seed)
-    print(f"{len(examples)} passages, {args.per_kind} labeled values per kind (half zh, half en)")
+    print(f"template set: {len(examples)} passages, {args.per_kind} labeled values per kind")
     with_v, without = scores(examples, True), scores(examples, False)
     print(f"{'kind':<11} {'P':>6} {'R':>6} {'FP':>5} {'FN':>5} | no validators: {'P':>6} {'FP':>5}")
     for kind in KINDS:
         p, r, _, fp, fn = with_v[kind]
         p0, _, _, fp0, _ = without[kind]
         print(f"{kind:<11} {p:6.3f} {r:6.3f} {fp:5d} {fn:5d} | {'':15}{p0:6.3f} {fp0:5d}")
+    faker_set = build_faker_set(args.per_kind, args.seed, with_demo=True)
+    print(f"\nFaker set: {len(faker_set)} passages of real paragraphs, one Faker value each")
+    print(f"{'kind':<11} {'P':>6} {'R':>6} {'FP':>5} {'FN':>5}")
+    for kind, (p, r, _, fp, fn) in scores(faker_set).items():
+        print(f"{kind:<11} {p:6.3f} {r:6.3f} {fp:5d} {fn:5d}")
 
 
 if __name__ == "__main__":

@@ -55,10 +55,13 @@ def _train_config(args: argparse.Namespace):
         if not isinstance(raw, dict):
             raise ConfigError(f"{args.config}: expected a mapping with positive: and negative:")
         base = Path(args.config).resolve().parent
+    # inputs given as globs are of the --lang language (an input's default is en)
+    lang = args.lang or raw.get("lang")
+    glob_lang = {"lang": lang} if lang in ("zh", "en") else {}
     for key in _YAML_KEYS:
         globs = getattr(args, key)
         if globs:
-            raw[key] = [{"name": f"{key}{i}", "path": g} for i, g in enumerate(globs)]
+            raw[key] = [{"name": f"{key}{i}", "path": g, **glob_lang} for i, g in enumerate(globs)]
         entries = raw.get(key)
         if not isinstance(entries, list) or not entries:
             raise ConfigError(f"{key}: give --{key} GLOB or a YAML list of inputs entries")

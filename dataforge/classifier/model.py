@@ -55,6 +55,19 @@ class ClassifierCard:
     inputs: dict[str, list[dict[str, Any]]]
     counts: dict[str, dict[str, int]]
     heldout: dict[str, float]
+    langs: tuple[str, ...] = ()
+    """Languages the model was trained on (each with at least ``LANG_MIN_SHARE`` of the
+    documents): the records it may score. Empty on cards written before cards listed them."""
+    lang_docs: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Training documents per language (:func:`dataforge.classifier.train.document_langs`)."""
+
+    @property
+    def scope(self) -> tuple[str, ...]:
+        """The languages this model scores: ``langs``, or on an older card its ``lang``
+        setting when that names one language; empty when unknown."""
+        if self.langs:
+            return self.langs
+        return (self.lang,) if self.lang in ("zh", "en") else ()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), ensure_ascii=False, indent=2, sort_keys=True)
@@ -71,6 +84,7 @@ def read_card(model_dir: Path) -> ClassifierCard:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         raw["labels"] = tuple(raw["labels"])
+        raw["langs"] = tuple(raw.get("langs", ()))
         return ClassifierCard(**raw)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not JSON ({exc})") from exc

@@ -16,11 +16,13 @@ import dataclasses
 import json
 import os
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
@@ -38,9 +40,17 @@ from dataforge.classifier.model import (
 from dataforge.io.files import match_files
 from dataforge.io.input_config import InputConfig, ReadConfig
 from dataforge.io.readers import InputTask, TaskReader
+from dataforge.text.stats import han_latin_counts
 from dataforge.typed_config import check_range, to_plain
 
-__all__ = ["TrainConfig", "auc", "heldout_figures", "train_classifier"]
+__all__ = ["TrainConfig", "auc", "document_langs", "heldout_figures", "train_classifier"]
+
+HAN_SHARE = 0.3
+"""Han share of Han characters + Latin letters from which a document is Chinese: the
+``lang_id`` op's ``cjk_share`` and the quality filter's ``min_cjk_fraction`` for zh."""
+LANG_MIN_SHARE = 0.05
+"""Share of the training documents a language needs to be in the model's scope: fewer are
+strays of the inputs (an English page in a Chinese crawl), not what the model learned."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +129,25 @@ def input_documents(source: InputConfig, read: ReadConfig) -> Iterator[tuple[str
             )
 
 
+def document_langs(texts: list[str], declared: str) -> list[str]:
+    """The language of each document of an input that declares ``declared``: ``zh`` when
+    Han characters make at least :data:`HAN_SHARE` of its Han + Latin letters, else the
+    input's language (``und`` when the input says ``zh``)."""
+    han, latin = han_latin_counts(pa.array(texts, pa.string()))
+    share = np.divide(han, han + latin, out=np.zeros(len(texts)), where=(han + latin) > 0)
+    other = "und" if declared == "zh" else declared
+    return ["zh" if s >= HAN_SHARE else other for s in share.tolist()]
+
+
+def _scope(langs: list[str]) -> tuple[tuple[str, ...], dict[str, int]]:
+    """The languages in the model's scope and the documents per language."""
+    counts = dict(sorted(Counter(langs).items()))
+    scope = tuple(
+        lang for lang, n in counts.items() if lang != "und" and n >= LANG_MIN_SHARE * len(langs)
+    )
+    return scope, counts
+
+
 def is_heldout(ids: list[str], seed: int, share: float) -> np.ndarray:
     """Whether each id falls in the held-out share (keyed hash, order-free)."""
     key = seed & 0xFFFF_FFFF_FFFF_FFFF
@@ -163,13 +192,15 @@ def _collect(config: TrainConfig, maker: FeatureMaker) -> dict[str, Any]:
     ids: list[str] = []
     lines: list[str] = []
     labels: list[bool] = []
+    langs: list[str] = []
     for positive, sources in ((True, config.positive), (False, config.negative)):
         for source in sources:
             chunk: list[tuple[str, str]] = list(input_documents(source, read))
             ids += [i for i, _ in chunk]
             lines += maker.lines([t for _, t in chunk])
+            langs += document_langs([t or "" for _, t in chunk], source.lang)
             labels += [positive] * len(chunk)
-    return {"ids": ids, "lines": lines, "labels": np.asarray(labels, bool)}
+    return {"ids": ids, "lines": lines, "labels": np.asarray(labels, bool), "langs": langs}
 
 
 def train_classifier(config: TrainConfig) -> dict[str, Any]:
@@ -188,6 +219,7 @@ def train_classifier(config: TrainConfig) -> dict[str, Any]:
     for positive, name in ((True, "positive"), (False, "negative")):
         if not (train & (labels == positive)).any():
             raise ValueError(f"{name} inputs give no document with text for training")
+    langs, lang_docs = _scope([g for g, ok in zip(data["langs"], nonempty, strict=True) if ok])
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out) as tmp:
@@ -205,6 +237,8 @@ def train_classifier(config: TrainConfig) -> dict[str, Any]:
             },
             counts=_class_counts(labels, nonempty, train, held),
             heldout={},
+            langs=langs,
+            lang_docs=lang_docs,
         )
         (staged / CARD).write_text(card.to_json(), encoding="utf-8")
         # held-out scores through the op's own scoring path (loaded model, same features)

@@ -2,14 +2,15 @@
 
 Each listed evaluation set (JSONL, optionally ``.gz``/``.zst``, parquet or txt: one item
 per line) gives the n-grams of the fields that hold questions, choices and answers
-(:mod:`dataforge.ops.eval_ngrams`: the same normalization on both sides, character n-grams
-for Chinese fields, word n-grams otherwise). ``prepare`` finds them in each document;
-``mode: drop`` drops a document with any match (reason ``decontaminate:<set name>``, the
-first set in config order that matched); ``mode: cut`` removes the lines holding matched
-n-grams and drops the document only when nothing is left. The planner
-(``dataforge.runtime.barriers.decontaminate``) writes every matched span to
-``OUT/decontaminate/matches.jsonl`` for audit and names, per set, how many documents matched
-(the manifest's stage summary).
+(:mod:`dataforge.ops.eval_ngrams`: the same normalization on both sides, one token stream
+where each Chinese character and each Latin word or number is a token; character-sized
+n-grams for mostly Chinese fields, word-sized ones otherwise, and a short field as one
+n-gram of its own). ``prepare`` finds them in each document; ``mode: drop`` drops a
+document with any match (reason ``decontaminate:<set name>``, the first set in config
+order that matched); ``mode: cut`` removes the lines holding matched n-grams and drops the
+document only when nothing is left. The planner (``dataforge.runtime.barriers.
+decontaminate``) writes every matched span to ``OUT/decontaminate/matches.jsonl`` for audit
+and names, per set, how many documents matched (the manifest's stage summary).
 """
 
 from __future__ import annotations
@@ -28,17 +29,16 @@ import pyarrow.compute as pc
 
 from dataforge.ops.base import BarrierOp
 from dataforge.ops.eval_ngrams import (
-    alnum_runs,
-    is_chinese,
+    item_ngrams,
     ngram_hashes,
     normalize,
+    span_text,
+    tokens,
     units,
     windows_of_documents,
-    word_runs,
     word_values,
 )
 from dataforge.records import DROP
-from dataforge.text.cjk import has_cjk
 
 __all__ = ["MATCHES", "Decontaminate", "EvalSet"]
 
@@ -80,12 +80,16 @@ class Decontaminate(BarrierOp):
         mode: Literal["drop", "cut"] = "drop"
         """``drop`` the document, or ``cut`` the lines that hold matches."""
         word_ngram: int = 13
-        """Words per n-gram for non-Chinese text: 13, as GPT-3's decontamination; a
-        13-word run is rare outside copies, and any 15-word quote holds three of them."""
+        """Tokens per n-gram for a field mostly of words: 13, as GPT-3's decontamination;
+        a 13-word run is rare outside copies, and any 15-word quote holds three of them."""
         char_ngram: int = 25
-        """Characters per n-gram for Chinese text (punctuation and spaces removed): about
+        """Tokens per n-gram for a field whose tokens are mostly Chinese characters: about
         13 words' worth (a Chinese word averages under two characters); stock phrases
         and idioms stay far shorter, and a 60-character quote holds 36 of them."""
+        min_item_words: int = 8
+        """A field shorter than its n-gram is one n-gram of its own when it holds at
+        least this many words (a Chinese character counts half): a 10-word question
+        is found, an answer letter or a four-character idiom is not."""
 
         def __post_init__(self) -> None:
             if not self.eval_sets:
@@ -97,6 +101,11 @@ class Decontaminate(BarrierOp):
             for key in ("word_ngram", "char_ngram"):
                 if getattr(self, key) < 3:
                     raise ValueError(f"{key} must be >= 3, got {getattr(self, key)}")
+            if not 3 <= self.min_item_words <= self.word_ngram:
+                raise ValueError(
+                    f"min_item_words must be in [3, word_ngram={self.word_ngram}], "
+                    f"got {self.min_item_words}"
+                )
 
     def validate(self) -> list[str]:
         problems = []
@@ -126,27 +135,25 @@ class Decontaminate(BarrierOp):
                     yield f"{file.relpath}:{lineno}", texts
 
     def setup(self) -> None:
-        """Hash every set's n-grams: per set a sorted array and the item of each hash."""
+        """Hash every set's n-grams: per set a sorted array, the item of each hash and the
+        window lengths (in tokens) its n-grams have."""
         cfg = self.config
-        self.sets: list[tuple[str, np.ndarray, np.ndarray, list[str]]] = []
+        self.sets: list[tuple[str, np.ndarray, np.ndarray, list[str], tuple[int, ...]]] = []
         self.set_stats: dict[str, dict[str, int]] = {}
         for spec in cfg.eval_sets:
-            hashes, owners, ids = [], [], []
+            hashes, owners, ids, lengths = [], [], [], set()
             for item_id, texts in self._items(spec):
                 for text in texts:
-                    text = normalize(text)
-                    u = units(text, with_chars=True)
-                    if is_chinese(text):
-                        h = ngram_hashes(u.chars, cfg.char_ngram, chars=True)
-                    else:
-                        h = ngram_hashes(word_values(u.words), cfg.word_ngram)
-                    hashes.append(h)
-                    owners.append(np.full(len(h), len(ids), np.int64))
+                    h, n = item_ngrams(text, cfg.word_ngram, cfg.char_ngram, cfg.min_item_words)
+                    if len(h):
+                        hashes.append(h)
+                        owners.append(np.full(len(h), len(ids), np.int64))
+                        lengths.add(n)
                 ids.append(item_id)
             all_h = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
             all_o = np.concatenate(owners) if owners else np.zeros(0, np.int64)
             uniq, first = np.unique(all_h, return_index=True)
-            self.sets.append((spec.label, uniq, all_o[first], ids))
+            self.sets.append((spec.label, uniq, all_o[first], ids, tuple(sorted(lengths))))
             self.set_stats[spec.label] = {"items": len(ids), "ngrams": len(uniq)}
 
     # -- per batch ------------------------------------------------------------------------
@@ -167,54 +174,48 @@ class Decontaminate(BarrierOp):
     def _documents_with_hits(self, texts: list[str]) -> set[int]:
         """Indices of the normalized texts holding any n-gram of any set, found for the
         whole batch in a few array operations (:meth:`matches` then locates them)."""
-        chinese = [i for i, t in enumerate(texts) if has_cjk(t)]
-        words = [word_runs(t) for t in texts]
+        lengths = sorted({n for *_, set_lengths in self.sets for n in set_lengths})
+        windows = windows_of_documents([tokens(t) for t in texts], lengths)
         hits: set[int] = set()
-        streams = [(windows_of_documents(words, self.config.word_ngram, False), None)]
-        if chinese:
-            runs = [alnum_runs(texts[i]) for i in chinese]
-            streams.append((windows_of_documents(runs, self.config.char_ngram, True), chinese))
-        for (hashes, docs), index in streams:
-            for _, table, _, _ in self.sets:
-                if len(table) and len(hashes):
+        for _, table, _, _, set_lengths in self.sets:
+            for n in set_lengths:
+                hashes, docs = windows[n]
+                if len(hashes):
                     pos = np.minimum(np.searchsorted(table, hashes), len(table) - 1)
-                    found = np.unique(docs[table[pos] == hashes]).tolist()
-                    hits.update(found if index is None else [index[i] for i in found])
+                    hits.update(np.unique(docs[table[pos] == hashes]).tolist())
         return hits
 
     def matches(self, text: str, normalized: bool = False) -> dict[str, Any] | None:
         """The lines and spans of ``text`` that hold n-grams of the sets (None: none)."""
-        cfg = self.config
-        u = units(text if normalized else normalize(text), with_chars=True)
-        streams = [(ngram_hashes(word_values(u.words), cfg.word_ngram), cfg.word_ngram, u.words,
-                    u.word_lines, " ")]  # fmt: skip
-        if len(u.chars):
-            chars = [chr(c) for c in u.chars.tolist()]
-            streams.append((ngram_hashes(u.chars, cfg.char_ngram, chars=True), cfg.char_ngram,
-                            chars, u.char_lines, ""))  # fmt: skip
+        u = units(text if normalized else normalize(text))
+        values = word_values(u.tokens)
+        windows: dict[int, np.ndarray] = {}
         lines: set[int] = set()
         spans: list[dict[str, Any]] = []
-        for hashes, n, unit_texts, unit_lines, sep in streams:
-            for label, table, owners, ids in self.sets:
+        for label, table, owners, ids, set_lengths in self.sets:
+            covered = np.zeros(len(u.tokens) + 1, bool)
+            first_item: dict[int, int] = {}  # window start -> item of its n-gram
+            for n in set_lengths:
+                if n not in windows:
+                    windows[n] = ngram_hashes(values, n)
+                hashes = windows[n]
                 if not len(table) or not len(hashes):
                     continue
                 pos = np.minimum(np.searchsorted(table, hashes), len(table) - 1)
-                hit = np.flatnonzero(table[pos] == hashes)
-                if not len(hit):
-                    continue
-                covered = np.zeros(len(unit_texts) + 1, bool)
-                for i in hit.tolist():
+                for i in np.flatnonzero(table[pos] == hashes).tolist():
                     covered[i : i + n] = True
-                lines.update(np.unique(unit_lines[covered[:-1]]).tolist())
-                edges = np.flatnonzero(np.diff(np.concatenate([[False], covered])))
-                for start, end in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
-                    if len(spans) < MAX_SPANS:
-                        first = hit[np.searchsorted(hit, start)]
-                        spans.append({
-                            "eval_set": label,
-                            "item": ids[int(owners[pos[first]])],
-                            "span": sep.join(unit_texts[start:end]),
-                        })  # fmt: skip
+                    first_item.setdefault(i, int(owners[pos[i]]))
+            if not first_item:
+                continue
+            lines.update(np.unique(u.lines[covered[:-1]]).tolist())
+            edges = np.flatnonzero(np.diff(np.concatenate([[False], covered])))
+            for start, end in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
+                if len(spans) < MAX_SPANS:
+                    spans.append({
+                        "eval_set": label,
+                        "item": ids[first_item[start]],
+                        "span": span_text(u.tokens[start:end]),
+                    })  # fmt: skip
         if not spans:
             return None
         return {"sets": sorted({s["eval_set"] for s in spans}, key=self._order), "lines":

@@ -14,6 +14,14 @@ probability). Documents are then kept
 Dropped documents get reason ``quality_classifier`` (``quality_classifier:<name>`` for a
 stage with another ``name``); several stages with their own names apply several models.
 The stage is a barrier whatever its settings (the runtime cuts segments by op class).
+
+A model scores only records of the languages its card lists (``langs``: the languages of
+its training documents). ``model: DIR`` serves those languages; ``models: {zh: DIR, en:
+DIR}`` sends each record to the model of its ``lang``. A record of another language passes
+unscored and is kept (the planner counts it per source and language in the stage summary's
+``unscored``). ``dataforge validate`` refuses a model keyed to a language its card does not
+list, and a source (or a language an earlier ``lang_id`` keeps) that no model serves,
+unless ``allow_language_mismatch: true``.
 """
 
 from __future__ import annotations
@@ -48,8 +56,15 @@ class QualityClassifier(BarrierOp):
 
     @dataclasses.dataclass(frozen=True)
     class Config:
-        model: str
-        """Model directory from ``dataforge classifier train`` (path or ``s3://`` URI)."""
+        model: str | None = None
+        """Model directory from ``dataforge classifier train`` (path or ``s3://`` URI),
+        used for the languages its card lists."""
+        models: dict[str, str] = dataclasses.field(default_factory=dict)
+        """Language -> model directory: each record goes to the model of its ``lang``
+        (instead of ``model``)."""
+        allow_language_mismatch: bool = False
+        """Let ``validate`` pass a model keyed to a language its card does not list (it
+        scores that language) and a source language no model serves (passes unscored)."""
         name: str = "quality"
         """Meta keys ``<name>_score``/``<name>_labels``; reason suffix when not ``quality``."""
         min_score: float | None = None
@@ -62,6 +77,8 @@ class QualityClassifier(BarrierOp):
         """fastText prediction threads per actor (scores do not depend on it)."""
 
         def __post_init__(self) -> None:
+            if (self.model is None) == (not self.models):
+                raise ValueError("give model: DIR or models: {lang: DIR}, one of the two")
             if not self.name or set(self.name) - _NAME_CHARS:
                 raise ValueError(f"name {self.name!r}: use lowercase letters, digits and _")
             for key in ("min_score", "max_score"):
@@ -89,36 +106,85 @@ class QualityClassifier(BarrierOp):
         name = self.config.name
         return DROP_REASON if name == "quality" else f"{DROP_REASON}:{name}"
 
-    def validate(self) -> list[str]:
-        from dataforge.classifier.model import check_model_dir
+    def _model_keys(self) -> dict[str, str]:
+        """Config key (``model`` or ``models.<lang>``) -> model directory."""
+        if self.config.model is not None:
+            return {"model": self.config.model}
+        return {f"models.{lang}": path for lang, path in sorted(self.config.models.items())}
 
-        try:
-            model_dir = self.context.local_path(self.config.model)
-        except OSError as exc:
-            return [f"model {self.config.model}: {exc}"]
-        return [f"model: {p}" for p in check_model_dir(model_dir)]
+    def _routes(self, scopes: dict[str, tuple[str, ...]]) -> dict[str, str]:
+        """Record language -> config key of the model that scores it (``*``: any)."""
+        if self.config.model is not None:
+            return {lang: "model" for lang in scopes["model"] or ("*",)}
+        return {key.removeprefix("models."): key for key in scopes}
+
+    def validate(self) -> list[str]:
+        from dataforge.classifier.model import check_model_dir, read_card
+
+        problems, scopes = [], {}
+        for key, path in self._model_keys().items():
+            try:
+                model_dir = self.context.local_path(path)
+            except OSError as exc:
+                problems.append(f"{key} {path}: {exc}")
+                continue
+            found = check_model_dir(model_dir)
+            problems += [f"{key}: {p}" for p in found]
+            if not found:
+                scopes[key] = read_card(model_dir).scope
+        if problems or self.config.allow_language_mismatch:
+            return problems
+        return language_mismatches(self, scopes)
 
     def setup(self) -> None:
         from dataforge.classifier.model import QualityModel, check_model_dir
 
-        model_dir = self.context.local_path(self.config.model)
-        problems = check_model_dir(model_dir)
-        if problems:
-            raise ValueError(problems[0])
-        self.model = QualityModel(model_dir, threads=self.config.threads)
+        self.models: dict[str, QualityModel] = {}
+        for key, path in self._model_keys().items():
+            model_dir = self.context.local_path(path)
+            problems = check_model_dir(model_dir)
+            if problems:
+                raise ValueError(f"{key}: {problems[0]}")
+            self.models[key] = QualityModel(model_dir, threads=self.config.threads)
+        self.routes = self._routes({k: m.card.scope for k, m in self.models.items()})
+
+    def _score(
+        self, texts: list[str | None], langs: list[str]
+    ) -> tuple[np.ndarray, list[dict[str, float] | None]]:
+        """P(high quality) and every label's probability per row, by the model of its
+        language (NaN and None where no model serves it)."""
+        scores = np.full(len(texts), np.nan)
+        label_probs: list[dict[str, float] | None] = [None] * len(texts)
+        default = self.routes.get("*")
+        for key, model in self.models.items():
+            rows = [i for i, lang in enumerate(langs) if self.routes.get(lang, default) == key]
+            if not rows:
+                continue
+            probs = model.label_probabilities([texts[i] for i in rows])
+            names = [label.removeprefix("__label__") for label in model.card.labels]
+            scores[rows] = probs[:, model.card.labels.index(POSITIVE)]
+            for i, row in zip(rows, probs.tolist(), strict=True):
+                label_probs[i] = dict(zip(names, row, strict=True))
+        return scores, label_probs
 
     def prepare(self, batch: pa.Table) -> pa.Table:
-        """Score the rows: ``_qc_score``, ``_qc_tie`` (the keyed id hash) and the meta keys."""
-        if not hasattr(self, "model"):
+        """Score the rows: ``_qc_score`` (NaN: a language no model serves), ``_qc_tie``
+        (the keyed id hash) and the meta keys of the scored rows."""
+        if not hasattr(self, "models"):
             self.setup()
-        probs = self.model.label_probabilities(batch.column("text").to_pylist())
-        labels = [label.removeprefix("__label__") for label in self.model.card.labels]
-        scores = probs[:, self.model.card.labels.index(POSITIVE)]
+        scores, label_probs = self._score(
+            batch.column("text").to_pylist(), batch.column("lang").to_pylist()
+        )
         metas = []
-        for raw, row, score in zip(batch.column("meta").to_pylist(), probs, scores, strict=True):
+        for raw, score, labels in zip(
+            batch.column("meta").to_pylist(), scores, label_probs, strict=True
+        ):
+            if labels is None:
+                metas.append(raw)
+                continue
             meta = json.loads(raw) if raw else {}
             meta[f"{self.config.name}_score"] = float(score)
-            meta[f"{self.config.name}_labels"] = dict(zip(labels, row.tolist(), strict=True))
+            meta[f"{self.config.name}_labels"] = labels
             metas.append(json.dumps(meta, ensure_ascii=False, sort_keys=True))
         key = self.context.seed & 0xFFFF_FFFF_FFFF_FFFF
         ties = np.fromiter(
@@ -153,3 +219,39 @@ class QualityClassifier(BarrierOp):
         drop &= live
         reasons = pc.if_else(pa.array(drop), pa.scalar(self.drop_reason), batch.column(DROP))
         return batch.set_column(batch.schema.get_field_index(DROP), DROP, reasons)
+
+
+def language_mismatches(op: QualityClassifier, scopes: dict[str, tuple[str, ...]]) -> list[str]:
+    """``validate``'s language rule: every ``models.<lang>`` card lists ``<lang>``, and every
+    language a record can reach the stage with (its source's, or those an earlier
+    ``lang_id`` keeps) has a model. One line per problem."""
+    problems = []
+    hint = "or set allow_language_mismatch: true"
+    for key, scope in scopes.items():
+        lang = key.removeprefix("models.")
+        if key != "model" and lang not in scope:
+            problems.append(
+                f"{key} {op.config.models[lang]} was trained on {list(scope) or 'unknown languages'}, "
+                f"not {lang!r}: give a model of {lang!r} {hint}"
+            )
+    routes = op._routes(scopes)
+    if "*" in routes:
+        return problems + [
+            f"model {op.config.model}: its card lists no languages (trained before cards "
+            f"did): retrain it {hint}"
+        ]
+    served = sorted(routes)
+    record_langs = op.context.record_langs
+    if record_langs is not None:
+        reaching = {f"lang_id keeps {lang!r}": lang for lang in record_langs}
+    else:
+        reaching = {
+            f"source {src!r} has lang {lang!r}": lang for src, lang in op.context.sources.items()
+        }
+    for where, lang in reaching.items():
+        if lang == "*" or lang not in routes:
+            problems.append(
+                f"{where}, which no model serves (models trained on {served}); its records "
+                f"would pass unscored: add models: {{{lang}: DIR}} {hint}"
+            )
+    return problems

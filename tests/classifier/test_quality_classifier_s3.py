@@ -18,8 +18,8 @@ def score(model: str, texts: list[str]) -> list[float]:
     assert op.validate() == []
     n = len(texts)
     table = pa.table(
-        {"id": [str(i) for i in range(n)], "text": texts, "meta": ["{}"] * n,
-         DROP: pa.nulls(n, pa.string())}
+        {"id": [str(i) for i in range(n)], "text": texts, "lang": ["en"] * n,
+         "meta": ["{}"] * n, DROP: pa.nulls(n, pa.string())}
     )  # fmt: skip
     metas = op.prepare(table).column("meta").to_pylist()
     return [json.loads(m)["quality_score"] for m in metas]

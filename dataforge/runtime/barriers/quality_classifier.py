@@ -5,12 +5,15 @@ With ``keep_top``, each source keeps its ``round(keep_top * n)`` documents with 
 cut by a property of the document, never by the task or batch it came in. The parts are read
 twice: once for the keys of every live document (two 8-byte numbers each), once per task to
 write the ``_ord`` of its dropped rows. Without ``keep_top`` nothing is written: ``apply``
-judges each row by its own score. Ray is not needed.
+judges each row by its own score. Rows of a language no model serves (score NaN) are
+kept and left out of the ranking; the summary counts them per source and language
+(``unscored``). Ray is not needed.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -23,7 +26,7 @@ from dataforge.runtime.barriers import BarrierContext
 
 __all__ = ["plan"]
 
-_COLUMNS = ["source", ORD, SCORE, TIE]
+_COLUMNS = ["source", "lang", ORD, SCORE, TIE]
 
 
 def _read(path) -> pa.Table | None:
@@ -37,19 +40,28 @@ def plan(op: QualityClassifier, ctx: BarrierContext) -> dict[str, Any]:
     """Write per-task drop decisions for ``keep_top``; return per-source counts and cuts."""
     cfg = op.config
     keys: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    unscored: dict[str, Counter] = {}
     for task in sorted(ctx.parts):
         table = _read(ctx.parts[task])
         if table is None:
             continue
-        for source, score, tie in _by_source(table):
-            keys.setdefault(source, []).append((score, tie))
+        for source, score, tie, langs in _by_source(table):
+            scored = ~np.isnan(score)
+            keys.setdefault(source, []).append((score[scored], tie[scored]))
+            if not scored.all():
+                unscored.setdefault(source, Counter()).update(langs[~scored].tolist())
     cuts: dict[str, tuple[float, int, int]] = {}  # source -> (score, tie, kept docs)
     summary: dict[str, Any] = {"name": cfg.name, "keep_top": cfg.keep_top, "sources": {}}
     for source in sorted(keys):
         score = np.concatenate([s for s, _ in keys[source]])
         tie = np.concatenate([t for _, t in keys[source]])
         n = len(score)
-        summary["sources"][source] = {"scored_docs": n, "mean_score": float(score.mean())}
+        summary["sources"][source] = {
+            "scored_docs": n,
+            "mean_score": float(score.mean()) if n else None,
+        }
+        if source in unscored:
+            summary["sources"][source]["unscored"] = dict(sorted(unscored[source].items()))
         if cfg.keep_top is None:
             continue
         keep = int(round(cfg.keep_top * n))
@@ -69,9 +81,10 @@ def _by_source(table: pa.Table):
     sources = np.asarray(table.column("source").to_pylist(), dtype=object)
     score = table.column(SCORE).to_numpy()
     tie = table.column(TIE).to_numpy()
+    langs = np.asarray(table.column("lang").to_pylist(), dtype=object)
     for source in sorted(set(sources.tolist())):
         mask = sources == source
-        yield source, score[mask], tie[mask]
+        yield source, score[mask], tie[mask], langs[mask]
 
 
 def _write_decisions(ctx: BarrierContext, cuts: dict[str, tuple[float, int, int]]) -> None:
@@ -84,10 +97,13 @@ def _write_decisions(ctx: BarrierContext, cuts: dict[str, tuple[float, int, int]
         sources = np.asarray(table.column("source").to_pylist(), dtype=object)
         score = table.column(SCORE).to_numpy()
         tie = table.column(TIE).to_numpy()
-        cut_score = np.array([cuts[s][0] for s in sources], np.float64)
-        cut_tie = np.array([cuts[s][1] for s in sources], np.uint64)
-        none_kept = np.array([cuts[s][2] == 0 for s in sources], bool)
+        # a source whose rows are all unscored has no cut: none of its rows is below one
+        cut = [cuts.get(s, (-np.inf, 0, 1)) for s in sources]
+        cut_score = np.array([c[0] for c in cut], np.float64)
+        cut_tie = np.array([c[1] for c in cut], np.uint64)
+        none_kept = np.array([c[2] == 0 for c in cut], bool)
         below = (score < cut_score) | ((score == cut_score) & (tie < cut_tie)) | none_kept
+        below &= ~np.isnan(score)  # unscored rows are kept
         if not below.any():
             continue
         ords = table.column(ORD).to_numpy()[below].astype(np.int64)
