@@ -69,8 +69,11 @@ def repeated_buckets(nodes: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -
     multi = np.flatnonzero(sizes > 1)
     if len(multi) < 2:
         return repeated
+    total = np.zeros(len(nodes) + 1, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        digest = np.add.reduceat(mix64(nodes), starts)[multi]
+        np.cumsum(mix64(nodes), out=total[1:])
+        digest = total[starts[multi] + sizes[multi]] - total[starts[multi]]
+    del total
     order = np.lexsort((multi, digest, sizes[multi]))
     digest, size, bucket = digest[order], sizes[multi][order], multi[order]
     same = (digest[1:] == digest[:-1]) & (size[1:] == size[:-1])
