@@ -106,7 +106,7 @@ def test_star_clusters_equal_the_round_per_link_clustering(triples, fixed):
 def test_chains_in_key_order_equal_the_round_per_link_clustering(links):
     """Paths of edits (each node near the few before it), the shape that took one round
     per link: long enough that the clustering walks them node by node."""
-    n = 3000
+    n = 1500
     rng = np.random.default_rng(links)
     edges = np.concatenate(
         [np.stack([np.arange(d, n), np.arange(n - d)], axis=1) for d in range(1, links + 1)]
