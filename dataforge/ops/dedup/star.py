@@ -15,7 +15,7 @@ walk gives it the first one that is not a member, if that one is a representativ
 makes it a representative when all of them are members. So a node is decided as soon as
 that first non-member is decided, not when all its neighbours are: in vectorized rounds,
 each linear in the edges left, where an edge to a member is dropped for good. Exact copies
-(every member's best edge goes to the smallest copy) take two rounds whatever their
+(every member's best edge goes to the smallest copy) take one round whatever their
 number. A chain of nodes that each wait for the previous one (a path of edits in key
 order) would take a round per link: once a round no longer removes a quarter of the
 work left, the rest is walked node by node, so the whole costs O(nodes + edges).
@@ -84,8 +84,8 @@ def star_clusters(
 def _round(big, small, sim, undecided, state, rep, rep_sim):
     """Decide every node whose first non-member neighbour is decided; returns the edges
     and nodes still undecided (edges to members dropped)."""
-    to_member = state[small] != _MEMBER
-    big, small, sim = big[to_member], small[to_member], sim[to_member]
+    useful = state[small] != _MEMBER  # an edge to a member never decides anything
+    big, small, sim = big[useful], small[useful], sim[useful]
     first = np.ones(len(big), dtype=bool)
     np.not_equal(big[1:], big[:-1], out=first[1:])
     # No neighbour left but members: a representative (before the members of this round,
