@@ -108,7 +108,8 @@ class DedupConfig:
     """Residue 3-grams both sides need for the rule (else the whole-text rule)."""
     max_partners: int = 16
     """In one bucket, each document is paired with up to this many members before it
-    (all pairs of buckets up to ``max_partners + 1``; star-shaped beyond)."""
+    (all pairs of buckets up to ``max_partners + 1``; star-shaped beyond). Exact pairs
+    each document with the smallest member only (an equal hash decides)."""
     normalize: NormalizeConfig = NormalizeConfig()
     num_perm: int = 128
     bands: int | None = None

@@ -5,12 +5,17 @@ bucket (documents that share a key) gives candidate pairs: each member with up t
 ``max_partners`` members before it in key order. A bucket of up to ``max_partners + 1``
 documents gives all its pairs (a member whose nearest bucket-mate is not the smallest one
 is still compared with it); a huge bucket (10^5 exact copies) costs ``max_partners`` pairs
-per member, not 10^10, and every member is still paired with the smallest one.
+per member, not 10^10, and every member is still paired with the smallest one. Buckets
+with the same members give the same pairs: only the first is expanded (the ``b`` MinHash
+bands of ``k`` exact copies are ``b`` such buckets: ``max_partners * k`` pairs, not ``b``
+times that before the pairs are made unique).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from dataforge.ops.dedup.shingles import mix64
 
 __all__ = [
     "MAX_NODE",
@@ -18,6 +23,7 @@ __all__ = [
     "kept_key_bits",
     "key_owners",
     "packed_bucket_pair_edges",
+    "repeated_buckets",
     "route_edges",
 ]
 
@@ -40,6 +46,10 @@ def bucket_pair_edges(
     keys, nodes = bucket_keys[order], nodes[order]
     starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
     sizes = np.diff(np.append(starts, len(keys)))
+    repeated = repeated_buckets(nodes, starts, sizes)
+    if repeated.any():
+        nodes, sizes = nodes[np.repeat(~repeated, sizes)], sizes[~repeated]
+        starts = np.cumsum(sizes) - sizes
     first = np.repeat(starts, sizes)
     local = np.arange(len(nodes)) - first
     pieces = [np.stack([nodes, nodes[first]], axis=1)[local > 0]]
@@ -49,6 +59,40 @@ def bucket_pair_edges(
         pieces.append(np.stack([nodes[idx], nodes[idx - back]], axis=1))
     edges = np.concatenate(pieces)
     return unique_edges(edges[edges[:, 0] != edges[:, 1]])
+
+
+def repeated_buckets(nodes: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Per bucket (``nodes[starts[i]:starts[i] + sizes[i]]``, each sorted), whether an
+    earlier bucket has exactly the same members. Buckets of 2+ members are grouped by size
+    and a sum of their members' mixed keys, then compared member by member."""
+    repeated = np.zeros(len(starts), dtype=bool)
+    multi = np.flatnonzero(sizes > 1)
+    if len(multi) < 2:
+        return repeated
+    total = np.zeros(len(nodes) + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        np.cumsum(mix64(nodes), out=total[1:])
+        digest = total[starts[multi] + sizes[multi]] - total[starts[multi]]
+    del total
+    order = np.lexsort((multi, digest, sizes[multi]))
+    digest, size, bucket = digest[order], sizes[multi][order], multi[order]
+    same = (digest[1:] == digest[:-1]) & (size[1:] == size[:-1])
+    if not same.any():
+        return repeated
+    # Each bucket of a run of equal digests against the run's first bucket.
+    head = bucket[np.maximum.accumulate(np.where(np.append(False, same), 0, np.arange(len(order))))]
+    check = np.flatnonzero(np.append(False, same))
+    todo, head = bucket[check], head[check]
+    step = np.arange(sizes[todo].sum()) - np.repeat(
+        np.cumsum(sizes[todo]) - sizes[todo], sizes[todo]
+    )
+    mine = nodes[np.repeat(starts[todo], sizes[todo]) + step]
+    theirs = nodes[np.repeat(starts[head], sizes[todo]) + step]
+    differs = np.repeat(np.arange(len(todo)), sizes[todo])[mine != theirs]
+    equal = np.ones(len(todo), dtype=bool)
+    equal[differs] = False
+    repeated[todo[equal]] = True
+    return repeated
 
 
 def packed_bucket_pair_edges(packed: np.ndarray, max_partners: int = 1) -> np.ndarray:

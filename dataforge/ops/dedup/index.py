@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = ["IndexShard", "Pool", "TextsOf", "decide_pairs"]
 
 _VERIFY_CHUNK = 8192  # pairs per verification step (numpy kernels: their shingles copied once)
+_SCREEN_CHUNK = 1 << 16  # pairs per screening step (two copies of their signatures)
 
 TextsOf = Callable[["pa.Array", "pa.Array"], Texts]
 """The dedup op's ``verification_texts``: (texts, langs) -> what verification compares."""
@@ -127,7 +128,9 @@ class IndexShard:
 
     def candidate_edges(self) -> list[np.ndarray]:
         """Candidate pairs of this shard's buckets, routed by owner; frees the entries."""
-        partners = self.config.max_partners
+        # Unverified (exact): a shared key decides, and the smallest member is every
+        # member's representative; pairing each member with it alone gives the same stars.
+        partners = self.config.max_partners if self.method.verified else 1
         if self._packed:
             packed = np.concatenate(self._keys) if self._keys else np.zeros(0, np.uint64)
             self._keys = []  # free the pieces before sorting
@@ -170,16 +173,18 @@ class IndexShard:
         self._parts.append((np.asarray(nodes, dtype=np.int64), signatures, None))
         return sum(len(p[0]) for p in self._parts)
 
-    def forward_signatures(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``(pairs (u, v) with u < v, sig(u))`` routed to the owner of ``v``."""
+    def forward_signatures(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``(pairs (u, v) with u < v, their distinct u, sig(u))`` routed to the owner of
+        ``v`` (each ``u`` travels once per destination, not once per pair)."""
         nodes, order, sigs = self._signature_pool()
         edges = self.pairs()
         owner = edges[:, 1] % self.shards
         out = []
         for i in range(self.shards):
             part = edges[owner == i]
-            rows = order[np.searchsorted(nodes, part[:, 0], sorter=order)]
-            out.append((part, sigs[rows] if len(part) else np.zeros(0)))
+            left = np.unique(part[:, 0])
+            rows = order[np.searchsorted(nodes, left, sorter=order)]
+            out.append((part, left, sigs[rows] if len(part) else np.zeros(0)))
         return out
 
     def _signature_pool(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -192,10 +197,13 @@ class IndexShard:
         flat = [p for p in _flatten(parts) if len(p[0])]
         nodes, order, sigs = self._signature_pool()
         kept = [np.zeros((0, 2), np.int64)]
-        for edges, sig_u in flat:
-            rows = order[np.searchsorted(nodes, edges[:, 1], sorter=order)]
-            estimate = self.method.signature_similarity(sig_u, sigs[rows])
-            kept.append(edges[estimate >= self.method.screen_floor()])
+        for edges, left, left_sigs in flat:
+            for lo in range(0, len(edges), _SCREEN_CHUNK):  # bounded copies of signatures
+                chunk = edges[lo : lo + _SCREEN_CHUNK]
+                rows = order[np.searchsorted(nodes, chunk[:, 1], sorter=order)]
+                sig_u = left_sigs[np.searchsorted(left, chunk[:, 0])]
+                estimate = self.method.signature_similarity(sig_u, sigs[rows])
+                kept.append(chunk[estimate >= self.method.screen_floor()])
         self._screened = np.concatenate(kept)
         return len(self._screened)
 

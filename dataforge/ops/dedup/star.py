@@ -10,10 +10,15 @@ a representative itself. The smallest key is the preferred record (``prefer_sour
 then id), so the representative of every cluster is the record ``keep`` asks for, and
 every dropped record was verified against the record that replaced it.
 
-The walk is computed in rounds, vectorized: a node decides once all its smaller
-neighbours have decided (round 1: nodes without smaller neighbours become
-representatives). The number of rounds is the longest chain of edges with decreasing
-keys among undecided nodes: a handful for real duplicates.
+A node's smaller neighbours are ranked best first (similarity descending, then key); the
+walk gives it the first one that is not a member, if that one is a representative, and
+makes it a representative when all of them are members. So a node is decided as soon as
+that first non-member is decided, not when all its neighbours are: in vectorized rounds,
+each linear in the edges left, where an edge to a member is dropped for good. Exact copies
+(every member's best edge goes to the smallest copy) take one round whatever their
+number. A chain of nodes that each wait for the previous one (a path of edits in key
+order) would take a round per link: once a round no longer removes a quarter of the
+work left, the rest is walked node by node, so the whole costs O(nodes + edges).
 """
 
 from __future__ import annotations
@@ -21,6 +26,12 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["star_clusters"]
+
+_UNDECIDED, _REPRESENTATIVE, _MEMBER = 0, 1, 2
+_MIN_PROGRESS = 0.75
+"""A round must leave at most this share of the work (edges + undecided nodes) of the
+previous one, else the walk finishes node by node: the rounds then cost at most
+``1 / (1 - 0.75) = 4`` times the first one."""
 
 
 def star_clusters(
@@ -52,22 +63,60 @@ def star_clusters(
     # Best edge first: by node, then similarity descending, then smaller neighbour.
     order = np.lexsort((small, -sim, big))
     big, small, sim = big[order], small[order], sim[order]
-    state = np.zeros(len(nodes), dtype=np.int8)  # 0 undecided, 1 representative, 2 member
-    state[nodes < fixed_representatives] = 1
+    state = np.full(len(nodes), _UNDECIDED, dtype=np.int8)
+    state[nodes < fixed_representatives] = _REPRESENTATIVE
     rep = np.arange(len(nodes))
     rep_sim = np.ones(len(nodes))
-    while (state == 0).any():
-        live = state[big] == 0
-        big, small, sim = big[live], small[live], sim[live]
-        waiting = np.bincount(big[state[small] == 0], minlength=len(nodes)) > 0
-        ready = (state == 0) & ~waiting
-        to_rep = ready[big] & (state[small] == 1)
-        # First (best) edge to a representative per ready node.
-        cand_big, cand_small, cand_sim = big[to_rep], small[to_rep], sim[to_rep]
-        first = np.concatenate([[True], cand_big[1:] != cand_big[:-1]]) if len(cand_big) else []
-        joined = cand_big[first]
-        state[ready] = 1
-        state[joined] = 2
-        rep[joined] = cand_small[first]
-        rep_sim[joined] = cand_sim[first]
+    live = state[big] == _UNDECIDED
+    big, small, sim = big[live], small[live], sim[live]
+    undecided = np.flatnonzero(state == _UNDECIDED)
+    work = len(big) + len(undecided)
+    while len(undecided):
+        big, small, sim, undecided = _round(big, small, sim, undecided, state, rep, rep_sim)
+        left = len(big) + len(undecided)
+        if left > _MIN_PROGRESS * work:
+            _walk(big, small, sim, undecided, state, rep, rep_sim)
+            break
+        work = left
     return nodes, nodes[rep], rep_sim
+
+
+def _round(big, small, sim, undecided, state, rep, rep_sim):
+    """Decide every node whose first non-member neighbour is decided; returns the edges
+    and nodes still undecided (edges to members dropped)."""
+    useful = state[small] != _MEMBER  # an edge to a member never decides anything
+    big, small, sim = big[useful], small[useful], sim[useful]
+    first = np.ones(len(big), dtype=bool)
+    np.not_equal(big[1:], big[:-1], out=first[1:])
+    # No neighbour left but members: a representative (before the members of this round,
+    # which may join it).
+    at = np.minimum(np.searchsorted(big, undecided), max(len(big) - 1, 0))
+    alone = big[at] != undecided if len(big) else np.ones(len(undecided), dtype=bool)
+    state[undecided[alone]] = _REPRESENTATIVE
+    head_big, head_small, head_sim = big[first], small[first], sim[first]
+    joins = state[head_small] == _REPRESENTATIVE
+    joined = head_big[joins]
+    state[joined] = _MEMBER
+    rep[joined] = head_small[joins]
+    rep_sim[joined] = head_sim[joins]
+    still = state[big] == _UNDECIDED
+    undecided = undecided[state[undecided] == _UNDECIDED]
+    return big[still], small[still], sim[still], undecided
+
+
+def _walk(big, small, sim, undecided, state, rep, rep_sim) -> None:
+    """The greedy walk itself over the undecided nodes, in key order (each one's smaller
+    neighbours are decided when it comes)."""
+    starts = np.searchsorted(big, undecided).tolist()
+    stops = np.searchsorted(big, undecided, side="right").tolist()
+    small_list, states = small.tolist(), state.tolist()
+    for node, lo, hi in zip(undecided.tolist(), starts, stops, strict=True):
+        states[node] = _REPRESENTATIVE
+        for edge in range(lo, hi):
+            neighbour = small_list[edge]
+            if states[neighbour] == _REPRESENTATIVE:
+                states[node] = _MEMBER
+                rep[node] = neighbour
+                rep_sim[node] = sim[edge]
+                break
+    state[:] = states
