@@ -16,7 +16,14 @@ from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
-__all__ = ["dataset_shm_prefix", "release_created_shm", "shm_locals", "unlink_shm"]
+__all__ = [
+    "close_segments",
+    "dataset_segments",
+    "dataset_shm_prefix",
+    "release_created_shm",
+    "shm_locals",
+    "unlink_shm",
+]
 
 _SEGMENT_HOLDERS = (
     "_locals_shm",
@@ -27,6 +34,43 @@ _SEGMENT_HOLDERS = (
     "_shard_access_times.shm",
 )
 """Where a ``StreamingDataset`` keeps its ``streaming`` SharedMemory wrappers (attribute paths)."""
+
+
+def dataset_segments(dataset: Any) -> list[Any]:
+    """The ``streaming`` SharedMemory wrappers a live ``StreamingDataset`` holds."""
+    found = []
+    for path in _SEGMENT_HOLDERS:
+        holder = dataset
+        for attr in path.split("."):
+            holder = getattr(holder, attr, None)
+        if holder is not None and hasattr(holder, "cleanup"):
+            found.append(holder)
+    return found
+
+
+def close_segments(segments: list[Any]) -> int:
+    """Close this process's mappings of ``segments`` (from :func:`dataset_segments`, taken
+    before the dataset was dropped); returns how many were closed.
+
+    Why: each wrapper registers its ``cleanup`` with ``atexit``, which keeps the wrapper and
+    its open mapping (one file descriptor each) alive until the process exits: a process
+    that builds loader after loader (tests, an ablation scoring checkpoint after
+    checkpoint) runs out of descriptors. A mapping still exported (an array over it) stays
+    open and is closed at exit as before.
+    """
+    import atexit
+
+    closed = 0
+    for segment in segments:
+        atexit.unregister(segment.cleanup)
+        for shm in (getattr(segment, "shm", None),):
+            try:
+                shm.close()
+            except BufferError:  # still viewed by a live array: left to exit
+                atexit.register(segment.cleanup)
+                continue
+            closed += 1
+    return closed
 
 
 def dataset_shm_prefix(dataset: Any) -> int:

@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import uuid
 from collections import OrderedDict
@@ -29,6 +30,8 @@ import numpy as np
 
 from dataforge.io.mds import MDSCorruptError, decode_sample, int_column
 from dataforge.io.streaming_shm import (
+    close_segments,
+    dataset_segments,
     dataset_shm_prefix,
     release_created_shm,
     shm_locals,
@@ -114,6 +117,7 @@ class StreamSource:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # The owner (the process, or local rank 0 of a distributed run) marks and removes the dir.
         self._owner = owner
+        self._pid = os.getpid()  # copies in worker processes never close the owner's state
         if self._owner:
             self._write_owner(None)
         self._readers: OrderedDict[int, ShardReader] = OrderedDict()
@@ -266,6 +270,12 @@ class StreamSource:
         reader = self._reader(shard_id)
         return int_column(reader.whole(), reader.layout, "num_tokens")
 
+    def __del__(self) -> None:
+        # A loader dropped without close(): its shared memory and directory go now, not at
+        # exit (a process building loader after loader would run out of descriptors).
+        if getattr(self, "_pid", None) == os.getpid() and not sys.is_finalizing():
+            self.close()
+
     def close(self) -> None:
         """Drop the dataset and remove this run's directory (the owner process only)."""
         dataset = getattr(self, "dataset", None)
@@ -273,7 +283,9 @@ class StreamSource:
             release_created_shm(dataset)  # every rank: the owner alone unlinks (below)
             if self._owner:  # the live dataset holds the prefix: ours, no locals check
                 unlink_shm(dataset_shm_prefix(dataset))
-            del self.dataset
+            segments = dataset_segments(dataset)
+            del self.dataset, dataset
+            close_segments(segments)
         while self._readers:
             self._readers.popitem()[1].close()
         if self._owner:

@@ -72,3 +72,33 @@ def test_two_local_ranks_leave_no_tracker_warnings(tmp_path, cache_dir, creator)
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert sorted(results[0]["seen"] + results[1]["seen"]) == list(range(101))
     assert [_tracker_lines(e) for e in stderrs] == [[], []]
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("closed", [True, False], ids=["closed", "dropped"])
+def test_loader_after_loader_keeps_the_descriptors_bounded(tmp_path, closed):
+    """A process that builds many loaders (an ablation scoring checkpoint after checkpoint)
+    gets its shared-memory mappings back from each: closed, or dropped unclosed."""
+    from dataforge.loader import LoaderConfig, build_dataloader
+
+    out = tmp_path / "mds"
+    write_mds(out, [int(n) for n in np.random.default_rng(0).integers(10, 160, 200)])
+
+    def one(k: int) -> None:
+        config = LoaderConfig(streams=[{"path": str(out)}], max_tokens=512, max_seq_len=128,
+                              cache_dir=str(tmp_path / f"cache{k}"))  # fmt: skip
+        loader = build_dataloader(config)
+        for _ in loader:
+            pass
+        if closed:
+            loader.close()
+
+    one(0)
+    start = _open_descriptors()
+    for k in range(1, 11):
+        one(k)
+    assert _open_descriptors() <= start + 2  # streaming kept 12+ per loader, growing
+    assert not any((tmp_path / f"cache{k}").glob("*-*")), "run directories removed"
