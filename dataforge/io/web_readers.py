@@ -10,7 +10,7 @@
 * ``format: html``: every file is one page (``.html``/``.htm``, optionally ``.gz``).
 
 WARC and WET files are parsed by ``warcio`` (WARC/1.0 and 1.1), gzip per record (Common
-Crawl) or whole-file gzip (inflated as one stream first, see :func:`_gzip_per_record`).
+Crawl) or whole-file gzip (inflated as one stream, see :func:`_gzip_per_record`).
 Record ids are ``<source>/<relpath>:<n>``, ``n`` the record's number in the file (from 1),
 so they do not depend on splits (:func:`warc_record_bounds` plans splits at record
 boundaries). Rows carry ``meta.url`` (``WARC-Target-URI``; for HTML files the page's
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import zlib
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -47,7 +48,7 @@ from dataforge.io.fs import open_input_file, open_input_stream
 from dataforge.io.http_payload import PayloadError, read_payload
 from dataforge.io.streams import open_binary, open_byte_range
 from dataforge.io.tasks import InputTask
-from dataforge.io.warc_stream import MalformedRecord, WarcRecords
+from dataforge.io.warc_stream import MAX_HEADER_BYTES, MalformedRecord, WarcRecords
 from dataforge.io.web_pages import canonical_url, decode_page
 
 if TYPE_CHECKING:
@@ -69,7 +70,8 @@ WARC_TYPES = frozenset(
 )  # fmt: skip
 """The record types of WARC 1.1; any other ``WARC-Type`` is dropped as ``other``."""
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
-_FIRST_MEMBER_BYTES = 1 << 20
+_BLANK_LINES_SLACK = 64  # bytes a writer may put after a record in its member
+_CONTENT_LENGTH = re.compile(rb"\r\nContent-Length:[ \t]*([0-9]{1,18})[ \t]*\r\n", re.IGNORECASE)
 _BLANK_TAIL_BYTES = 1 << 16
 _MALFORMED = "warc:malformed"
 
@@ -121,25 +123,43 @@ def warc_splits(task: InputTask, split_bytes: int) -> list[InputTask]:
 
 
 def _gzip_per_record(raw: BinaryIO) -> bool:
-    """Whether a gzip stream's first member ends early (a member per record, which warcio
-    reads member by member) rather than holding the whole file (read through a gzip
-    stream instead). A first member of more than :data:`_FIRST_MEMBER_BYTES` counts as
-    the whole file; either way every record is read, only a truncation's reach differs.
-    A first member that does not inflate is read member by member: the members after it
-    are found."""
-    member = zlib.decompressobj(wbits=31)
-    produced = 0
-    while produced <= _FIRST_MEMBER_BYTES:
-        chunk = raw.read(1 << 16)
-        if not chunk:
-            return False
+    """Whether a gzip stream holds a member per record (warcio reads it member by member,
+    resuming past a bad one) rather than the whole file in one member (read through a
+    gzip stream instead, which ends at a bad record). The first member is inflated to the
+    end of its first record, its output discarded as it goes: in a member per record file,
+    the member ends there. A member cut short is read as a whole file (every record before
+    the cut is kept); one that does not inflate or parse is read member by member (the
+    members after it are found)."""
+    inflate = zlib.decompressobj(wbits=31)
+    head, produced, record_end = b"", 0, None
+    data = raw.read(1 << 16)
+    while data:
         try:
-            produced += len(member.decompress(chunk, _FIRST_MEMBER_BYTES))
+            out = inflate.decompress(data, 1 << 16)
         except zlib.error:
             return True
-        if member.eof:
-            return bool(member.unused_data) or bool(raw.read(1))
+        produced += len(out)
+        if record_end is None:
+            head += out
+            record_end = _first_record_end(head)
+            if record_end is not None and record_end < 0:
+                return True
+        if inflate.eof:
+            return bool(inflate.unused_data) or bool(raw.read(1))
+        if record_end is not None and produced > record_end + _BLANK_LINES_SLACK:
+            return False  # the member goes on past its first record
+        data = inflate.unconsumed_tail or raw.read(1 << 16)
     return False
+
+
+def _first_record_end(head: bytes) -> int | None:
+    """Where the record that ``head`` starts ends (its blank lines not included); None:
+    its header is not complete yet; -1: a header without a Content-Length or too long."""
+    header_end = head.find(b"\r\n\r\n")
+    if header_end < 0:
+        return None if len(head) <= MAX_HEADER_BYTES else -1
+    length = _CONTENT_LENGTH.search(head, 0, header_end + 2)
+    return header_end + 4 + int(length.group(1)) if length else -1
 
 
 def _whole_file_gzip(path: str) -> bool:
