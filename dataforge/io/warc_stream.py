@@ -11,11 +11,13 @@ wraps its :class:`~warcio.archiveiterator.ArchiveIterator` so that
   most :data:`MAX_HEADER_BYTES` (:class:`MalformedRecord` past it), whatever the
   inflation ratio of the gzip member holding them;
 * a record whose ``Content-Length`` is missing or not a decimal number, whose block ends
-  before that length, or that is not followed by a blank line (its length lies), raises
-  :class:`MalformedRecord` instead of being read with a wrong end.
+  before that length, that is not followed by a blank line, or whose block holds the
+  start of another record (``\r\n\r\nWARC/1.``) while what follows it is not one (its
+  length lies), raises :class:`MalformedRecord` instead of being read with a wrong end.
 
 This is the one module that uses warcio past its iteration API: the iterator's
-``reader``, ``err_count`` and ``offset`` attributes and a record's ``raw_stream.limit``.
+``reader`` (its ``decompressor``), ``err_count`` and ``next_line`` attributes and a
+record's ``raw_stream``.
 Reading the payload is :mod:`dataforge.io.http_payload`'s job.
 """
 
@@ -33,6 +35,7 @@ __all__ = ["MAX_HEADER_BYTES", "MalformedRecord", "WarcRecords"]
 MAX_HEADER_BYTES = 1 << 20
 """Header bytes one record may use: real WARC + HTTP headers are under 64 KB."""
 _DECIMAL = re.compile(r"[0-9]{1,18}")  # 18 digits: past any real file, inside an int64
+_RECORD_START = b"\r\n\r\nWARC/1."
 
 
 class MalformedRecord(ValueError):
@@ -58,6 +61,35 @@ class _BudgetedLines(DecompressingBufferedReader):
         if self.budget < 0:
             raise MalformedRecord("header_too_long", f"headers past {MAX_HEADER_BYTES} bytes")
         return line
+
+
+class _WatchedBlock:
+    """A record's block stream that notes whether the start of a record passes through."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._tail = b""
+        self.holds_record_start = False
+
+    @property
+    def limit(self) -> int:
+        return self._stream.limit
+
+    def read(self, length: int | None = None) -> bytes:
+        return self._seen(self._stream.read(length))
+
+    def readline(self, length: int | None = None) -> bytes:
+        return self._seen(self._stream.readline(length))
+
+    def tell(self) -> int:
+        return self._stream.tell()
+
+    def _seen(self, data: bytes) -> bytes:
+        if data and not self.holds_record_start:
+            edge = self._tail + data[: len(_RECORD_START) - 1]
+            self.holds_record_start = _RECORD_START in edge or _RECORD_START in data
+            self._tail = (self._tail + data)[-(len(_RECORD_START) - 1) :]
+        return data
 
 
 class WarcRecords:
@@ -86,6 +118,7 @@ class WarcRecords:
             length = record.rec_headers.get_header("Content-Length")
             if length is None or not _DECIMAL.fullmatch(length.strip()):
                 raise MalformedRecord("content_length", f"Content-Length {length!r:.40}")
+            record.raw_stream = _WatchedBlock(record.raw_stream)
         return record
 
     def finish(self) -> tuple[int, int]:
@@ -99,11 +132,17 @@ class WarcRecords:
             length = self._records.get_record_length()
         finally:
             self._lines.budget = None
+        inflating = self._lines.decompressor
+        if inflating is not None and not inflating.eof:  # its member is cut short
+            raise MalformedRecord("truncated", "gzip member ends before its end of stream")
         left = getattr(self._record.raw_stream, "limit", 0)
         if left > 0:
             raise MalformedRecord("truncated", f"block ends {left} bytes before its length")
         if self._records.err_count != errors:
             raise MalformedRecord("content_length", "record not followed by a blank line")
+        after = self._records.next_line
+        if after and not after.startswith(b"WARC/") and self._record.raw_stream.holds_record_start:
+            raise MalformedRecord("content_length", "record holds the start of the next one")
         if start < 0 or length <= 0:
             raise MalformedRecord("content_length", f"record at {start} of length {length}")
         return start, start + length
