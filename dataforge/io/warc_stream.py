@@ -53,14 +53,17 @@ class _BudgetedLines(DecompressingBufferedReader):
     budget: int | None = None
 
     def readline(self, length: int | None = None) -> bytes:
-        if self.budget is None:
-            return super().readline(length)
-        cap = self.budget + 1 if length is None else min(length, self.budget + 1)
-        line = super().readline(cap)
-        self.budget -= len(line)
-        if self.budget < 0:
+        budget = self.budget
+        if budget is None:
+            return _readline(self, length)
+        line = _readline(self, budget + 1 if length is None or length > budget else length)
+        self.budget = budget = budget - len(line)
+        if budget < 0:
             raise MalformedRecord("header_too_long", f"headers past {MAX_HEADER_BYTES} bytes")
         return line
+
+
+_readline = DecompressingBufferedReader.readline  # no super() lookup per header line
 
 
 class _WatchedBlock:

@@ -18,6 +18,7 @@ label decodes with Python's codec of that name, or the standard's where Python h
 from __future__ import annotations
 
 import codecs
+import functools
 import html
 import re
 
@@ -58,6 +59,7 @@ def _text_codec(name: str) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=1024)
 def declared_codec(label: str | None) -> str | None:
     """The codec a page's charset label stands for (see the module docstring); None: the
     label does not count."""

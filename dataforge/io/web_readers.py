@@ -38,6 +38,7 @@ too. A whole-file gzip, one stream without offsets, ends at a bad record.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import re
 import zlib
@@ -354,7 +355,7 @@ def _html_file_rows(reader: TaskReader) -> Iterator[dict[str, Any]]:
     try:
         with open_binary(reader.task.path) as raw:
             body = raw.read(reader.read.max_doc_chars * 4 + 1)
-    except (EOFError, OSError, zlib.error) as exc:  # a cut or corrupt .gz: this page only
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:  # a cut or corrupt .gz page
         yield _malformed_row(reader, 0, type(exc).__name__)
         return
     row = reader._base_row("0")
