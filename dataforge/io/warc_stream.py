@@ -89,9 +89,11 @@ class _WatchedBlock:
 
     def _seen(self, data: bytes) -> bytes:
         if data and not self.holds_record_start:
-            edge = self._tail + data[: len(_RECORD_START) - 1]
-            self.holds_record_start = _RECORD_START in edge or _RECORD_START in data
-            self._tail = (self._tail + data)[-(len(_RECORD_START) - 1) :]
+            keep = len(_RECORD_START) - 1  # a start cut by the edge between two reads
+            self.holds_record_start = (
+                _RECORD_START in data or _RECORD_START in self._tail + data[:keep]
+            )
+            self._tail = (self._tail + data[-keep:])[-keep:]
         return data
 
 

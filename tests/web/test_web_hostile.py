@@ -11,10 +11,13 @@ import json
 import re
 import tracemalloc
 import zlib
+from html.parser import HTMLParser
 from pathlib import Path
 
 import brotli
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
@@ -319,3 +322,41 @@ def test_a_cut_html_gz_page_is_one_malformed_drop(tmp_path):
     rows, reader = read(path, "html")
     assert drops(rows) == ["warc:malformed"]
     assert reader.events.total() == 1
+
+
+class _FirstCanonical(HTMLParser):
+    """The reference: the standard library's HTML parser."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.url: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        values = dict(reversed(attrs))  # the first of a repeated attribute counts
+        rel, href = values.get("rel") or "", values.get("href")
+        if self.url is None and tag == "link" and href and "canonical" in rel.lower().split():
+            self.url = href
+
+
+ATTRIBUTE = st.tuples(
+    st.sampled_from(["rel", "REL", "href", "Href", "type", "media", "data-x"]),
+    st.sampled_from(["canonical", "Canonical", "alternate canonical", "stylesheet", "",
+                     "http://a.example/x?y=1&amp;z=2", "/rel/path", "http://b.example/"]),
+    st.sampled_from(['"', "'", ""]),
+)  # fmt: skip
+
+
+@given(st.lists(st.lists(ATTRIBUTE, max_size=4), max_size=12), st.sampled_from(["", "<p>x</p>"]))
+def test_canonical_url_agrees_with_an_html_parser(tags, filler):
+    parts = []
+    for attributes in tags:
+        rendered = [
+            f"{name}={quote}{value}{quote}" if value or quote else f'{name}=""'
+            for name, value, quote in attributes
+            if " " not in value or quote
+        ]
+        parts.append(f"<link {' '.join(rendered)}>{filler}")
+    page = f"<html><head>{''.join(parts)}</head><body></body></html>"
+    reference = _FirstCanonical()
+    reference.feed(page)
+    assert canonical_url(page) == reference.url
