@@ -9,9 +9,12 @@ dataforge also runs with ``engine: resiliparse``.
 datatrove runs on ``LocalPipelineExecutor`` with one task per file and ``--cpus`` workers,
 dataforge with ``dataforge run`` (``ray.num_cpus`` = ``--cpus``). Every run is a fresh
 subprocess (start-up counts), the two interleaved ``--rounds`` times; the medians and
-their ratio are printed. datatrove is installed once into its own virtualenv (``--venv``).
+their ratio are printed. datatrove is installed once into its own virtualenv (``--venv``);
+``--no-datatrove`` leaves it out. ``--baseline DIR`` also times the dataforge checkout in
+``DIR`` (both engines) in the same rounds and prints this checkout's time over its.
 
     .venv/bin/python benchmarks/warc_extract_throughput.py [--pages 1200] [--rounds 3]
+        [--no-datatrove] [--baseline ../main]
 """
 
 from __future__ import annotations
@@ -122,8 +125,9 @@ def main() -> int:
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "warc_bench")
     parser.add_argument("--venv", type=Path, default=ROOT / "build" / "warc-peers-venv")
+    parser.add_argument("--no-datatrove", dest="datatrove", action="store_false")
+    parser.add_argument("--baseline", type=Path, help="another dataforge checkout to time")
     args = parser.parse_args()
-    python = ensure_venv(args.venv)
     corpus, out = args.work / "corpus", args.work / "out"
     n = build_corpus(corpus, args.pages, args.files)
     mbytes = sum(f.stat().st_size for f in corpus.glob("*.warc.gz")) / 1e6
@@ -133,39 +137,53 @@ def main() -> int:
         pipelines[engine].write_text(
             PIPELINE.format(corpus=corpus, out=out / engine, cpus=args.cpus, engine=engine)
         )
-    (args.work / "datatrove_warc.py").write_text(DATATROVE)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     dataforge = [sys.executable, "-m", "dataforge.cli", "run"]
     runs = {
-        "dataforge": [*dataforge, str(pipelines["trafilatura"]), "--overwrite"],
-        "datatrove": [str(python), str(args.work / "datatrove_warc.py"), str(corpus),
-                      str(out / "datatrove"), str(args.cpus), str(args.files)],
-        "dataforge, resiliparse": [*dataforge, str(pipelines["resiliparse"]), "--overwrite"],
-    }  # fmt: skip
+        "dataforge": ([*dataforge, str(pipelines["trafilatura"]), "--overwrite"], env),
+        "dataforge, resiliparse": ([*dataforge, str(pipelines["resiliparse"]), "--overwrite"], env),
+    }
+    if args.datatrove:
+        (args.work / "datatrove_warc.py").write_text(DATATROVE)
+        peer = [str(ensure_venv(args.venv)), str(args.work / "datatrove_warc.py"), str(corpus),
+                str(out / "datatrove"), str(args.cpus), str(args.files)]  # fmt: skip
+        runs["datatrove"] = (peer, env)
+    if args.baseline is not None:
+        base_env = {**os.environ, "PYTHONPATH": str(args.baseline.resolve())}
+        for name in ("dataforge", "dataforge, resiliparse"):
+            runs[f"baseline {name}"] = (runs[name][0], base_env)
     print(f"{n} pages in {args.files} WARC files ({mbytes:.1f} MB gzip); {args.cpus} CPUs")
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     for round_ in range(args.rounds):
-        for name, cmd in runs.items():
+        for name, (cmd, run_env) in runs.items():
             if name == "datatrove":  # its writer would add to an earlier round's files
                 subprocess.run(["rm", "-rf", str(out / "datatrove")], check=True)
-            seconds[name].append(timed(cmd, env))
-            print(f"  round {round_ + 1}: {name:<22} {seconds[name][-1]:6.1f} s", flush=True)
+            seconds[name].append(timed(cmd, run_env))
+            print(f"  round {round_ + 1}: {name:<31} {seconds[name][-1]:6.1f} s", flush=True)
     median = {name: statistics.median(v) for name, v in seconds.items()}
     outputs = {
-        "dataforge": (out / "trafilatura").rglob("*.jsonl"),
-        "datatrove": (out / "datatrove" / "output").glob("*.jsonl"),
-        "dataforge, resiliparse": (out / "resiliparse").rglob("*.jsonl"),
+        "dataforge": out / "trafilatura",
+        "datatrove": out / "datatrove" / "output",
+        "dataforge, resiliparse": out / "resiliparse",
     }
     for name, value in median.items():
-        kept = sum(1 for f in outputs[name] for _ in open(f))
-        print(f"{name:<22} median {value:6.1f} s  {n / value:7.1f} pages/s  kept {kept}")
+        folder = outputs[name.removeprefix("baseline ")]
+        kept = sum(1 for f in folder.rglob("*.jsonl") for _ in open(f))
+        print(f"{name:<31} median {value:6.1f} s  {n / value:7.1f} pages/s  kept {kept}")
     print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f}")
     for name in ("dataforge", "dataforge, resiliparse"):
-        paired = [p / d for p, d in zip(seconds["datatrove"], seconds[name], strict=True)]
-        print(
-            f"datatrove / {name}: {median['datatrove'] / median[name]:.2f}x (per round: "
-            f"{', '.join(f'{r:.2f}' for r in paired)}; median {statistics.median(paired):.2f}x)"
-        )
+        for other, label in (
+            ("datatrove", "datatrove / {}"),
+            (f"baseline {name}", "{} / baseline"),
+        ):
+            if other not in seconds:
+                continue
+            num, den = (other, name) if other == "datatrove" else (name, other)
+            paired = [a / b for a, b in zip(seconds[num], seconds[den], strict=True)]
+            print(
+                f"{label.format(name)}: {median[num] / median[den]:.2f}x (per round: "
+                f"{', '.join(f'{r:.2f}' for r in paired)}; median {statistics.median(paired):.2f}x)"
+            )
     return 0
 
 

@@ -3,113 +3,78 @@
 * ``format: warc``: HTTP ``response`` records whose content type is HTML become rows whose
   text is the page's decoded HTML (the ``extract`` op turns it into main text). Other
   record types (``request``, ``metadata``, ``warcinfo``...) are dropped as
-  ``warc:record_type:<type>``, responses of another content type as ``warc:not_html``.
+  ``warc:record_type:<type>`` (``<type>`` one of :data:`WARC_TYPES`, else ``other``),
+  responses of another content type as ``warc:not_html``.
 * ``format: wet``: ``conversion`` records (Common Crawl's extracted text, UTF-8) become rows
   of plain text; other record types are dropped as for WARC.
 * ``format: html``: every file is one page (``.html``/``.htm``, optionally ``.gz``).
 
 WARC and WET files are parsed by ``warcio`` (WARC/1.0 and 1.1), gzip per record (Common
-Crawl) or whole-file gzip (inflated as one stream first, see :func:`_gzip_per_record`).
+Crawl) or whole-file gzip (inflated as one stream, see :func:`_gzip_per_record`).
 Record ids are ``<source>/<relpath>:<n>``, ``n`` the record's number in the file (from 1),
 so they do not depend on splits (:func:`warc_record_bounds` plans splits at record
 boundaries). Rows carry ``meta.url`` (``WARC-Target-URI``; for HTML files the page's
 canonical link when it has one), ``meta.warc_date``, ``meta.warc_record_id``,
 ``meta.charset`` and ``meta.content`` (``html`` or ``text``, what ``extract`` reads).
+Pages are decoded by :func:`dataforge.io.web_pages.decode_page`; a page decoded with
+U+FFFD counts the event ``charset_replaced``, one no codec can be decided for is
+``invalid_encoding``.
 
-A page is decoded by the charset of its HTTP ``Content-Type`` header, then its ``<meta>``
-charset, then the source's ``encoding`` (``auto``: :func:`dataforge.io.decoding.decide_encoding`);
-the first that decodes the bytes strictly wins (GBK and GB2312 read as GB18030, Big5 as
-CP950, their supersets). When none does, the last one decodes with U+FFFD and the event
-``charset_replaced`` is counted; a page no codec can be decided for is ``invalid_encoding``.
+Every record costs bounded memory: its headers are at most
+:data:`~dataforge.io.warc_stream.MAX_HEADER_BYTES`; a payload is read (transfer and content
+codings removed) only for a record that can be kept, to at most ``4 * read.max_doc_chars``
+bytes, past which it is ``too_long``; the rest of a record is read in pieces and
+discarded.
 
-A record warcio cannot parse (bad header, cut short) is one row ``warc:malformed`` at its
-number; reading resumes at the next place past the last good record where a record may
-start (a gzip member header, a ``WARC/1.`` line), so one bad record costs only itself.
-A whole-file gzip, one stream without offsets, ends at a bad record.
+A record that cannot be trusted (warcio cannot parse it; it is cut short; its
+``Content-Length`` is missing or lies; its headers pass the cap; its content coding is
+damaged) is one row ``warc:malformed`` at its number, with the event
+``warc_malformed:<why>``. Reading resumes at the next place past it where a record may
+start (a gzip member header, a ``WARC/1.`` line), so one bad record costs only itself, and
+bytes that are left unparsed at the end (a cut gzip member) are one ``warc:malformed``
+too. A whole-file gzip, one stream without offsets, ends at a bad record.
 """
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
+import gzip
 import json
 import re
 import zlib
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from warcio.archiveiterator import ArchiveIterator
-from warcio.exceptions import ArchiveLoadFailed
-
-from dataforge.io.decoding import decide_encoding
 from dataforge.io.fs import open_input_file, open_input_stream
+from dataforge.io.http_payload import PayloadError, read_payload
 from dataforge.io.streams import open_binary, open_byte_range
 from dataforge.io.tasks import InputTask
+from dataforge.io.warc_stream import MAX_HEADER_BYTES, MalformedRecord, WarcRecords
+from dataforge.io.web_pages import canonical_url, decode_page
 
 if TYPE_CHECKING:
     from dataforge.io.readers import TaskReader
 
-__all__ = ["WEB_FORMATS", "decode_page", "warc_record_bounds", "warc_splits", "web_rows"]
+__all__ = [
+    "WARC_TYPES",
+    "WEB_FORMATS",
+    "decode_page",
+    "warc_record_bounds",
+    "warc_splits",
+    "web_rows",
+]
 
 WEB_FORMATS = ("warc", "wet", "html")
+WARC_TYPES = frozenset(
+    ("warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion",
+     "continuation")
+)  # fmt: skip
+"""The record types of WARC 1.1; any other ``WARC-Type`` is dropped as ``other``."""
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
-_META_SCAN_BYTES = 4096
-_FIRST_MEMBER_BYTES = 1 << 20
-_CHARSET_PARAM = re.compile(r"charset\s*=\s*[\"']?([A-Za-z0-9_.:-]+)", re.IGNORECASE)
-_META_CHARSET = re.compile(rb"<meta[^>]+charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]+)", re.IGNORECASE)
-_CANONICAL = re.compile(
-    r"<link[^>]+rel=[\"']canonical[\"'][^>]*href=[\"']([^\"']+)[\"']", re.IGNORECASE
-)
-# Labels pages use for a codec whose superset decodes the same bytes and more.
-_SUPERSETS = {"gb2312": "gb18030", "gbk": "gb18030", "big5": "cp950"}
-
-
-def _codec(label: str | None) -> str | None:
-    if not label:
-        return None
-    try:
-        name = codecs.lookup(label.strip().lower()).name
-    except LookupError:
-        return None
-    return _SUPERSETS.get(name, name)
-
-
-def decode_page(body: bytes, content_type: str | None, fallback: str) -> tuple[str, str] | None:
-    """``(text, codec)`` of a page's bytes (see the module docstring); None: undecidable.
-
-    Args:
-        body: the page's bytes (transfer and content encodings already removed).
-        content_type: the HTTP ``Content-Type`` header, if any.
-        fallback: the source's ``encoding`` (``auto`` or a codec name).
-    """
-    header = _CHARSET_PARAM.search(content_type or "")
-    meta = _META_CHARSET.search(body[:_META_SCAN_BYTES])
-    declared = [
-        _codec(header.group(1) if header else None),
-        _codec(meta.group(1).decode("ascii") if meta else None),
-    ]
-    tried = list(dict.fromkeys(c for c in declared if c))
-    for codec in tried:
-        try:
-            return body.decode(codec), codec
-        except UnicodeDecodeError:
-            continue
-    last = _fallback_codec(body, fallback)  # only when no declared charset decodes
-    if last is not None and last not in tried:
-        try:
-            return body.decode(last), last
-        except UnicodeDecodeError:
-            tried.append(last)
-    if not tried:
-        return None
-    return body.decode(tried[-1], errors="replace"), f"{tried[-1]}:replaced"
-
-
-def _fallback_codec(body: bytes, fallback: str) -> str | None:
-    if fallback != "auto":
-        return _codec(fallback)
-    decision = decide_encoding(body, "auto", at_eof=True)
-    return None if decision.undecodable else _codec(decision.encoding)
+_BLANK_LINES_SLACK = 64  # bytes a writer may put after a record in its member
+_CONTENT_LENGTH = re.compile(rb"\r\nContent-Length:[ \t]*([0-9]{1,18})[ \t]*\r\n", re.IGNORECASE)
+_BLANK_TAIL_BYTES = 1 << 16
+_MALFORMED = "warc:malformed"
 
 
 def warc_record_bounds(path: str) -> list[int]:
@@ -117,14 +82,15 @@ def warc_record_bounds(path: str) -> list[int]:
     then the offset where the last one ends, for splits at record boundaries.
 
     Raises:
-        ArchiveLoadFailed: the file cannot be parsed record by record (a whole-file gzip).
+        MalformedRecord: a record cannot be trusted (see :mod:`dataforge.io.warc_stream`);
+            warcio's own errors (a whole-file gzip: ``ArchiveLoadFailed``) pass through.
     """
     bounds = []
     with open(path, "rb") as f:
-        records = ArchiveIterator(f)
-        for _ in records:
-            bounds.append(records.get_record_offset())
-            end = records.get_record_offset() + records.get_record_length()
+        records = WarcRecords(f)
+        while records.next() is not None:
+            start, end = records.finish()
+            bounds.append(start)
     return [*bounds, end] if bounds else [0]
 
 
@@ -136,8 +102,8 @@ def warc_splits(task: InputTask, split_bytes: int) -> list[InputTask]:
     (``read.split_bytes: null``)."""
     try:
         bounds = warc_record_bounds(task.path)
-    except (ArchiveLoadFailed, EOFError, OSError, ValueError, zlib.error):
-        return [task]
+    except Exception:  # noqa: BLE001 - warcio raises whatever a hostile file makes it
+        return [task]  # the reader counts what it cannot read
     starts = [0]  # indexes into bounds of the records that start a split
     for i, offset in enumerate(bounds[:-1]):
         if offset - bounds[starts[-1]] >= split_bytes:
@@ -158,23 +124,43 @@ def warc_splits(task: InputTask, split_bytes: int) -> list[InputTask]:
 
 
 def _gzip_per_record(raw: BinaryIO) -> bool:
-    """Whether a gzip stream's first member ends early (a member per record, which warcio
-    reads member by member) rather than holding the whole file (read through a gzip
-    stream instead). A first member of more than :data:`_FIRST_MEMBER_BYTES` counts as
-    the whole file; either way every record is read, only a truncation's reach differs."""
-    member = zlib.decompressobj(wbits=31)
-    produced = 0
-    while produced <= _FIRST_MEMBER_BYTES:
-        chunk = raw.read(1 << 16)
-        if not chunk:
-            return False
+    """Whether a gzip stream holds a member per record (warcio reads it member by member,
+    resuming past a bad one) rather than the whole file in one member (read through a
+    gzip stream instead, which ends at a bad record). The first member is inflated to the
+    end of its first record, its output discarded as it goes: in a member per record file,
+    the member ends there. A member cut short is read as a whole file (every record before
+    the cut is kept); one that does not inflate or parse is read member by member (the
+    members after it are found)."""
+    inflate = zlib.decompressobj(wbits=31)
+    head, produced, record_end = b"", 0, None
+    data = raw.read(1 << 16)
+    while data:
         try:
-            produced += len(member.decompress(chunk, _FIRST_MEMBER_BYTES))
+            out = inflate.decompress(data, 1 << 16)
         except zlib.error:
-            return False
-        if member.eof:
-            return bool(member.unused_data) or bool(raw.read(1))
+            return True
+        produced += len(out)
+        if record_end is None:
+            head += out
+            record_end = _first_record_end(head)
+            if record_end is not None and record_end < 0:
+                return True
+        if inflate.eof:
+            return bool(inflate.unused_data) or bool(raw.read(1))
+        if record_end is not None and produced > record_end + _BLANK_LINES_SLACK:
+            return False  # the member goes on past its first record
+        data = inflate.unconsumed_tail or raw.read(1 << 16)
     return False
+
+
+def _first_record_end(head: bytes) -> int | None:
+    """Where the record that ``head`` starts ends (its blank lines not included); None:
+    its header is not complete yet; -1: a header without a Content-Length or too long."""
+    header_end = head.find(b"\r\n\r\n")
+    if header_end < 0:
+        return None if len(head) <= MAX_HEADER_BYTES else -1
+    length = _CONTENT_LENGTH.search(head, 0, header_end + 2)
+    return header_end + 4 + int(length.group(1)) if length else -1
 
 
 def _whole_file_gzip(path: str) -> bool:
@@ -192,14 +178,36 @@ def web_rows(reader: TaskReader) -> Iterator[dict[str, Any]]:
     task = reader.task
     if task.length is None and _whole_file_gzip(task.path):
         with open_binary(task.path) as stream:  # inflated: no offsets to resume from
-            yield from _records(reader, stream, task.first_record, 0)
+            yield from _records(reader, _Unswallowed(stream), task.first_record, 0)
         return
     offset, end = task.offset, task.offset + task.length if task.length is not None else None
     number = task.first_record
-    while offset is not None:
+    while True:
         with _open_from(task.path, offset, end) as stream:
-            number, failed_after = yield from _records(reader, stream, number, offset)
-        offset = None if failed_after is None else _next_record(task.path, failed_after, end)
+            number, good_end, failed = yield from _records(reader, stream, number, offset)
+        if not failed and _blank_after(task.path, good_end, end):
+            return
+        if not failed:  # warcio ended quietly before the end (a cut gzip member)
+            number += 1
+            yield _malformed_row(reader, number, "unparsed_bytes")
+        next_offset = _next_record(task.path, good_end, end)
+        if next_offset is None:
+            return
+        offset = next_offset
+
+
+class _Unswallowed:
+    """A stream whose damage (a cut or corrupt gzip stream) raises :class:`MalformedRecord`:
+    warcio takes an ``EOFError`` from its input for the end of the file."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self._stream.read(size)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise MalformedRecord("damaged_stream", f"{type(exc).__name__}: {exc}") from exc
 
 
 def _open_from(path: str, offset: int, end: int | None) -> BinaryIO:
@@ -210,18 +218,48 @@ def _open_from(path: str, offset: int, end: int | None) -> BinaryIO:
     return raw
 
 
+def _blank_after(path: str, start: int, end: int | None) -> bool:
+    """Whether the bytes from ``start`` to ``end`` (None: the end of the file) hold no
+    record: only whitespace, or gzip members of whitespace only (a writer's padding)."""
+    with _open_from(path, start, end) as raw:
+        tail = raw.read(_BLANK_TAIL_BYTES + 1)
+    if not tail.strip():
+        return True
+    if len(tail) > _BLANK_TAIL_BYTES or not tail.startswith(b"\x1f\x8b"):
+        return False
+    inflated = []
+    try:
+        while tail:
+            member = zlib.decompressobj(wbits=31)
+            inflated.append(member.decompress(tail, _BLANK_TAIL_BYTES))
+            if not member.eof:
+                return False
+            tail = member.unused_data
+    except zlib.error:
+        return False
+    return not b"".join(inflated).strip()
+
+
 def _next_record(path: str, after: int, end: int | None) -> int | None:
-    """Offset of the first place past ``after`` where a record may start: a gzip member
-    header or a ``WARC/1.`` line; None: none before ``end``."""
+    """Offset of the first place where a record may start (a gzip member header or a
+    ``WARC/1.`` line) past the first non-blank byte from ``after`` (where the bad record
+    or the unparsed bytes begin); None: none before ``end``."""
     marker = b"\x1f\x8b\x08" if path.endswith(".gz") else b"\nWARC/1."
     skip = 0 if marker.startswith(b"\x1f") else 1
     with open_input_file(path) as raw:
-        raw.seek(after + 1)
-        pos, tail = after + 1, b""
+        raw.seek(after)
+        pos, tail, started = after, b"", False
         while end is None or pos < end:
             block = raw.read(1 << 20)
             if not block:
                 return None
+            if not started:  # find the bad bytes first, then search past their start
+                stripped = block.lstrip()
+                if not stripped:
+                    pos += len(block)
+                    continue
+                pos += len(block) - len(stripped) + 1
+                block, started = stripped[1:], True
             found = (tail + block).find(marker)
             if found >= 0:
                 start = pos - len(tail) + found + skip
@@ -233,60 +271,70 @@ def _next_record(path: str, after: int, end: int | None) -> int | None:
 
 def _records(
     reader: TaskReader, stream: BinaryIO, number: int, base: int
-) -> Generator[dict[str, Any], None, tuple[int, int | None]]:
+) -> Generator[dict[str, Any], None, tuple[int, int, bool]]:
     """Rows of the records in ``stream`` (which starts at file offset ``base``), numbered
-    after ``number``; returns (the last number, None at the end or the file offset of the
-    last good record's end after a record that could not be parsed)."""
-    records = ArchiveIterator(stream, arc2warc=False, ensure_http_headers=False)
-    iterator = iter(records)
+    after ``number``; returns (the last number, the file offset where the last good record
+    ends, whether reading stopped at a record that could not be trusted, one
+    ``warc:malformed`` row)."""
+    records = WarcRecords(stream)
     good_end = base
     while True:
         number += 1
         try:
-            row = _record_row(reader, next(iterator), number)
-            good_end = base + records.get_record_offset() + records.get_record_length()
-        except StopIteration:
-            return number - 1, None
-        except (ArchiveLoadFailed, EOFError, OSError, ValueError, zlib.error) as exc:
-            reader.events[f"warc_malformed:{type(exc).__name__}"] += 1
-            yield reader._finish(reader._base_row(str(number), drop="warc:malformed"))
-            return number, good_end
-        yield reader._finish(row)
+            record = records.next()
+            if record is None:
+                return number - 1, good_end, False
+            reason = _early_drop(reader.source.format, record)
+            body = None if reason else read_payload(record, reader.read.max_doc_chars * 4)
+            start, end = records.finish()
+            if base + start < good_end:
+                raise MalformedRecord("content_length", f"record at {start} overlaps")
+        except Exception as exc:  # noqa: BLE001 - warcio raises whatever hostile bytes make it
+            kind = exc.kind if isinstance(exc, MalformedRecord) else type(exc).__name__
+            kind = "content_encoding" if isinstance(exc, PayloadError) else kind
+            yield _malformed_row(reader, number, kind)
+            return number, good_end, True
+        good_end = base + end
+        yield reader._finish(_record_row(reader, record, number, reason, body))
 
 
-def _record_row(reader: TaskReader, record: Any, number: int) -> dict[str, Any]:
-    row = reader._base_row(str(number))
-    fmt = reader.source.format
+def _malformed_row(reader: TaskReader, number: int, kind: str) -> dict[str, Any]:
+    reader.events[f"warc_malformed:{kind}"] += 1
+    return reader._finish(reader._base_row(str(number), drop=_MALFORMED))
+
+
+def _early_drop(fmt: str, record: Any) -> str | None:
+    """The drop reason of a record known from its headers, before its payload is read."""
     wanted = "response" if fmt == "warc" else "conversion"
-    headers = record.rec_headers
     if record.rec_type != wanted:
-        record.content_stream().read()
-        _check_complete(record)
-        row["drop"] = f"warc:record_type:{record.rec_type}"
+        return f"warc:record_type:{record.rec_type if record.rec_type in WARC_TYPES else 'other'}"
+    if fmt == "warc":
+        content_type = (
+            record.http_headers.get_header("Content-Type") if record.http_headers else None
+        )
+        if not content_type or content_type.split(";")[0].strip().lower() not in _HTML_TYPES:
+            return "warc:not_html"
+    return None
+
+
+def _record_row(
+    reader: TaskReader, record: Any, number: int, reason: str | None, body: bytes | None
+) -> dict[str, Any]:
+    row = reader._base_row(str(number))
+    if reason is not None or body is None:
+        row["drop"] = reason or "too_long"
         return row
+    headers = record.rec_headers
     meta = {
         "url": headers.get_header("WARC-Target-URI"),
         "warc_date": headers.get_header("WARC-Date"),
         "warc_record_id": headers.get_header("WARC-Record-ID"),
     }
-    body = record.content_stream().read(reader.read.max_doc_chars * 4 + 1)
-    if len(body) > reader.read.max_doc_chars * 4:
-        record.content_stream().read()
-        _check_complete(record)
-        row["drop"] = "too_long"
-        return row
-    _check_complete(record)
-    if fmt == "wet":
+    if reader.source.format == "wet":
         meta.update(charset="utf-8", content="text")
         text = body.decode("utf-8", errors="replace")
     else:
-        content_type = (
-            record.http_headers.get_header("Content-Type") if record.http_headers else None
-        )
-        if not content_type or content_type.split(";")[0].strip().lower() not in _HTML_TYPES:
-            row["drop"] = "warc:not_html"
-            return row
-        decoded = _decoded(reader, body, content_type)
+        decoded = _decoded(reader, body, record.http_headers.get_header("Content-Type"))
         if decoded is None:
             row["drop"] = "invalid_encoding"
             return row
@@ -294,13 +342,6 @@ def _record_row(reader: TaskReader, record: Any, number: int) -> dict[str, Any]:
         meta["content"] = "html"
     row["meta"] = json.dumps(meta, ensure_ascii=False, sort_keys=True)
     return reader._with_text(row, text)
-
-
-def _check_complete(record: Any) -> None:
-    """warcio ends a record cut short by the end of the file quietly: its block reader
-    still expects bytes (``Content-Length`` not reached)."""
-    if getattr(record.raw_stream, "limit", 0) > 0:
-        raise EOFError(f"record ends {record.raw_stream.limit} bytes before its Content-Length")
 
 
 def _decoded(reader: TaskReader, body: bytes, content_type: str | None) -> tuple[str, str] | None:
@@ -311,8 +352,12 @@ def _decoded(reader: TaskReader, body: bytes, content_type: str | None) -> tuple
 
 
 def _html_file_rows(reader: TaskReader) -> Iterator[dict[str, Any]]:
-    with open_binary(reader.task.path) as raw:
-        body = raw.read(reader.read.max_doc_chars * 4 + 1)
+    try:
+        with open_binary(reader.task.path) as raw:
+            body = raw.read(reader.read.max_doc_chars * 4 + 1)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:  # a cut or corrupt .gz page
+        yield _malformed_row(reader, 0, type(exc).__name__)
+        return
     row = reader._base_row("0")
     if len(body) > reader.read.max_doc_chars * 4:
         row["drop"] = "too_long"
@@ -325,8 +370,8 @@ def _html_file_rows(reader: TaskReader) -> Iterator[dict[str, Any]]:
         return
     text, charset = decoded
     meta: dict[str, Any] = {"charset": charset, "content": "html", "path": reader.task.relpath}
-    canonical = _CANONICAL.search(text[:65536])
-    if canonical:
-        meta["url"] = canonical.group(1)
+    url = canonical_url(text)
+    if url is not None:
+        meta["url"] = url
     row["meta"] = json.dumps(meta, ensure_ascii=False, sort_keys=True)
     yield reader._finish(reader._with_text(row, text))
