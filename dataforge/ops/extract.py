@@ -12,7 +12,8 @@ Every page is first parsed once by lxml and bounded (:mod:`dataforge.ops.extract
 a tree deeper than ``max_depth`` or with more than ``max_elements`` elements is dropped
 before any extractor runs, so the cost of a record is bounded whatever its markup. Then,
 with ``strip_navigation``, the navigation the page's own markup declares is removed and
-text-holding ``<div>``s become paragraphs, and the engine extracts from that tree.
+inline formatting is unwrapped and text-holding ``<div>``s become paragraphs; the engine
+extracts from that tree.
 
 Drop reasons: ``extract:too_deep`` (nested deeper than ``max_depth``),
 ``extract:budget`` (more than ``max_elements`` elements), ``extract:no_text`` (the page has
@@ -38,8 +39,8 @@ import pyarrow as pa
 from dataforge.ops.base import Mapper, set_drop_reasons
 from dataforge.ops.extract_prepass import (
     PARSER_MAX_DEPTH,
-    inline_blocks_to_paragraphs,
     parse_page,
+    simplify_markup,
     strip_navigation,
     visible_text,
 )
@@ -151,7 +152,7 @@ class Extract(Mapper):
             return "", "extract:no_text"
         if cfg.strip_navigation:
             self.events["extract:navigation_removed"] += strip_navigation(page.root)
-            inline_blocks_to_paragraphs(page.root)
+            simplify_markup(page.root)
         chars_in = _non_space(visible_text(page.root))
         body = self._engine_text(page.root, url).strip()
         chars_out = _non_space(body)

@@ -14,9 +14,12 @@ whose class or id is a navigation name (DocBook's ``navheader``/``navfooter``, p
 or failing that a single ``<article>``, only that element's subtree is kept. An element
 that contains the main content is never removed.
 
-:func:`inline_blocks_to_paragraphs` renames to ``<p>`` each ``<div>`` that holds text of
-its own (DocBook and publican paragraphs are ``<div class="para">``): trafilatura drops the
-text that precedes the first inline child (``<code>``, ``<a>``) of such a div. It also
+:func:`simplify_markup` unwraps inline formatting (``<code>``, ``<em>``, ``<span>``...:
+trafilatura misplaces or drops the text around nested ones, e.g. DocBook's
+``<code><em><code>package</code></em>.cron</code> - 安装至``) and anchors without a link
+(trafilatura drops a DocBook section whose heading holds an empty ``<a id>``), renames to ``<p>`` each
+``<div>`` that holds text of its own (publican's paragraphs are ``<div class="para">``:
+trafilatura drops the text before the first child element of such a div). It also
 removes every ``class`` and ``id``: once the declared navigation is gone, the names only
 feed the engines' own name rules, which discard body boxes (publican's ``sidebar`` notes,
 DocBook's ``note`` tables) with the navigation they are meant for.
@@ -31,8 +34,9 @@ __all__ = [
     "NAV_NAMES",
     "PARSER_MAX_DEPTH",
     "PageTree",
-    "inline_blocks_to_paragraphs",
+    "INLINE_FORMATTING",
     "parse_page",
+    "simplify_markup",
     "strip_navigation",
     "visible_text",
 ]
@@ -58,6 +62,35 @@ NAV_NAMES = frozenset(
 )
 """Class or id tokens (lower case) that mark an element as navigation (``header`` and
 ``footer`` as ids: the page chrome of pages written before HTML5 had those elements)."""
+
+INLINE_FORMATTING = (
+    "abbr",
+    "acronym",
+    "b",
+    "big",
+    "cite",
+    "code",
+    "dfn",
+    "em",
+    "font",
+    "i",
+    "kbd",
+    "mark",
+    "q",
+    "s",
+    "samp",
+    "small",
+    "span",
+    "strike",
+    "strong",
+    "sub",
+    "sup",
+    "time",
+    "tt",
+    "u",
+    "var",
+)
+"""Elements unwrapped into their parent's text (links stay: engines weigh link density)."""
 
 _NAV_XPATH = (
     "//nav | //header | //footer | //aside"
@@ -164,9 +197,12 @@ def _attached(el: lxml.html.HtmlElement, root: lxml.html.HtmlElement) -> bool:
     return any(ancestor is root for ancestor in el.iterancestors())
 
 
-def inline_blocks_to_paragraphs(root: lxml.html.HtmlElement) -> int:
-    """Rename to ``p`` each ``div`` with text of its own and remove every ``class`` and
-    ``id`` (see the module docstring); returns how many were renamed."""
+def simplify_markup(root: lxml.html.HtmlElement) -> int:
+    """Unwrap inline formatting, rename to ``p`` each ``div`` with text of its own and
+    remove every ``class`` and ``id`` (see the module docstring); returns how many divs
+    were renamed."""
+    for el in [*root.iter(*INLINE_FORMATTING), *root.xpath("//a[not(@href)]")]:
+        el.drop_tag()
     renamed = 0
     for el in root.iter():
         if not isinstance(el.tag, str):
