@@ -12,7 +12,10 @@ extractor sees the page. A page cut by the parser's depth limit always exceeds
 whose class or id is a navigation name (DocBook's ``navheader``/``navfooter``, publican's
 ``docnav``, tables of contents, breadcrumbs). With a single ``<main>`` (or ``role=main``),
 or failing that a single ``<article>``, only that element's subtree is kept. An element
-that contains the main content is never removed.
+that contains the main content is never removed. Undeclared bars go too: blocks of links
+(mostly link text, at least two links) whose text occurs twice in the page, as a bar at the
+top and the bottom does (:func:`repeated_link_blocks`); their previous/next titles change
+from page to page, so no count of lines across pages would find them.
 
 :func:`simplify_markup` unwraps inline formatting (``<code>``, ``<em>``, ``<span>``...:
 trafilatura misplaces or drops the text around nested ones, e.g. DocBook's
@@ -34,6 +37,7 @@ __all__ = [
     "NAV_NAMES",
     "PARSER_MAX_DEPTH",
     "PageTree",
+    "repeated_link_blocks",
     "INLINE_FORMATTING",
     "parse_page",
     "simplify_markup",
@@ -185,12 +189,36 @@ def strip_navigation(root: lxml.html.HtmlElement) -> int:
     candidates = root.xpath(_NAV_XPATH) + [
         el for el in root.iter() if isinstance(el.tag, str) and _is_nav_name(el)
     ]
+    candidates += repeated_link_blocks(root)
     for el in candidates:
         if el in keep or el.tag in ("html", "body") or not _attached(el, root):
             continue  # the main content's ancestors, or inside a subtree removed earlier
         el.drop_tree()
         removed += 1
     return removed
+
+
+_BLOCKS = ("table", "ul", "ol", "dl", "menu", "p", "center", "div")
+
+
+def repeated_link_blocks(root: lxml.html.HtmlElement) -> list[lxml.html.HtmlElement]:
+    """The outermost blocks whose normalized text occurs in two blocks of the page neither
+    inside the other, made mostly (over half of their text) of at least two links."""
+    by_text: dict[str, list[lxml.html.HtmlElement]] = {}
+    for el in root.iter(*_BLOCKS):
+        links = el.xpath(".//a[@href]")
+        if len(links) < 2:
+            continue
+        text = "".join(el.text_content().split())
+        link_chars = sum(len("".join(a.text_content().split())) for a in links)
+        if text and 2 * link_chars > len(text):
+            by_text.setdefault(text, []).append(el)
+    found = []
+    for group in by_text.values():
+        outer = [el for el in group if not any(a in group for a in el.iterancestors())]
+        if len(outer) >= 2:
+            found += outer
+    return found
 
 
 def _attached(el: lxml.html.HtmlElement, root: lxml.html.HtmlElement) -> bool:
