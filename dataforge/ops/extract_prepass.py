@@ -20,8 +20,8 @@ from page to page, so no count of lines across pages would find them.
 :func:`simplify_markup` unwraps inline formatting (``<code>``, ``<em>``, ``<span>``...:
 trafilatura misplaces or drops the text around nested ones, e.g. DocBook's
 ``<code><em><code>package</code></em>.cron</code> - 安装至``) and anchors without a link
-(trafilatura drops a DocBook section whose heading holds an empty ``<a id>``), renames to ``<p>`` each
-``<div>`` that holds text of its own (publican's paragraphs are ``<div class="para">``:
+(trafilatura drops a DocBook section whose heading holds an empty ``<a id>``), renames to
+``<p>`` each ``<div>`` that holds text of its own (publican's paragraphs are ``<div class="para">``:
 trafilatura drops the text before the first child element of such a div). It also
 removes every ``class`` and ``id``: once the declared navigation is gone, the names only
 feed the engines' own name rules, which discard body boxes (publican's ``sidebar`` notes,

@@ -17,6 +17,7 @@ from dataforge.runtime.barriers import line_dedup as planner
 
 NAV = "| [ ‹ 教程 ] | [首页][目录][索引] | [ Common notation >> ] |"
 SHARED = "本站文章均为原创，转载请注明出处并附上原文链接。"
+HALF = "本章示例代码可在附录中找到。"
 NAMES = "甲乙丙丁戊己庚辛壬癸子丑寅卯辰巳午未申酉戌亥春夏秋冬东南西北"
 
 
@@ -26,17 +27,21 @@ def body(i: int) -> str:
 
 
 def site_records():
-    """Site A: 6 pages (half under www.) with NAV, 2 of them with SHARED; site B: 30 pages
-    with SHARED on 2; 4 documents without a URL with NAV."""
+    """Site A: 6 pages (half under www.) with NAV, HALF on 3 of them, SHARED on 2; site B:
+    30 pages with SHARED on 2; site C: 2 pages, both with NAV; 4 documents without a URL
+    with NAV."""
     texts, metas = [], []
     for i in range(6):
         host = "www.notes.example.cn" if i % 2 else "notes.example.cn"
-        lines = [NAV, body(i)] + ([SHARED] if i < 2 else []) + [NAV]
+        lines = [NAV, body(i)] + ([SHARED] if i < 2 else []) + ([HALF] if i % 2 else []) + [NAV]
         texts.append("\n".join(lines))
         metas.append({"url": f"https://{host}/ch{i}.html"})
     for i in range(30):
         texts.append("\n".join([body(100 + i)] + ([SHARED] if i < 2 else [])))
         metas.append({"url": f"http://blog.example.org/p/{i}"})
+    for i in range(2):
+        texts.append("\n".join([NAV, body(300 + i)]))
+        metas.append({"url": f"http://tiny.example.net/{i}"})
     for i in range(4):
         texts.append("\n".join([NAV, body(200 + i)]))
         metas.append({})
@@ -52,12 +57,13 @@ def run_sites(tmp_path, batch, **config):
 def test_a_line_on_most_pages_of_a_small_site_goes(tmp_path):
     texts, (summary, out) = run_sites(tmp_path, 1000, min_docs=20, min_doc_chars=0)
     got = out.column("text").to_pylist()
-    # site A: NAV on 6 of 6 pages (>= 50%, >= 3) goes; SHARED on 2 of 6 stays
+    # site A: NAV on 6 of 6 pages and HALF on 3 of 6 (>= 50%, >= 3) go; SHARED on 2 stays
     for i in range(6):
         assert got[i] == "\n".join([body(i)] + ([SHARED] if i < 2 else []))
-    assert got[6:] == texts[6:]  # site B (2 of 30) and pages without a URL are untouched
-    assert summary["site_frequent_lines"] == 1 and summary["frequent_lines"] == 0
-    assert summary["domains"] == 2 and summary["documents_changed"] == 6
+    # site B (2 of 30), site C (2 of 2, under site_min_docs) and pages without a URL stay
+    assert got[6:] == texts[6:]
+    assert summary["site_frequent_lines"] == 2 and summary["frequent_lines"] == 0
+    assert summary["domains"] == 3 and summary["documents_changed"] == 6
 
 
 def test_site_rule_off_and_split_invariance(tmp_path):
