@@ -30,6 +30,8 @@ DocBook's ``note`` tables) with the navigation they are meant for.
 
 from __future__ import annotations
 
+from typing import Any
+
 import lxml.etree
 import lxml.html
 
@@ -50,6 +52,7 @@ PARSER_MAX_DEPTH = 256
 
 NAV_NAMES = frozenset(
     {
+        "banner",
         "breadcrumb",
         "breadcrumbs",
         "docnav",
@@ -64,8 +67,9 @@ NAV_NAMES = frozenset(
         "toc2",
     }
 )
-"""Class or id tokens (lower case) that mark an element as navigation (``header`` and
-``footer`` as ids: the page chrome of pages written before HTML5 had those elements)."""
+"""Class or id tokens (lower case) that mark an element as navigation: ``banner`` as the
+ARIA landmark, ``header`` and ``footer`` as the page chrome of pages written before HTML5
+had those elements, and the generators' own names."""
 
 INLINE_FORMATTING = (
     "abbr",
@@ -198,21 +202,42 @@ def strip_navigation(root: lxml.html.HtmlElement) -> int:
     return removed
 
 
-_BLOCKS = ("table", "ul", "ol", "dl", "menu", "p", "center", "div")
+_BLOCKS = frozenset({"table", "ul", "ol", "dl", "menu", "p", "center", "div"})
+MAX_BAR_CHARS = 600
+"""Longest text (non-space characters) of a block taken for a link bar."""
+
+
+def _chars(text: str | None) -> int:
+    return len("".join(text.split())) if text else 0
+
+
+def _link_stats(order: list[Any]) -> dict[Any, tuple[int, int, int]]:
+    """element -> (non-space characters, links, characters inside links) for the elements
+    of ``order`` (document order), in one pass from the leaves up (linear in the page,
+    whatever its depth)."""
+    stats: dict[Any, tuple[int, int, int]] = {}
+    for el in reversed(order):  # descendants before their ancestors
+        is_link = el.tag == "a" and el.get("href") is not None
+        chars, links, link_chars = _chars(el.text), int(is_link), 0
+        for child in el:
+            c, n, lc = stats.get(child, (0, 0, 0))
+            chars += c + _chars(child.tail)
+            links += n
+            link_chars += lc
+        stats[el] = (chars, links, chars if is_link else link_chars)
+    return stats
 
 
 def repeated_link_blocks(root: lxml.html.HtmlElement) -> list[lxml.html.HtmlElement]:
     """The outermost blocks whose normalized text occurs in two blocks of the page neither
     inside the other, made mostly (over half of their text) of at least two links."""
     by_text: dict[str, list[lxml.html.HtmlElement]] = {}
-    for el in root.iter(*_BLOCKS):
-        links = el.xpath(".//a[@href]")
-        if len(links) < 2:
-            continue
-        text = "".join(el.text_content().split())
-        link_chars = sum(len("".join(a.text_content().split())) for a in links)
-        if text and 2 * link_chars > len(text):
-            by_text.setdefault(text, []).append(el)
+    order = list(root.iter())
+    stats = _link_stats(order)
+    for el in order:
+        chars, links, link_chars = stats[el]
+        if el.tag in _BLOCKS and links >= 2 and 2 * link_chars > chars and chars <= MAX_BAR_CHARS:
+            by_text.setdefault("".join(el.text_content().split()), []).append(el)
     found = []
     for group in by_text.values():
         outer = [el for el in group if not any(a in group for a in el.iterancestors())]
