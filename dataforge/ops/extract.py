@@ -11,9 +11,9 @@ pages. ``meta.content`` becomes ``text``; other records (WET text, JSONL) pass u
 Every page is first parsed once by lxml and bounded (:mod:`dataforge.ops.extract_prepass`):
 a tree deeper than ``max_depth`` or with more than ``max_elements`` elements is dropped
 before any extractor runs, so the cost of a record is bounded whatever its markup. Then,
-with ``strip_navigation``, the navigation the page's own markup declares is removed and
-inline formatting is unwrapped and text-holding ``<div>``s become paragraphs; the engine
-extracts from that tree.
+with ``strip_navigation``, the navigation the page's own markup declares and the link bars
+repeated in the page are removed, inline formatting is unwrapped and text-holding
+``<div>``s become paragraphs; the engine extracts from that tree.
 
 Drop reasons: ``extract:too_deep`` (nested deeper than ``max_depth``),
 ``extract:budget`` (more than ``max_elements`` elements), ``extract:no_text`` (the page has
@@ -104,15 +104,17 @@ class Extract(Mapper):
         """The extractor (see the module docstring)."""
         favor: Literal["balanced", "precision", "recall"] = "precision"
         """trafilatura's trade-off; ``precision`` (as FineWeb) leaves out doubtful blocks, so a page
-        that is only links or navigation yields nothing (``extract:no_main_text``)."""
+        that is only links or navigation yields nothing (``extract:no_main_text``); the
+        web_zh recipe uses ``recall`` (benchmarks/extract_quality.py)."""
         include_tables: bool = True
         """Keep the text of tables inside the body (trafilatura)."""
         fast: bool = False
         """Skip trafilatura's fallback extractors (readability, jusText): faster, and
         the fallbacks only run when its own result is short."""
         strip_navigation: bool = True
-        """Remove the navigation the markup declares and turn text-holding ``<div>``s into
-        paragraphs before the engine runs (:mod:`dataforge.ops.extract_prepass`)."""
+        """Remove declared navigation and repeated link bars, unwrap inline formatting and
+        turn text-holding ``<div>``s into paragraphs before the engine runs
+        (:mod:`dataforge.ops.extract_prepass`)."""
         max_depth: int = 200
         """Pages nested deeper are dropped (``extract:too_deep``); at most 255, since the
         parser keeps nothing below level 256."""
