@@ -8,29 +8,50 @@ extractor) scores text blocks; ``engine: resiliparse`` (``main_content``, its ru
 removal of navigation, headers, footers and sidebars) is about 20x faster on the same
 pages. ``meta.content`` becomes ``text``; other records (WET text, JSONL) pass unchanged.
 
-Drop reasons: ``extract:no_text`` (the page has no visible text at all),
-``extract:no_main_text`` (it has text, but nothing the extractor takes for a body: a page
-of links, a login form), ``extract:too_short`` (the main text has fewer than
-``min_chars`` characters). Events: ``extract:pages`` (pages extracted).
+Every page is first parsed once by lxml and bounded (:mod:`dataforge.ops.extract_prepass`):
+a tree deeper than ``max_depth`` or with more than ``max_elements`` elements is dropped
+before any extractor runs, so the cost of a record is bounded whatever its markup. Then,
+with ``strip_navigation``, the navigation the page's own markup declares and the link bars
+repeated in the page are removed, inline formatting is unwrapped and text-holding
+``<div>``s become paragraphs; the engine extracts from that tree.
+
+Drop reasons: ``extract:too_deep`` (nested deeper than ``max_depth``),
+``extract:budget`` (more than ``max_elements`` elements), ``extract:no_text`` (the page has
+no visible text at all), ``extract:no_main_text`` (it has text, but nothing the extractor
+takes for a body: a page of links, a login form), ``extract:too_short`` (the main text has
+fewer than ``min_chars`` characters). Events: ``extract:pages`` (pages extracted),
+``extract:chars_in`` and ``extract:chars_out`` (non-space characters of the pruned page and
+of its main text), ``extract:short_output`` (pages whose main text keeps less than
+``min_kept_fraction`` of the pruned page's characters: body text an engine may have lost),
+``extract:navigation_removed`` (subtrees removed by the pre-pass).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
+import lxml.html
 import numpy as np
 import pyarrow as pa
 
 from dataforge.ops.base import Mapper, set_drop_reasons
+from dataforge.ops.extract_prepass import (
+    PARSER_MAX_DEPTH,
+    parse_page,
+    simplify_markup,
+    strip_navigation,
+    visible_text,
+)
 from dataforge.typed_config import check_choices, check_range
 
 __all__ = ["Extract", "main_text", "resiliparse_text"]
 
 
-def main_text(html: str, url: str | None, favor: str, tables: bool, fast: bool) -> str | None:
-    """trafilatura's plain-text main content of ``html`` (None: none found)."""
+def main_text(html: Any, url: str | None, favor: str, tables: bool, fast: bool) -> str | None:
+    """trafilatura's plain-text main content of ``html`` (a string or an lxml tree, which
+    trafilatura may change; None: none found)."""
     import trafilatura
 
     return trafilatura.extract(
@@ -68,8 +89,8 @@ def resiliparse_text(html: str, main_content: bool = True) -> str:
     return "\n".join(line for line in text.split("\n") if line.strip())
 
 
-def _has_visible_text(html: str) -> bool:
-    return bool(resiliparse_text(html, main_content=False).strip())
+def _non_space(text: str) -> int:
+    return len("".join(text.split()))
 
 
 class Extract(Mapper):
@@ -81,31 +102,74 @@ class Extract(Mapper):
     @dataclasses.dataclass(frozen=True)
     class Config:
         engine: Literal["trafilatura", "resiliparse"] = "trafilatura"
-        """The extractor (see the module docstring); the other keys but ``min_chars`` are
-        trafilatura's."""
+        """The extractor (see the module docstring)."""
         favor: Literal["balanced", "precision", "recall"] = "precision"
         """trafilatura's trade-off; ``precision`` (as FineWeb) leaves out doubtful blocks, so a page
-        that is only links or navigation yields nothing (``extract:no_main_text``)."""
+        that is only links or navigation yields nothing (``extract:no_main_text``); the
+        web_zh recipe uses ``recall`` (benchmarks/extract_quality.py)."""
         include_tables: bool = True
-        """Keep the text of tables inside the body."""
+        """Keep the text of tables inside the body (trafilatura)."""
         fast: bool = False
         """Skip trafilatura's fallback extractors (readability, jusText): faster, and
         the fallbacks only run when its own result is short."""
+        strip_navigation: bool = True
+        """Remove declared navigation and repeated link bars, unwrap inline formatting and
+        turn text-holding ``<div>``s into paragraphs before the engine runs
+        (:mod:`dataforge.ops.extract_prepass`)."""
+        max_depth: int = 200
+        """Pages nested deeper are dropped (``extract:too_deep``); at most 255, since the
+        parser keeps nothing below level 256."""
+        max_elements: int = 200_000
+        """Pages with more elements are dropped (``extract:budget``): with ``max_depth``,
+        the bound on one record's parse and extraction cost."""
         min_chars: int = 0
         """Pages whose main text is shorter are dropped (``extract:too_short``)."""
+        min_kept_fraction: float = 0.3
+        """A page whose main text keeps fewer of the pruned page's non-space characters is
+        counted (``extract:short_output``), not dropped."""
 
         def __post_init__(self) -> None:
             check_choices(self)
             check_range("extract.min_chars", self.min_chars, 0)
+            check_range("extract.max_depth", self.max_depth, 8, PARSER_MAX_DEPTH - 1)
+            check_range("extract.max_elements", self.max_elements, 100)
+            check_range("extract.min_kept_fraction", self.min_kept_fraction, 0.0, 1.0)
 
-    def _main_text(self, html: str, url: str | None) -> str:
+    def _engine_text(self, root: lxml.html.HtmlElement, url: str | None) -> str:
         cfg = self.config
         if cfg.engine == "resiliparse":
-            return resiliparse_text(html)
-        return main_text(html, url, cfg.favor, cfg.include_tables, cfg.fast) or ""
+            return resiliparse_text(lxml.html.tostring(root, encoding="unicode"))
+        return main_text(root, url, cfg.favor, cfg.include_tables, cfg.fast) or ""
+
+    def page_text(self, html: str, url: str | None) -> tuple[str, str | None]:
+        """(main text, drop reason or None) of one page; counts the events."""
+        cfg = self.config
+        page = parse_page(html)
+        if page.root is None:
+            return "", "extract:no_text"
+        if page.depth > cfg.max_depth:
+            return "", "extract:too_deep"
+        if page.elements > cfg.max_elements:
+            return "", "extract:budget"
+        if not visible_text(page.root).strip():
+            return "", "extract:no_text"
+        if cfg.strip_navigation:
+            self.events["extract:navigation_removed"] += strip_navigation(page.root)
+            simplify_markup(page.root)
+        chars_in = _non_space(visible_text(page.root))
+        body = self._engine_text(page.root, url).strip()
+        chars_out = _non_space(body)
+        self.events["extract:chars_in"] += chars_in
+        self.events["extract:chars_out"] += chars_out
+        if not body:
+            return "", "extract:no_main_text"
+        if chars_out < cfg.min_kept_fraction * chars_in:
+            self.events["extract:short_output"] += 1
+        if len(body) < cfg.min_chars:
+            return "", "extract:too_short"
+        return body, None
 
     def transform(self, live: pa.Table) -> pa.Table:
-        cfg = self.config
         texts = live.column("text").to_pylist()
         metas = [json.loads(m) if m else {} for m in live.column("meta").to_pylist()]
         reasons = np.full(live.num_rows, None, dtype=object)
@@ -113,14 +177,7 @@ class Extract(Mapper):
             if meta.get("content") != "html":
                 continue
             self.events["extract:pages"] += 1
-            body = self._main_text(html, meta.get("url")).strip()
-            if not body:
-                reasons[i] = (
-                    "extract:no_main_text" if _has_visible_text(html) else "extract:no_text"
-                )
-            elif len(body) < cfg.min_chars:
-                reasons[i] = "extract:too_short"
-            texts[i] = body if reasons[i] is None else ""
+            texts[i], reasons[i] = self.page_text(html or "", meta.get("url"))
             meta["content"] = "text"
         out = live.set_column(
             live.schema.get_field_index("text"), "text", pa.array(texts, pa.string())

@@ -1,0 +1,270 @@
+"""The ``extract`` op's bounded parse and structure pre-pass, before the engine runs.
+
+:func:`parse_page` parses with lxml (libxml2's HTML parser: linear time, and it stops
+descending at :data:`PARSER_MAX_DEPTH` levels, so a page nested 100,000 levels deep costs
+as much as one nested 256 deep) and measures the tree: its depth and element count are
+the op's deterministic cost bounds (``max_depth``, ``max_elements``), checked before any
+extractor sees the page. A page cut by the parser's depth limit always exceeds
+``max_depth``, so no page loses text silently to the limit.
+
+:func:`strip_navigation` removes what the page's own markup declares as navigation:
+``nav``, ``header``, ``footer``, ``aside``, ARIA landmarks other than ``main`` and elements
+whose class or id is a navigation name (DocBook's ``navheader``/``navfooter``, publican's
+``docnav``, tables of contents, breadcrumbs). With a single ``<main>`` (or ``role=main``),
+or failing that a single ``<article>``, only that element's subtree is kept. An element
+that contains the main content is never removed. Undeclared bars go too: blocks of links
+(mostly link text, at least two links) whose text occurs twice in the page, as a bar at the
+top and the bottom does (:func:`repeated_link_blocks`); their previous/next titles change
+from page to page, so no count of lines across pages would find them.
+
+:func:`simplify_markup` unwraps inline formatting (``<code>``, ``<em>``, ``<span>``...:
+trafilatura misplaces or drops the text around nested ones, e.g. DocBook's
+``<code><em><code>package</code></em>.cron</code> - 安装至``) and anchors without a link
+(trafilatura drops a DocBook section whose heading holds an empty ``<a id>``), renames to
+``<p>`` each ``<div>`` that holds text of its own (publican's paragraphs are ``<div class="para">``:
+trafilatura drops the text before the first child element of such a div). It also
+removes every ``class`` and ``id``: once the declared navigation is gone, the names only
+feed the engines' own name rules, which discard body boxes (publican's ``sidebar`` notes,
+DocBook's ``note`` tables) with the navigation they are meant for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lxml.etree
+import lxml.html
+
+__all__ = [
+    "NAV_NAMES",
+    "PARSER_MAX_DEPTH",
+    "PageTree",
+    "repeated_link_blocks",
+    "INLINE_FORMATTING",
+    "parse_page",
+    "simplify_markup",
+    "strip_navigation",
+    "visible_text",
+]
+
+PARSER_MAX_DEPTH = 256
+"""libxml2's HTML parser keeps no element deeper than this (without its "huge" option)."""
+
+NAV_NAMES = frozenset(
+    {
+        "banner",
+        "breadcrumb",
+        "breadcrumbs",
+        "docnav",
+        "footer",
+        "header",
+        "navbar",
+        "navfooter",
+        "navheader",
+        "navigation",
+        "skip-link",
+        "toc",
+        "toc2",
+    }
+)
+"""Class or id tokens (lower case) that mark an element as navigation: ``banner`` as the
+ARIA landmark, ``header`` and ``footer`` as the page chrome of pages written before HTML5
+had those elements, and the generators' own names."""
+
+INLINE_FORMATTING = (
+    "abbr",
+    "acronym",
+    "b",
+    "big",
+    "cite",
+    "code",
+    "dfn",
+    "em",
+    "font",
+    "i",
+    "kbd",
+    "mark",
+    "q",
+    "s",
+    "samp",
+    "small",
+    "span",
+    "strike",
+    "strong",
+    "sub",
+    "sup",
+    "time",
+    "tt",
+    "u",
+    "var",
+)
+"""Elements unwrapped into their parent's text (links stay: engines weigh link density)."""
+
+_NAV_XPATH = (
+    "//nav | //header | //footer | //aside"
+    " | //*[@role='navigation' or @role='banner' or @role='contentinfo' or @role='search'"
+    " or @role='complementary']"
+)
+_MAIN_XPATH = "//main | //*[@role='main']"
+_INVISIBLE = "//script | //style | //noscript | //template"
+_PARSER = lxml.html.HTMLParser(
+    remove_comments=True,
+    remove_pis=True,
+    collect_ids=False,
+    default_doctype=False,
+    encoding="utf-8",  # the page is a decoded str, encoded back below
+)
+
+
+class PageTree:
+    """A parsed page with its measures.
+
+    Attributes:
+        root: the ``<html>`` element (None: nothing parsable).
+        depth: levels of the deepest element (the root is level 1).
+        elements: element count.
+    """
+
+    def __init__(self, root: lxml.html.HtmlElement | None) -> None:
+        self.root = root
+        self.depth, self.elements = _measure(root) if root is not None else (0, 0)
+
+
+def _measure(root: lxml.html.HtmlElement) -> tuple[int, int]:
+    depth, count = 0, 0
+    stack = [(root, 1)]
+    while stack:
+        el, level = stack.pop()
+        count += 1
+        depth = max(depth, level)
+        stack.extend((child, level + 1) for child in el)
+    return depth, count
+
+
+def parse_page(html: str) -> PageTree:
+    """The page's tree (comments and processing instructions removed) and measures."""
+    data = html.encode("utf-8", errors="replace")
+    if not data.strip():
+        return PageTree(None)
+    try:
+        root = lxml.html.document_fromstring(data, parser=_PARSER)
+    except (lxml.etree.ParserError, ValueError):  # "Document is empty": no element at all
+        return PageTree(None)
+    for el in root.xpath(_INVISIBLE):
+        el.drop_tree()
+    return PageTree(root)
+
+
+def visible_text(root: lxml.html.HtmlElement) -> str:
+    """The text of ``<body>`` (of the whole tree when there is none)."""
+    body = root.find("body")
+    return (body if body is not None else root).text_content()
+
+
+def _is_nav_name(el: lxml.html.HtmlElement) -> bool:
+    tokens = (el.get("class") or "").lower().split() + (el.get("id") or "").lower().split()
+    return any(token in NAV_NAMES for token in tokens)
+
+
+def _main_element(root: lxml.html.HtmlElement) -> lxml.html.HtmlElement | None:
+    for xpath in (_MAIN_XPATH, "//article"):
+        found = root.xpath(xpath)
+        if len(found) == 1:
+            return found[0]
+        if found:
+            return None
+    return None
+
+
+def strip_navigation(root: lxml.html.HtmlElement) -> int:
+    """Remove the navigation of the page (see the module docstring); returns the number of
+    subtrees removed."""
+    main = _main_element(root)
+    keep = set(main.iterancestors()) | {main} if main is not None else set()
+    removed = 0
+    if main is not None:
+        for ancestor in main.iterancestors():
+            if ancestor.tag == "html":
+                break
+            for sibling in list(ancestor):
+                if sibling not in keep and sibling.getparent() is ancestor:
+                    ancestor.remove(sibling)  # tail text of the sibling goes too
+                    removed += 1
+    candidates = root.xpath(_NAV_XPATH) + [
+        el for el in root.iter() if isinstance(el.tag, str) and _is_nav_name(el)
+    ]
+    candidates += repeated_link_blocks(root)
+    for el in candidates:
+        if el in keep or el.tag in ("html", "body") or not _attached(el, root):
+            continue  # the main content's ancestors, or inside a subtree removed earlier
+        el.drop_tree()
+        removed += 1
+    return removed
+
+
+_BLOCKS = frozenset({"table", "ul", "ol", "dl", "menu", "p", "center", "div"})
+MAX_BAR_CHARS = 600
+"""Longest text (non-space characters) of a block taken for a link bar."""
+
+
+def _chars(text: str | None) -> int:
+    return len("".join(text.split())) if text else 0
+
+
+def _link_stats(order: list[Any]) -> dict[Any, tuple[int, int, int]]:
+    """element -> (non-space characters, links, characters inside links) for the elements
+    of ``order`` (document order), in one pass from the leaves up (linear in the page,
+    whatever its depth)."""
+    stats: dict[Any, tuple[int, int, int]] = {}
+    for el in reversed(order):  # descendants before their ancestors
+        is_link = el.tag == "a" and el.get("href") is not None
+        chars, links, link_chars = _chars(el.text), int(is_link), 0
+        for child in el:
+            c, n, lc = stats.get(child, (0, 0, 0))
+            chars += c + _chars(child.tail)
+            links += n
+            link_chars += lc
+        stats[el] = (chars, links, chars if is_link else link_chars)
+    return stats
+
+
+def repeated_link_blocks(root: lxml.html.HtmlElement) -> list[lxml.html.HtmlElement]:
+    """The outermost blocks whose normalized text occurs in two blocks of the page neither
+    inside the other, made mostly (over half of their text) of at least two links."""
+    by_text: dict[str, list[lxml.html.HtmlElement]] = {}
+    order = list(root.iter())
+    stats = _link_stats(order)
+    for el in order:
+        chars, links, link_chars = stats[el]
+        if el.tag in _BLOCKS and links >= 2 and 2 * link_chars > chars and chars <= MAX_BAR_CHARS:
+            by_text.setdefault("".join(el.text_content().split()), []).append(el)
+    found = []
+    for group in by_text.values():
+        outer = [el for el in group if not any(a in group for a in el.iterancestors())]
+        if len(outer) >= 2:
+            found += outer
+    return found
+
+
+def _attached(el: lxml.html.HtmlElement, root: lxml.html.HtmlElement) -> bool:
+    return any(ancestor is root for ancestor in el.iterancestors())
+
+
+def simplify_markup(root: lxml.html.HtmlElement) -> int:
+    """Unwrap inline formatting, rename to ``p`` each ``div`` with text of its own and
+    remove every ``class`` and ``id`` (see the module docstring); returns how many divs
+    were renamed."""
+    for el in [*root.iter(*INLINE_FORMATTING), *root.xpath("//a[not(@href)]")]:
+        el.drop_tag()
+    renamed = 0
+    for el in root.iter():
+        if not isinstance(el.tag, str):
+            continue
+        el.attrib.pop("class", None)
+        el.attrib.pop("id", None)
+        if el.tag != "div":
+            continue
+        if (el.text or "").strip() or any((child.tail or "").strip() for child in el):
+            el.tag = "p"
+            renamed += 1
+    return renamed
