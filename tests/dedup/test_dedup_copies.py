@@ -95,3 +95,16 @@ def test_copies_never_split_off_their_heads_cluster(monkeypatch, docs_en, dedup_
     assert {r["cluster"] for r in audit} == {"b"}
     similarity = {r["id"]: r["similarity"] for r in audit}
     assert len({similarity[i] for i in ids[2:]}) == 1 and similarity["b"] is None
+
+
+@pytest.mark.parametrize("size", [1, 4, 5, 9])
+def test_a_head_counts_in_the_template_as_its_whole_copy_group(reviews_zh, size):
+    """The template counts documents: a head of ``size`` copies counts ``size`` times, as
+    its copies did when they were candidates themselves (template_docs = 5)."""
+    op = Dedup(Dedup.Config(method="minhash"), OpContext())
+    texts = op.verification_texts(pa.array(reviews_zh[:1]), pa.array(["zh"]))
+    shard = IndexShard(1, op.method)
+    shard.add_payload(np.array([3]), np.zeros((1, 4), np.uint32), texts)
+    shard.add_group_sizes(np.array([3]), np.array([size]))
+    distinct = len(np.unique(texts.chars.hashes.astype(np.uint32)))
+    assert shard.count_template(*shard.template_counts()) == (distinct if size >= 5 else 0)

@@ -102,6 +102,8 @@ class IndexShard:
         self._decided: list[tuple[np.ndarray, np.ndarray]] = []
         self._template = np.zeros(0, np.uint32)
         self._text_hashes: list[tuple[np.ndarray, np.ndarray]] = []
+        self._group_heads = np.zeros(0, np.int64)
+        self._group_sizes = np.zeros(0, np.int64)
 
     def ping(self) -> int:
         return os.getpid()
@@ -137,6 +139,15 @@ class IndexShard:
         parts, self._text_hashes = self._text_hashes, []
         hashes = np.concatenate([np.zeros(0, np.uint64), *(h for h, _ in parts)])
         return copy_pairs(hashes, np.concatenate([np.zeros(0, np.int64), *(n for _, n in parts)]))
+
+    def add_group_sizes(self, heads: np.ndarray, sizes: np.ndarray) -> int:
+        """Keep the copy-group size (head and copies) of owned heads: the template counts
+        a head as that many documents, as the copies were before they collapsed."""
+        heads = np.concatenate([self._group_heads, np.asarray(heads, np.int64)])
+        sizes = np.concatenate([self._group_sizes, np.asarray(sizes, np.int64)])
+        order = np.argsort(heads, kind="stable")
+        self._group_heads, self._group_sizes = heads[order], sizes[order]
+        return len(heads)
 
     def index_bytes(self) -> int:
         """Bytes held by the bucket entries."""
@@ -261,8 +272,22 @@ class IndexShard:
     def template_counts(self) -> list[np.ndarray]:
         """The distinct character n-grams of each owned candidate document, routed to the
         shards that count them."""
-        texts = self._payload()[3]
-        return route_ngrams(doc_ngrams(texts.chars, texts.templated), self.shards)
+        nodes, _, _, texts = self._payload()
+        if texts.templated is None:
+            return route_ngrams(np.zeros(0, np.uint32), self.shards)
+        # A head stands for its copies: its n-grams count min(size, template_docs) times
+        # (more would decide nothing: an n-gram in template_docs documents is template).
+        heads, sizes = self._group_heads, self._group_sizes
+        times = np.ones(len(nodes), np.int64)
+        if len(heads):
+            pos = np.minimum(np.searchsorted(heads, nodes), len(heads) - 1)
+            times = np.where(heads[pos] == nodes, sizes[pos], 1)
+        times = np.minimum(times, max(self.config.template_docs, 1))
+        ngrams = [
+            np.tile(doc_ngrams(texts.chars, texts.templated & (times == t)), t)
+            for t in np.unique(times).tolist()
+        ]
+        return route_ngrams(np.concatenate([np.zeros(0, np.uint32), *ngrams]), self.shards)
 
     def count_template(self, *parts: np.ndarray) -> int:
         """Keep the n-grams of this shard's share in at least ``template_docs``

@@ -298,6 +298,20 @@ def _copies(op, ctx, tasks, keys, backend) -> np.ndarray:
     return np.concatenate([np.zeros((0, 2), np.int64), *backend.call_all("copy_pairs")])
 
 
+def _send_group_sizes(backend: Any, copies: np.ndarray) -> np.ndarray:
+    """Send each copy group's size to the shard owning its head (for the template count,
+    where the copies were candidates before they collapsed); returns the heads."""
+    heads, copy_counts = np.unique(copies[:, 1], return_counts=True)
+    owner = heads % backend.count
+    backend.wait(
+        [
+            backend.call_one(i, "add_group_sizes", heads[owner == i], copy_counts[owner == i] + 1)
+            for i in range(backend.count)
+        ]
+    )
+    return heads
+
+
 def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
     copies = _copies(op, ctx, tasks, keys, backend)
     is_copy = np.zeros(len(keys.ids), dtype=bool)
@@ -317,6 +331,8 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         # Only candidate records are read back and shingled (the planner holds their keys).
         needed = _needed(backend)
         stats["candidate_docs"] = len(needed)
+        if op.config.template_docs and len(copies):
+            needed = np.union1d(needed, _send_group_sizes(backend, copies))
         calls_of = functools.partial(_payload_calls, needed=needed)
         _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text=True)
         if op.config.template_docs:  # the candidates' template, counted on the shards
