@@ -18,7 +18,7 @@ from dataforge.ops.dedup.index import IndexShard
 from dataforge.ops.dedup.method import BucketEntries
 from dataforge.ops.dedup.minhash import MinHashMethod
 from dataforge.ops.dedup.star import star_clusters
-from dataforge.runtime.barriers.dedup import _text_hash_calls
+from dataforge.runtime.barriers._dedup_calls import text_hash_calls
 
 
 def test_text_hash_is_equal_for_equal_normalized_texts_of_one_kind():
@@ -54,7 +54,7 @@ def test_copy_pairs_do_not_depend_on_the_shard_count(values, rnd):
     want = [p for p in _reference_pairs(hashes, nodes.tolist()) if p[0] != p[1]]
     for count in (1, 2, 3, 4):
         shards = [IndexShard(count, op.method) for _ in range(count)]
-        for shard, name, args in _text_hash_calls(count, op, pa.array(hashes, pa.uint64()), nodes):
+        for shard, name, args in text_hash_calls(count, op, pa.array(hashes, pa.uint64()), nodes):
             getattr(shards[shard], name)(*args)
         got = np.concatenate([np.zeros((0, 2), np.int64), *(s.copy_pairs() for s in shards)])
         assert sorted(map(tuple, got.tolist())) == want

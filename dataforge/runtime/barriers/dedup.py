@@ -63,11 +63,17 @@ import pyarrow.parquet as pq
 
 from dataforge.io import fs
 from dataforge.ops.dedup import DECISION_REASON, Dedup
-from dataforge.ops.dedup.buckets import key_owners
 from dataforge.ops.dedup.copies import join_heads
 from dataforge.ops.dedup.star import star_clusters
 from dataforge.records import ORD
 from dataforge.runtime.barriers import BarrierContext
+from dataforge.runtime.barriers._dedup_calls import (
+    Calls,
+    index_calls,
+    payload_calls,
+    signature_calls,
+    text_hash_calls,
+)
 from dataforge.runtime.barriers._dedup_keys import assign_keys
 from dataforge.runtime.barriers._dedup_shards import LocalShards, RayShards
 
@@ -137,93 +143,9 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
 # -- index and components -------------------------------------------------------------
 
 
-Calls = list[tuple[int, str, tuple]]
-"""What one part sends to the index: ``(shard, method, args)`` in order."""
-
-
-def _index_calls(
-    count: int,
-    op: Dedup,
-    signatures: pa.Array,
-    node_keys: np.ndarray,
-    copies: np.ndarray | None = None,
-) -> Calls:
-    """Bucket entries of the records, to the shards that own their bucket keys
-    (``copies``: a mask by key of the records left out, copies of a head)."""
-    if copies is not None:
-        heads = ~copies[node_keys]
-        signatures, node_keys = signatures.filter(pa.array(heads)), node_keys[heads]
-    entries = op.method.bucket_keys(signatures)
-    if len(entries.rows) == 0:
-        return []
-    per_row = entries.keys.shape[1]
-    keys = entries.keys.reshape(-1)
-    nodes = np.repeat(node_keys[entries.rows], per_row).astype(np.uint32)
-    fps = entries.fingerprints
-    fps = None if fps is None else np.repeat(fps, per_row)
-    owner = key_owners(keys, count, op.method.key_bits)
-    order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(count + 1, dtype=np.uint64))
-    calls = []
-    for shard in range(count):
-        sel = order[bounds[shard] : bounds[shard + 1]]
-        if len(sel):
-            part_fps = None if fps is None else fps[sel]
-            calls.append((shard, "add", (keys[sel], nodes[sel], part_fps)))
-    return calls
-
-
-def _text_hash_calls(count: int, op: Dedup, hashes: pa.Array, node_keys: np.ndarray) -> Calls:
-    """The records' text hashes, to the shards that own them (by hash: a group of equal
-    texts is whole on one shard)."""
-    valid = pc.is_valid(hashes).to_numpy(zero_copy_only=False)
-    values = hashes.filter(pa.array(valid)).to_numpy(zero_copy_only=False)
-    nodes = node_keys[valid]
-    owner = key_owners(values, count)
-    return [
-        (shard, "add_text_hashes", (values[owner == shard], nodes[owner == shard]))
-        for shard in range(count)
-        if (owner == shard).any()
-    ]
-
-
-def _payload_calls(count, op, signatures, node_keys, needed, texts=None) -> Calls:
-    """Signatures and (with ``texts``: a table of text and lang) the texts of the
-    candidate records, to the shards that own them (which shingle them: ``add_texts``)."""
-    rows, values = op.method.values(signatures)
-    wanted = np.isin(node_keys[rows], needed)
-    rows, values = rows[wanted], values[wanted]
-    nodes = node_keys[rows]
-    picked = None if texts is None or not len(rows) else texts.take(pa.array(rows))
-    owner = nodes % count
-    calls = []
-    for shard in range(count):
-        sel = np.flatnonzero(owner == shard)
-        if not len(sel):
-            continue
-        if picked is None:
-            calls.append((shard, "add_payload", (nodes[sel], values[sel], None)))
-        else:
-            calls.append((shard, "add_texts", (nodes[sel], values[sel], picked.take(sel))))
-    return calls
-
-
 def _needed(backend: Any) -> np.ndarray:
     """Keys of the records that have a candidate pair on some shard."""
     return np.unique(np.concatenate([np.zeros(0, np.int64), *backend.call_all("candidate_nodes")]))
-
-
-def _signature_calls(count, op, signatures, node_keys, needed) -> Calls:
-    """Signatures of the candidate records to the shards that own them (screening)."""
-    rows, values = op.method.values(signatures)
-    wanted = np.isin(node_keys[rows], needed)
-    nodes, values = node_keys[rows][wanted], values[wanted]
-    owner = nodes % count
-    return [
-        (shard, "add_signatures", (nodes[owner == shard], values[owner == shard]))
-        for shard in range(count)
-        if (owner == shard).any()
-    ]
 
 
 def _stream(
@@ -294,7 +216,7 @@ def _copies(op, ctx, tasks, keys, backend) -> np.ndarray:
     methods; none for exact)."""
     if op.text_hash_column is None:
         return np.zeros((0, 2), np.int64)
-    _stream(backend, _text_hash_calls, op, ctx, tasks, keys, None, column=op.text_hash_column)
+    _stream(backend, text_hash_calls, op, ctx, tasks, keys, None, column=op.text_hash_column)
     return np.concatenate([np.zeros((0, 2), np.int64), *backend.call_all("copy_pairs")])
 
 
@@ -316,14 +238,14 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
     copies = _copies(op, ctx, tasks, keys, backend)
     is_copy = np.zeros(len(keys.ids), dtype=bool)
     is_copy[copies[:, 0]] = True
-    index_calls = functools.partial(_index_calls, copies=is_copy)
-    indexed = _stream(backend, index_calls, op, ctx, tasks, keys, previous) - len(copies)
+    heads_only = functools.partial(index_calls, copies=is_copy)
+    indexed = _stream(backend, heads_only, op, ctx, tasks, keys, previous) - len(copies)
     index_bytes = sum(backend.call_all("index_bytes"))
     _hook("indexed", attempt, backend)
     stats: dict[str, Any] = {"copies": len(copies)}
     stats["candidate_pairs"] = sum(backend.exchange("candidate_edges", "receive_candidates")) // 2
     if op.method.verified and op.method.screen_floor() is not None:
-        calls_of = functools.partial(_signature_calls, needed=_needed(backend))
+        calls_of = functools.partial(signature_calls, needed=_needed(backend))
         _stream(backend, calls_of, op, ctx, tasks, keys, previous)
         stats["screened_pairs"] = sum(backend.exchange("forward_signatures", "screen"))
         backend.exchange("emit_screened", "receive_candidates")
@@ -333,7 +255,7 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         stats["candidate_docs"] = len(needed)
         if op.config.template_docs and len(copies):
             needed = np.union1d(needed, _send_group_sizes(backend, copies))
-        calls_of = functools.partial(_payload_calls, needed=needed)
+        calls_of = functools.partial(payload_calls, needed=needed)
         _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text=True)
         if op.config.template_docs:  # the candidates' template, counted on the shards
             stats["template_ngrams"] = sum(backend.exchange("template_counts", "count_template"))
