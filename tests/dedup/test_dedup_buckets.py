@@ -15,7 +15,7 @@ from dataforge.ops.dedup.buckets import bucket_pair_edges, packed_bucket_pair_ed
 from dataforge.ops.dedup.index import IndexShard
 from dataforge.ops.dedup.method import BucketEntries
 from dataforge.ops.dedup.simhash import block_masks, hamming_pairs, table_keys
-from dataforge.runtime.barriers.dedup import _index_calls
+from dataforge.runtime.barriers._dedup_calls import index_calls
 
 
 def test_bucket_pair_edges_small_bucket_gives_all_pairs():
@@ -114,7 +114,7 @@ def test_minhash_candidates_do_not_depend_on_the_shard_count(entries, partners):
 
     def candidates(count: int) -> list[tuple[int, int]]:
         shards = [IndexShard(count, method) for _ in range(count)]
-        for shard, name, args in _index_calls(count, op, None, nodes):
+        for shard, name, args in index_calls(count, op, None, nodes):
             getattr(shards[shard], name)(*args)
         routed = [np.zeros((0, 2), np.int64)]
         for shard in shards:

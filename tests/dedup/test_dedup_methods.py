@@ -31,10 +31,12 @@ def test_registry_lists_the_methods():
 
 def test_a_new_method_needs_no_planner_change(monkeypatch, reviews_zh, dedup_runner):
     monkeypatch.setitem(METHODS, "smallest", SmallestShingle)
-    texts = [reviews_zh[0], reviews_zh[0] + "。", reviews_zh[1], reviews_zh[2], reviews_zh[2]]
+    # A near copy (a cut tail: verified) and an exact copy (collapsed before the index).
+    texts = [reviews_zh[0], reviews_zh[0][:-3], reviews_zh[1], reviews_zh[2], reviews_zh[2]]
     summary, out, root = dedup_runner(make_table(texts, ["zh"] * 5), method="smallest")
     assert kept_ids(out) == {"doc00000", "doc00002", "doc00003"}
     assert {r["drop"] for r in out.to_pylist() if r["drop"]} == {"dedup:smallest"}
-    assert summary["method"] == "smallest" and summary["verified_pairs"] == 2
+    assert summary["method"] == "smallest" and summary["verified_pairs"] == 1
+    assert summary["copies"] == 1
     published = pq.read_table(root / "dedup" / "signatures.parquet")
     assert "_smallest" in published.column_names

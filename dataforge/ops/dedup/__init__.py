@@ -3,7 +3,9 @@
 ``prepare`` (per batch, before the barrier) normalizes and shingles the live texts and adds
 one signature column, made by the configured method (:mod:`dataforge.ops.dedup.registry`):
 ``_exact`` (uint64 hash of the normalized text), ``_minhash`` (``num_perm`` uint32 values as
-fixed-size binary) or ``_simhash`` (uint64). The planner (``dataforge.runtime.barriers.dedup``)
+fixed-size binary) or ``_simhash`` (uint64); MinHash and SimHash also add ``_text_hash``,
+the exact hash of the text as they normalize it, so that the planner collapses exact
+copies first (:mod:`dataforge.ops.dedup.copies`). The planner (``dataforge.runtime.barriers.dedup``)
 buckets the signatures on sharded index actors, checks every candidate pair on the shingle
 sequences of the two texts (:mod:`dataforge.ops.dedup.verify`: exact Jaccard, and no
 merge on shared boilerplate alone) and builds star clusters around the preferred record
@@ -25,9 +27,11 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 
 from dataforge.io.fs import StorageError, exists, join
 from dataforge.ops.base import BarrierOp, set_drop_reasons
+from dataforge.ops.dedup.exact import exact_hashes
 from dataforge.ops.dedup.method import DedupMethod
 from dataforge.ops.dedup.registry import METHODS
 from dataforge.ops.dedup.shingles import (
@@ -42,9 +46,11 @@ from dataforge.records import ORD
 from dataforge.text.script import convert_script
 from dataforge.typed_config import check_choices
 
-__all__ = ["DECISION_REASON", "Dedup", "KeepConfig", "NormalizeConfig"]
+__all__ = ["DECISION_REASON", "TEXT_HASH", "Dedup", "KeepConfig", "NormalizeConfig"]
 
 DECISION_REASON = "_dedup_reason"
+TEXT_HASH = "_text_hash"
+"""Column of the exact hash of the normalized text (verified methods)."""
 # Character n-grams for the own-content measure of verification: 3 Chinese characters are
 # specific, 3 Latin letters are not ("ion" is in every English page), 6 are.
 OWN_CONTENT_NGRAM = {"char": 3, "word": 8}
@@ -238,6 +244,13 @@ class Dedup(BarrierOp):
     def signature_column(self) -> str:
         return f"_{self.config.method}"
 
+    @property
+    def text_hash_column(self) -> str | None:
+        """Verified methods: the column of each text's exact hash, by which the planner
+        collapses exact copies before candidate generation. None for exact, whose
+        signature is that hash already."""
+        return TEXT_HASH if self.method.verified else None
+
     def signature_params(self) -> dict[str, Any]:
         """Everything that changes signature values; published with them so that a later
         run can refuse to dedup against incompatible signatures."""
@@ -279,14 +292,22 @@ class Dedup(BarrierOp):
     # -- before the barrier ----------------------------------------------------------------
 
     def prepare(self, batch: pa.Table) -> pa.Table:
-        """Add the signature column (null for texts that normalize to nothing)."""
+        """Add the signature column (null for texts that normalize to nothing) and, for
+        verified methods, the text hash column (null on the same rows)."""
         n = batch.num_rows
-        if n == 0:
-            return batch.append_column(self.signature_column, self._empty_signatures(0))
-        parts: list[tuple[np.ndarray, Any]] = []
-        for kind, idx, texts in self._kind_groups(batch.column("text"), batch.column("lang")):
-            parts.append((idx, self._signatures(texts, kind)))
-        return batch.append_column(self.signature_column, self._assemble(parts, n))
+        signatures: list[tuple[np.ndarray, Any]] = []
+        hashes: list[tuple[np.ndarray, Any]] = []
+        if n:
+            for kind, idx, texts in self._kind_groups(batch.column("text"), batch.column("lang")):
+                values, valid, text_hash = self._signatures(texts, kind)
+                signatures.append((idx, (values, valid)))
+                hashes.append((idx, (text_hash, valid)))
+        batch = batch.append_column(
+            self.signature_column, _assemble(signatures, n, self._signature_type())
+        )
+        if self.text_hash_column is None:
+            return batch
+        return batch.append_column(self.text_hash_column, _assemble(hashes, n, pa.uint64()))
 
     def _kind_groups(self, texts: Any, langs: Any):
         """``(shingle kind, row indices, texts)`` per kind present (``exact`` for exact)."""
@@ -363,33 +384,22 @@ class Dedup(BarrierOp):
             templated,
         )
 
-    def _signatures(self, texts: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
-        """(values, valid) for one kind group."""
+    def _signatures(self, texts: pa.Array, kind: str) -> tuple[np.ndarray, ...]:
+        """(values, valid, text hashes) for one kind group. The text hash is the hash
+        exact dedup trusts (:func:`~dataforge.ops.dedup.exact.exact_hashes`) of the text
+        as normalized for shingling, salted with the shingle kind: an equal hash stands
+        for an equal shingle sequence."""
         points = self._normalized(texts, "char" if kind == "exact" else kind)
+        text_hash = None
+        if self.text_hash_column is not None:
+            text_hash = exact_hashes(points) ^ np.uint64(xxhash.xxh64_intdigest(kind))
         if not self.method.uses_shingles:
-            return self.method.signatures(None, points), np.diff(points[1]) > 0
+            return self.method.signatures(None, points), np.diff(points[1]) > 0, text_hash
         shingles = self._shingles_of(points, kind)
-        return self.method.signatures(shingles, points), shingles.counts > 0
+        return self.method.signatures(shingles, points), shingles.counts > 0, text_hash
 
     def _signature_type(self) -> pa.DataType:
         return self.method.signature_type()
-
-    def _empty_signatures(self, n: int) -> pa.Array:
-        return pa.nulls(n, self._signature_type())
-
-    def _assemble(self, parts: list[tuple[np.ndarray, Any]], n: int) -> pa.Array:
-        """Scatter per-kind signatures back into row order, null where not valid."""
-        valid = np.zeros(n, dtype=bool)
-        values: np.ndarray | None = None
-        for idx, (vals, ok) in parts:
-            if values is None:
-                values = np.zeros((n, *vals.shape[1:]), dtype=vals.dtype)
-            values[idx] = vals
-            valid[idx] = ok
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
-        data = pa.py_buffer(np.ascontiguousarray(values).tobytes())
-        null_count = int(n - valid.sum())
-        return pa.Array.from_buffers(self._signature_type(), n, [bitmap, data], null_count)
 
     # -- after the barrier -----------------------------------------------------------------
 
@@ -406,6 +416,23 @@ class Dedup(BarrierOp):
         hit = dec_ord[pos] == ords
         reasons = np.where(hit, dec_reason[pos], None).tolist()
         return set_drop_reasons(batch, reasons)
+
+
+def _assemble(parts: list[tuple[np.ndarray, Any]], n: int, kind: pa.DataType) -> pa.Array:
+    """Scatter per-kind ``(values, valid)`` back into row order, null where not valid."""
+    valid = np.zeros(n, dtype=bool)
+    values: np.ndarray | None = None
+    for idx, (vals, ok) in parts:
+        if values is None:
+            values = np.zeros((n, *vals.shape[1:]), dtype=vals.dtype)
+        values[idx] = vals
+        valid[idx] = ok
+    if values is None:
+        return pa.nulls(n, kind)
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
+    data = pa.py_buffer(np.ascontiguousarray(values).tobytes())
+    null_count = int(n - valid.sum())
+    return pa.Array.from_buffers(kind, n, [bitmap, data], null_count)
 
 
 def _in_row_order(groups: list[ShingleSet], rows: list[np.ndarray], n: int) -> ShingleSet:

@@ -3,6 +3,8 @@
 The planner (``dataforge.runtime.barriers.dedup``) runs ``shards`` of these, in-process or
 as Ray actors (this module has no ray import). Lifecycle of a shard:
 
+0. Verified methods: ``add_text_hashes`` / ``copy_pairs`` group the records by text
+   hash (:mod:`dataforge.ops.dedup.copies`); only the heads of the groups go on.
 1. ``add`` bucket entries whose key it owns (:func:`~dataforge.ops.dedup.buckets.key_owners`).
    Stored per entry: the uint32 document key and the bucket key: with ``key_bits == 32``
    (MinHash) only its high 32 bits (which also chose the shard, so that a bucket does
@@ -49,6 +51,7 @@ from dataforge.ops.dedup.buckets import (
     route_edges,
     unique_edges,
 )
+from dataforge.ops.dedup.copies import copy_pairs
 from dataforge.ops.dedup.method import DedupMethod
 from dataforge.ops.dedup.simhash import hamming_pairs
 from dataforge.ops.dedup.template import doc_ngrams, frequent, residues, route_ngrams
@@ -98,6 +101,9 @@ class IndexShard:
         self._pool = _empty_pool()
         self._decided: list[tuple[np.ndarray, np.ndarray]] = []
         self._template = np.zeros(0, np.uint32)
+        self._text_hashes: list[tuple[np.ndarray, np.ndarray]] = []
+        self._group_heads = np.zeros(0, np.int64)
+        self._group_sizes = np.zeros(0, np.int64)
 
     def ping(self) -> int:
         return os.getpid()
@@ -121,6 +127,27 @@ class IndexShard:
         if fingerprints is not None:
             self._fingerprints.append(np.asarray(fingerprints, dtype=np.uint64))
         return sum(len(k) for k in self._keys)
+
+    def add_text_hashes(self, hashes: np.ndarray, nodes: np.ndarray) -> int:
+        """Store the text hashes this shard owns (:mod:`dataforge.ops.dedup.copies`);
+        returns the number stored so far."""
+        self._text_hashes.append((np.asarray(hashes, np.uint64), np.asarray(nodes, np.int64)))
+        return sum(len(h) for h, _ in self._text_hashes)
+
+    def copy_pairs(self) -> np.ndarray:
+        """``(copy, head)`` of every stored node whose text a smaller node has; frees them."""
+        parts, self._text_hashes = self._text_hashes, []
+        hashes = np.concatenate([np.zeros(0, np.uint64), *(h for h, _ in parts)])
+        return copy_pairs(hashes, np.concatenate([np.zeros(0, np.int64), *(n for _, n in parts)]))
+
+    def add_group_sizes(self, heads: np.ndarray, sizes: np.ndarray) -> int:
+        """Keep the copy-group size (head and copies) of owned heads: the template counts
+        a head as that many documents, as the copies were before they collapsed."""
+        heads = np.concatenate([self._group_heads, np.asarray(heads, np.int64)])
+        sizes = np.concatenate([self._group_sizes, np.asarray(sizes, np.int64)])
+        order = np.argsort(heads, kind="stable")
+        self._group_heads, self._group_sizes = heads[order], sizes[order]
+        return len(heads)
 
     def index_bytes(self) -> int:
         """Bytes held by the bucket entries."""
@@ -245,8 +272,22 @@ class IndexShard:
     def template_counts(self) -> list[np.ndarray]:
         """The distinct character n-grams of each owned candidate document, routed to the
         shards that count them."""
-        texts = self._payload()[3]
-        return route_ngrams(doc_ngrams(texts.chars, texts.templated), self.shards)
+        nodes, _, _, texts = self._payload()
+        if texts.templated is None:
+            return route_ngrams(np.zeros(0, np.uint32), self.shards)
+        # A head stands for its copies: its n-grams count min(size, template_docs) times
+        # (more would decide nothing: an n-gram in template_docs documents is template).
+        heads, sizes = self._group_heads, self._group_sizes
+        times = np.ones(len(nodes), np.int64)
+        if len(heads):
+            pos = np.minimum(np.searchsorted(heads, nodes), len(heads) - 1)
+            times = np.where(heads[pos] == nodes, sizes[pos], 1)
+        times = np.minimum(times, max(self.config.template_docs, 1))
+        ngrams = [
+            np.tile(doc_ngrams(texts.chars, texts.templated & (times == t)), t)
+            for t in np.unique(times).tolist()
+        ]
+        return route_ngrams(np.concatenate([np.zeros(0, np.uint32), *ngrams]), self.shards)
 
     def count_template(self, *parts: np.ndarray) -> int:
         """Keep the n-grams of this shard's share in at least ``template_docs``

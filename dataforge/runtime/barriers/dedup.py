@@ -8,7 +8,11 @@ driver. Steps (``plan``):
    listed in ``against`` come first (origin 0). Keys depend only on the records, never on
    batch sizes, task boundaries or actor counts, and the smallest key of a cluster is its
    representative. (The planner holds ids and source ranks for this sort, not signatures.)
-2. **Index.** Signatures are streamed part by part (sorted task order); each record's bucket
+2. **Exact copies.** Verified methods (MinHash, SimHash) first group the records by the
+   exact hash of their normalized text (``_text_hash``; :mod:`dataforge.ops.dedup.copies`),
+   on the shards by hash: only the head (smallest key) of each group goes on to steps 3-4,
+   and every copy takes its head's cluster in step 5 (one pass, 16 bytes per record).
+3. **Index.** Signatures are streamed part by part (sorted task order); each record's bucket
    keys (from the method, :class:`dataforge.ops.dedup.method.DedupMethod`) go to index
    shard ``bucket_key % N`` (of the key bits a shard keeps:
    :func:`dataforge.ops.dedup.buckets.key_owners`, so that buckets, and the output, do
@@ -16,7 +20,7 @@ driver. Steps (``plan``):
    executor the shards are Ray actors (:class:`dataforge.ops.dedup.index.IndexShard`),
    spread over the cluster; with the local one they are objects in the planning worker,
    each on a thread of its own. Same shards, same calls, same results.
-3. **Candidates and verification.** Each shard turns its buckets into candidate pairs,
+4. **Candidates and verification.** Each shard turns its buckets into candidate pairs,
    routed to the shard that owns the first node. MinHash first screens them on the
    signatures (chance band collisions, far below the threshold, go). Verified methods
    (MinHash, SimHash): the parts are read again and only the candidate records are shingled, their shingle
@@ -24,10 +28,11 @@ driver. Steps (``plan``):
    second node (:mod:`dataforge.ops.dedup.verify`: exact Jaccard >= ``threshold``, and not
    two documents that each have content of their own). Memory on a shard: the shingles of
    its candidate records, not of the corpus.
-4. **Star clusters.** The decided pairs (few: near-duplicates only) come back to the
+5. **Star clusters.** The decided pairs (few: near-duplicates only) come back to the
    planner, which builds star clusters in key order (:mod:`dataforge.ops.dedup.star`):
-   every dropped record was verified against its representative, never chained.
-5. **Decisions.** ``decision_dir/<task>.parquet`` lists ``_ord`` and ``_dedup_reason`` of the
+   every dropped record was verified against its representative, never chained (a copy:
+   its head was).
+6. **Decisions.** ``decision_dir/<task>.parquet`` lists ``_ord`` and ``_dedup_reason`` of the
    dropped records; ``audit_dir/clusters.parquet`` has (id, source, cluster, kept,
    similarity) for every clustered record (cluster = id of the representative;
    similarity = the verified similarity to it that decided the drop, null for the kept
@@ -58,10 +63,17 @@ import pyarrow.parquet as pq
 
 from dataforge.io import fs
 from dataforge.ops.dedup import DECISION_REASON, Dedup
-from dataforge.ops.dedup.buckets import key_owners
+from dataforge.ops.dedup.copies import join_heads
 from dataforge.ops.dedup.star import star_clusters
 from dataforge.records import ORD
 from dataforge.runtime.barriers import BarrierContext
+from dataforge.runtime.barriers._dedup_calls import (
+    Calls,
+    index_calls,
+    payload_calls,
+    signature_calls,
+    text_hash_calls,
+)
 from dataforge.runtime.barriers._dedup_keys import assign_keys
 from dataforge.runtime.barriers._dedup_shards import LocalShards, RayShards
 
@@ -107,7 +119,9 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
     for attempt in range(1, MAX_ATTEMPTS + 1):
         backend = backend or start()
         try:
-            edges, sims, stats = _cluster(op, ctx, tasks, keys, previous_table, backend, attempt)
+            edges, sims, copies, stats = _cluster(
+                op, ctx, tasks, keys, previous_table, backend, attempt
+            )
             break
         except backend.failures as exc:
             last_error = exc
@@ -120,7 +134,7 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
             f"(last error: {last_error})"
         ) from last_error
 
-    stars = star_clusters(edges, sims, fixed_representatives=n_prev)
+    stars = join_heads(star_clusters(edges, sims, fixed_representatives=n_prev), copies)
     summary = _write_outputs(op, ctx, tasks, keys, n_prev, stars)
     summary.update(stats, attempts=attempt, index_shards=shards, against_docs=n_prev)
     return summary
@@ -129,77 +143,19 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
 # -- index and components -------------------------------------------------------------
 
 
-Calls = list[tuple[int, str, tuple]]
-"""What one part sends to the index: ``(shard, method, args)`` in order."""
-
-
-def _index_calls(count: int, op: Dedup, signatures: pa.Array, node_keys: np.ndarray) -> Calls:
-    """Bucket entries of the records, to the shards that own their bucket keys."""
-    entries = op.method.bucket_keys(signatures)
-    if len(entries.rows) == 0:
-        return []
-    per_row = entries.keys.shape[1]
-    keys = entries.keys.reshape(-1)
-    nodes = np.repeat(node_keys[entries.rows], per_row).astype(np.uint32)
-    fps = entries.fingerprints
-    fps = None if fps is None else np.repeat(fps, per_row)
-    owner = key_owners(keys, count, op.method.key_bits)
-    order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(count + 1, dtype=np.uint64))
-    calls = []
-    for shard in range(count):
-        sel = order[bounds[shard] : bounds[shard + 1]]
-        if len(sel):
-            part_fps = None if fps is None else fps[sel]
-            calls.append((shard, "add", (keys[sel], nodes[sel], part_fps)))
-    return calls
-
-
-def _payload_calls(count, op, signatures, node_keys, needed, texts=None) -> Calls:
-    """Signatures and (with ``texts``: a table of text and lang) the texts of the
-    candidate records, to the shards that own them (which shingle them: ``add_texts``)."""
-    rows, values = op.method.values(signatures)
-    wanted = np.isin(node_keys[rows], needed)
-    rows, values = rows[wanted], values[wanted]
-    nodes = node_keys[rows]
-    picked = None if texts is None or not len(rows) else texts.take(pa.array(rows))
-    owner = nodes % count
-    calls = []
-    for shard in range(count):
-        sel = np.flatnonzero(owner == shard)
-        if not len(sel):
-            continue
-        if picked is None:
-            calls.append((shard, "add_payload", (nodes[sel], values[sel], None)))
-        else:
-            calls.append((shard, "add_texts", (nodes[sel], values[sel], picked.take(sel))))
-    return calls
-
-
 def _needed(backend: Any) -> np.ndarray:
     """Keys of the records that have a candidate pair on some shard."""
     return np.unique(np.concatenate([np.zeros(0, np.int64), *backend.call_all("candidate_nodes")]))
 
 
-def _signature_calls(count, op, signatures, node_keys, needed) -> Calls:
-    """Signatures of the candidate records to the shards that own them (screening)."""
-    rows, values = op.method.values(signatures)
-    wanted = np.isin(node_keys[rows], needed)
-    nodes, values = node_keys[rows][wanted], values[wanted]
-    owner = nodes % count
-    return [
-        (shard, "add_signatures", (nodes[owner == shard], values[owner == shard]))
-        for shard in range(count)
-        if (owner == shard).any()
-    ]
-
-
-def _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text: bool = False) -> int:
-    """Send every part's signature column (``with_text``: and a table of its texts and
-    languages) to the shards: ``calls_of(count, op, signatures, node_keys[, texts])`` makes
-    a part's calls on :data:`_PREPARE_THREADS` threads, sent here in task order (so the
-    index receives what one thread would send). Returns the non-null count."""
-    column = op.signature_column
+def _stream(
+    backend, calls_of, op, ctx, tasks, keys, previous, with_text: bool = False, column=None
+) -> int:
+    """Send every part's signature column (or ``column``; ``with_text``: and a table of its
+    texts and languages) to the shards: ``calls_of(count, op, signatures, node_keys[,
+    texts])`` makes a part's calls on :data:`_PREPARE_THREADS` threads, sent here in task
+    order (so the index receives what one thread would send). Returns the non-null count."""
+    column = column or op.signature_column
     pending: list[Any] = []
     count = 0
 
@@ -255,14 +211,41 @@ def _in_order(
             yield prepare(result) if one else result
 
 
+def _copies(op, ctx, tasks, keys, backend) -> np.ndarray:
+    """``(copy, head)`` pairs of the records whose text hash a smaller key has (verified
+    methods; none for exact)."""
+    if op.text_hash_column is None:
+        return np.zeros((0, 2), np.int64)
+    _stream(backend, text_hash_calls, op, ctx, tasks, keys, None, column=op.text_hash_column)
+    return np.concatenate([np.zeros((0, 2), np.int64), *backend.call_all("copy_pairs")])
+
+
+def _send_group_sizes(backend: Any, copies: np.ndarray) -> np.ndarray:
+    """Send each copy group's size to the shard owning its head (for the template count,
+    where the copies were candidates before they collapsed); returns the heads."""
+    heads, copy_counts = np.unique(copies[:, 1], return_counts=True)
+    owner = heads % backend.count
+    backend.wait(
+        [
+            backend.call_one(i, "add_group_sizes", heads[owner == i], copy_counts[owner == i] + 1)
+            for i in range(backend.count)
+        ]
+    )
+    return heads
+
+
 def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
-    indexed = _stream(backend, _index_calls, op, ctx, tasks, keys, previous)
+    copies = _copies(op, ctx, tasks, keys, backend)
+    is_copy = np.zeros(len(keys.ids), dtype=bool)
+    is_copy[copies[:, 0]] = True
+    heads_only = functools.partial(index_calls, copies=is_copy)
+    indexed = _stream(backend, heads_only, op, ctx, tasks, keys, previous) - len(copies)
     index_bytes = sum(backend.call_all("index_bytes"))
     _hook("indexed", attempt, backend)
-    stats: dict[str, Any] = {}
+    stats: dict[str, Any] = {"copies": len(copies)}
     stats["candidate_pairs"] = sum(backend.exchange("candidate_edges", "receive_candidates")) // 2
     if op.method.verified and op.method.screen_floor() is not None:
-        calls_of = functools.partial(_signature_calls, needed=_needed(backend))
+        calls_of = functools.partial(signature_calls, needed=_needed(backend))
         _stream(backend, calls_of, op, ctx, tasks, keys, previous)
         stats["screened_pairs"] = sum(backend.exchange("forward_signatures", "screen"))
         backend.exchange("emit_screened", "receive_candidates")
@@ -270,7 +253,9 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         # Only candidate records are read back and shingled (the planner holds their keys).
         needed = _needed(backend)
         stats["candidate_docs"] = len(needed)
-        calls_of = functools.partial(_payload_calls, needed=needed)
+        if op.config.template_docs and len(copies):
+            needed = np.union1d(needed, _send_group_sizes(backend, copies))
+        calls_of = functools.partial(payload_calls, needed=needed)
         _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text=True)
         if op.config.template_docs:  # the candidates' template, counted on the shards
             stats["template_ngrams"] = sum(backend.exchange("template_counts", "count_template"))
@@ -287,7 +272,7 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         index_bytes=int(index_bytes),
         index_bytes_per_doc=round(index_bytes / indexed, 1) if indexed else 0.0,
     )
-    return edges, sims, stats
+    return edges, sims, copies, stats
 
 
 def _hook(phase: str, attempt: int, backend: Any) -> None:
