@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 
 from dataforge.config import PipelineConfig, to_plain
 from dataforge.io.readers import InputTask
-from dataforge.io.run_store import RunStore
 from dataforge.io.sinks import merge_mds_indexes
+from dataforge.rundir.store import RunStore
 from dataforge.runtime.histograms import merge_distributions
 from dataforge.runtime.manifest import (
     AccountingError,
