@@ -117,8 +117,10 @@ def connect(config: PipelineConfig, address: str | None, verbose: bool = False) 
         # Not once Ray is imported (a program calling the CLI's main()): Ray's driver would
         # keep the mode it read then while the node it starts reads ours, and the start
         # stalls on InvalidAuthToken retries.
-        joined_mode = "token" if auth_token_available() else "disabled"
-        os.environ["RAY_AUTH_MODE"] = joined_mode if address else "token"
+        if address:
+            os.environ["RAY_AUTH_MODE"] = "token" if auth_token_available() else "disabled"
+        else:
+            os.environ["RAY_AUTH_MODE"] = "token"
     import ray  # deferred: the local executor never imports Ray (~0.2 s)
 
     if ray.is_initialized():

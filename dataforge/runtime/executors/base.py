@@ -66,4 +66,5 @@ class ExecutorSpec:
     run joins (None: none) and where every task runs, in words. Raises ``ConfigError``
     when the config or ``address`` contradicts the executor."""
     run: Callable[..., dict[str, Any]]
-    """``run(config, out, address, *, overwrite, log, progress)``: the run; its manifest."""
+    """``run(config, out, address, *, overwrite, log, progress)``: the run into ``out``;
+    its manifest. ``address``: the choice's cluster (:attr:`ExecutorChoice.address`)."""
