@@ -34,7 +34,8 @@ RUN = """
 import json, sys, time
 from pathlib import Path
 from dataforge.config import load_pipeline
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 start = time.perf_counter()
 run_pipeline(load_pipeline(Path(sys.argv[1])), Path(sys.argv[2]), LocalExecutor(),
              overwrite=True, log=lambda m: None)

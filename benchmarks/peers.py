@@ -55,7 +55,8 @@ import sys
 from pathlib import Path
 from dataforge.config import load_pipeline
 from dataforge.lazy import skip_pandas_probe
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 skip_pandas_probe()  # as `dataforge run` does
 run_pipeline(load_pipeline(Path(sys.argv[1])), Path(sys.argv[2]), LocalExecutor(),
              overwrite=True, log=lambda m: None)

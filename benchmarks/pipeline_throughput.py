@@ -18,7 +18,8 @@ from pathlib import Path
 
 from dataforge.config import load_pipeline
 from dataforge.io.readers import plan_input_tasks
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 _WORK: str | None = None  # set when run as a script
@@ -83,7 +84,7 @@ def main() -> None:
 
     import ray
 
-    from dataforge.runtime.ray_runner import RayExecutor
+    from dataforge.runtime.executors.ray import RayExecutor
 
     t0 = time.perf_counter()
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)

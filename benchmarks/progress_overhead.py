@@ -23,8 +23,8 @@ from pathlib import Path
 os.environ.setdefault("RAY_AUTH_MODE", "token")  # the secure default, chosen before Ray reads it
 
 from dataforge.config import load_pipeline  # noqa: E402
+from dataforge.runtime.executors.ray import run_on_ray  # noqa: E402
 from dataforge.runtime.progress import RunProgress  # noqa: E402
-from dataforge.runtime.ray_runner import run_on_ray  # noqa: E402
 
 
 def _terminal():

@@ -27,7 +27,8 @@ import zstandard
 
 from dataforge.config import InputConfig, OutputConfig, PipelineConfig, ReadConfig, StageConfig
 from dataforge.ops.base import op_class
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "data" / "demo"
@@ -100,7 +101,7 @@ def main() -> None:
 
         import ray
 
-        from dataforge.runtime.ray_runner import RayExecutor
+        from dataforge.runtime.executors.ray import RayExecutor
 
         t0 = time.perf_counter()
         ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)

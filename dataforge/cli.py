@@ -13,9 +13,13 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dataforge.lazy import skip_pandas_probe
 from dataforge.text.terminal import printable, printable_json
+
+if TYPE_CHECKING:
+    from dataforge.runtime.executors import ExecutorChoice
 
 __all__ = ["main"]
 
@@ -54,26 +58,29 @@ def _checked_config(args: argparse.Namespace):
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from dataforge.io.fs import StorageError
-    from dataforge.io.lease import LeaseHeldError
+    from dataforge.rundir.lease import LeaseHeldError
     from dataforge.runtime.failures import RunFailed, one_line
     from dataforge.runtime.manifest import AccountingError, RunDirError
 
     config = _checked_config(args)
     if config is None:
         return 2
-    chosen = _executor(args, config)
-    if chosen is None:
+    choice = _executor(args, config)
+    if choice is None:
         return 2
     out = _output_location(args, config)
     log = lambda m: _say(f"[dataforge] {m}")  # noqa: E731
-    log(chosen[1])
+    log(choice.why)
     from dataforge.runtime.cluster import ClusterError
+    from dataforge.runtime.executors import EXECUTORS
     from dataforge.runtime.progress import RunProgress
 
     progress = RunProgress(mode=args.progress, verbose=args.verbose)
-    run_kwargs = {"overwrite": args.overwrite, "log": log, "progress": progress}
+    run = EXECUTORS[choice.name].run
     try:
-        manifest = _run_on(chosen[0], config, out, args.address, **run_kwargs)
+        manifest = run(
+            config, out, choice.address, overwrite=args.overwrite, log=log, progress=progress
+        )
     except (RunDirError, LeaseHeldError) as exc:
         _say(f"error: {exc}")
         return 2
@@ -110,37 +117,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_on(executor: str, config, out: str, address: str | None, **kwargs):
-    """The run on the chosen executor; returns its manifest."""
-    if executor == "local":
-        from dataforge.runtime.pipeline import run_local
-
-        return run_local(config, out, **kwargs)
-    if not (address or config.ray.address or os.environ.get("RAY_ADDRESS")):
-        if "ray" not in sys.modules:
-            # Ray 2.60 turns token authentication on for a new local cluster and warns
-            # when the mode was left unset; we set it to that secure default, before Ray
-            # reads it at import. Not once Ray is imported (a program calling main()):
-            # Ray's driver would keep the mode it read then while the node it starts
-            # reads ours, and the start stalls on InvalidAuthToken retries.
-            os.environ.setdefault("RAY_AUTH_MODE", "token")
-    from dataforge.runtime.ray_runner import run_on_ray
-
-    return run_on_ray(config, out, address=address, **kwargs)
-
-
-def _executor(args: argparse.Namespace, config) -> tuple[str, str] | None:
-    """The executor the run uses and why (``runtime.validate.executor_choice``); None (the
-    error printed) when the choice contradicts the addresses given."""
+def _executor(args: argparse.Namespace, config) -> ExecutorChoice | None:
+    """The executor the run uses, its cluster and why
+    (:func:`dataforge.runtime.executors.choose_executor`); None (the error printed) when the
+    choice contradicts the addresses given."""
     from dataforge.config import ConfigError
-    from dataforge.runtime.validate import executor_choice
+    from dataforge.runtime.executors import choose_executor
 
     try:
-        name, why = executor_choice(config, args.executor, getattr(args, "address", None))
+        return choose_executor(args.executor, getattr(args, "address", None), config)
     except ConfigError as exc:
         _say(f"error: {exc}")
         return None
-    return name, why
 
 
 def _output_location(args: argparse.Namespace, config) -> str:
@@ -193,8 +181,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if _names_an_ablation(args.pipeline):
         return _validate_ablation(args)
     config = _checked_config(args)
-    chosen = None if config is None else _executor(args, config)
-    if chosen is None:
+    choice = None if config is None else _executor(args, config)
+    if choice is None:
         return 2
     tasks = plan_input_tasks(config)
     splits = split_summary(tasks, config.inputs, config.read.split_bytes)
@@ -205,7 +193,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             f"stages: {[s.op for s in config.stages]}"
         )
     )
-    print(printable(chosen[1]))
+    print(printable(choice.why))
     return 0
 
 

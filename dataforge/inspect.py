@@ -235,7 +235,7 @@ def local_dataset(location: str) -> Iterator[Path]:
         StorageError: it cannot be reached.
     """
     from dataforge.io.fs import is_uri, scratch_dir
-    from dataforge.io.run_store import RunStore
+    from dataforge.rundir.store import RunStore
 
     if not is_uri(location):
         yield Path(location)

@@ -190,7 +190,7 @@ def merge_mds_indexes(store: Any, root: str, part_dirs: list[str]) -> dict[str, 
     (basenames made relative to ``root``). Returns the merged index.
 
     Args:
-        store: the run directory (a :class:`dataforge.io.run_store.RunStore`).
+        store: the run directory (a :class:`dataforge.rundir.store.RunStore`).
         root: the dataset directory, relative to the store (``mds`` or ``mds/<source>``).
         part_dirs: part directories under ``root``, relative to the store.
     """

@@ -324,18 +324,16 @@ def check_pipeline(stages: Sequence[Any], index: int) -> list[str]:
     ]
 
 
-def stream_proportions(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """``streams`` entries for a manifest written with ``output.split_by_source: true``.
+def stream_proportions(samples_by_source: Mapping[str, int]) -> list[dict[str, Any]]:
+    """``streams`` entries for a manifest written with ``output.split_by_source: true``,
+    from the samples written per source (documents, repeats included: ``kept + repeated``
+    of the run's counts, or the sample summary's ``output_docs`` when no later stage drops).
 
-    ``proportion`` is each source's share of the written samples (documents, repeats
-    included): ``streaming.Stream(proportion=...)`` counts samples, so these values
-    reproduce the sampled mixture exactly; scale them to re-weight at load time. Sources
-    that wrote no documents have no sub-dataset and are left out.
-
-    Only ``summary["sources"][s]["output_docs"]`` is read, so the final per-source record
-    counts (``kept + repeated``) can be passed the same way when stages after ``sample``
-    drop records: ``{"sources": {s: {"output_docs": n}}}``.
+    ``proportion`` is each source's share of the written samples:
+    ``streaming.Stream(proportion=...)`` counts samples, so these values reproduce the
+    sampled mixture exactly; scale them to re-weight at load time. Sources that wrote no
+    samples have no sub-dataset and are left out.
     """
-    docs = {s: int(v["output_docs"]) for s, v in summary["sources"].items() if v["output_docs"] > 0}
-    total = sum(docs.values())
-    return [{"source": s, "path": f"mds/{s}", "proportion": d / total} for s, d in docs.items()]
+    written = {s: int(n) for s, n in samples_by_source.items() if n > 0}
+    total = sum(written.values())
+    return [{"source": s, "path": f"mds/{s}", "proportion": n / total} for s, n in written.items()]

@@ -17,7 +17,7 @@ from typing import Any
 
 from dataforge.config import PipelineConfig, StageConfig
 from dataforge.io import fs
-from dataforge.io.run_store import RunStore
+from dataforge.rundir.store import RunStore
 from dataforge.runtime.barriers import BarrierContext, run_planner
 from dataforge.runtime.segments import make_op
 

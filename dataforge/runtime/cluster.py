@@ -1,12 +1,14 @@
 """Starting or joining Ray, and checking that every node sees the run's paths.
 
 Joining a cluster: the address comes from ``--address``, ``ray.address`` or
-``RAY_ADDRESS``. Ray turns token authentication on for a ``ray start`` cluster whenever a
-token exists on that machine, but ``ray.init(address=...)`` uses a token only when
-``RAY_AUTH_MODE=token`` is set, and Ray reads that variable once, when it is imported. So,
-unless ``RAY_AUTH_MODE`` is set, the driver sets it before importing Ray by Ray's own rule
-for local clusters: token mode when a token is found where Ray's CLI looks
-(``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``).
+``RAY_ADDRESS`` (:func:`cluster_address`, the one rule). Ray turns token authentication on
+for a ``ray start`` cluster whenever a token exists on that machine, but
+``ray.init(address=...)`` uses a token only when ``RAY_AUTH_MODE=token`` is set, and Ray
+reads that variable once, when it is imported. So, unless ``RAY_AUTH_MODE`` is set (or Ray
+already imported), the driver sets it before importing Ray by Ray's own rule for local
+clusters: token mode when a token is found where Ray's CLI looks (``RAY_AUTH_TOKEN``,
+``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``); for embedded Ray, token mode, the secure
+default Ray 2.60 picks (and warns about when the mode is left unset).
 
 Path check: nodes that share no filesystem with the driver would read nothing or write
 their parts where the driver never looks. Before any work, one zero-CPU task per alive
@@ -36,11 +38,11 @@ __all__ = [
     "ClusterError",
     "auth_token_available",
     "check_nodes_see_paths",
+    "cluster_address",
     "connect",
     "embedded_cpus",
     "node_name",
     "node_path_problems",
-    "resolve_address",
     "resolve_run_paths",
 ]
 
@@ -54,9 +56,16 @@ class ClusterError(RunFailed):
     """The cluster cannot be joined, or a node cannot see a path of the run."""
 
 
-def resolve_address(config: PipelineConfig, address: str | None) -> str | None:
-    """The cluster to join: ``--address``, else ``ray.address``, else ``RAY_ADDRESS``."""
-    return address or config.ray.address or os.environ.get("RAY_ADDRESS") or None
+def cluster_address(config: PipelineConfig, address: str | None) -> tuple[str, str] | None:
+    """The Ray cluster to join and what named it: ``--address`` (``address``), else
+    ``ray.address``, else ``RAY_ADDRESS``; None: none named (embedded local Ray)."""
+    if address:
+        return address, "--address"
+    if config.ray.address:
+        return config.ray.address, "ray.address"
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
+    return None
 
 
 def resolve_run_paths(config: PipelineConfig, out: str | Path) -> tuple[PipelineConfig, str | Path]:
@@ -95,17 +104,23 @@ def auth_token_available() -> bool:
 
 
 def connect(config: PipelineConfig, address: str | None, verbose: bool = False) -> str:
-    """Join the cluster (see :func:`resolve_address`) or start embedded local Ray, with
-    public ``ray.init`` arguments only. Returns a description for the log. Ray's own info
-    lines show with ``verbose`` only (they stay in Ray's session logs).
+    """Join the cluster at ``address`` (:func:`cluster_address`) or, with None, start
+    embedded local Ray, with public ``ray.init`` arguments only. Returns a description for
+    the log. Ray's own info lines show with ``verbose`` only (they stay in Ray's session
+    logs).
 
     Raises:
         ClusterError: the cluster at the address cannot be joined (the message says why,
             with the authentication settings in force).
     """
-    address = resolve_address(config, address)
-    if address and "RAY_AUTH_MODE" not in os.environ and "ray" not in sys.modules:
-        os.environ["RAY_AUTH_MODE"] = "token" if auth_token_available() else "disabled"
+    if "RAY_AUTH_MODE" not in os.environ and "ray" not in sys.modules:
+        # Not once Ray is imported (a program calling the CLI's main()): Ray's driver would
+        # keep the mode it read then while the node it starts reads ours, and the start
+        # stalls on InvalidAuthToken retries.
+        if address:
+            os.environ["RAY_AUTH_MODE"] = "token" if auth_token_available() else "disabled"
+        else:
+            os.environ["RAY_AUTH_MODE"] = "token"
     import ray  # deferred: the local executor never imports Ray (~0.2 s)
 
     if ray.is_initialized():

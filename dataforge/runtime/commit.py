@@ -15,8 +15,9 @@ import pyarrow.parquet as pq
 
 from dataforge.config import PipelineConfig, to_plain
 from dataforge.io.readers import InputTask
-from dataforge.io.run_store import RunStore
 from dataforge.io.sinks import merge_mds_indexes
+from dataforge.ops.sample import stream_proportions
+from dataforge.rundir.store import RunStore
 from dataforge.runtime.histograms import merge_distributions
 from dataforge.runtime.manifest import (
     AccountingError,
@@ -28,7 +29,7 @@ from dataforge.runtime.manifest import (
 )
 from dataforge.runtime.segments import Segment
 
-__all__ = ["RunState", "commit_output"]
+__all__ = ["RunState", "commit_output", "dataset_dir"]
 
 
 @dataclasses.dataclass
@@ -50,18 +51,100 @@ class RunState:
     """Where the tasks ran (:meth:`dataforge.runtime.placement.Placement.summary`)."""
 
 
-def _move_parts(config, store: RunStore, final_seg: int, task_ids: list[str]) -> list[str]:
+def commit_output(run: RunState) -> dict[str, Any]:
+    """Finish a run whose segments all committed; returns its manifest.
+
+    In order, each step safe to repeat after a kill: the decoding warnings logged; ids
+    checked unique, the committed parts moved into ``OUT/<format>/``, the records written
+    counted and the accounting identity checked (on failure ``manifest.json`` is written
+    with ``status: failed`` and the error raised); the dataset index merged; rejects
+    collected; ``manifest.json`` written last; ``_work`` removed.
+
+    Raises:
+        AccountingError: ids repeat across input files, or the counts do not add up.
+    """
+    config, store = run.config, run.store
+    manifest = _draft_manifest(run)
+    for warning in manifest["warnings"]:  # before the checks: a wrong encoding often fails
+        run.log(f"warning: {warning}")
+    final_seg = run.segments[-1].index
+    task_ids = [t.task_id for t in run.input_tasks]
+    try:
+        _check_unique_ids(store, final_seg, task_ids)
+        parts = _move_parts(config, store, final_seg, task_ids)
+        written = _count_output(config, store, parts)
+        check_accounting(manifest["counts"], written, config.max_error_rate)
+    except AccountingError as exc:
+        manifest["error"] = str(exc)
+        store.write_json("manifest.json", manifest)
+        raise
+    output = {"format": config.output.format, "path": dataset_dir(config), "records": written}
+    if config.output.format == "mds":
+        output |= _merge_mds_index(config, store, parts, manifest["counts"]["by_source"])
+    if config.output.rejects:
+        _collect_rejects(store, len(run.segments), task_ids)
+    manifest["output"] = output
+    manifest["status"] = "complete"
+    manifest["timings"]["total"] = round(time.time() - run.started, 3)
+    run.verify()
+    store.write_json("manifest.json", manifest)
+    if not config.output.keep_work:
+        store.remove("_work")  # ours: _work of the run dir this run claimed (.dataforge-run)
+    total = manifest["counts"]["total"]
+    run.log(
+        f"done: {total['kept']} of {total['input']} records kept "
+        f"(+{total['repeated']} repeated) -> {store.root}"
+    )
+    return manifest
+
+
+def _draft_manifest(run: RunState) -> dict[str, Any]:
+    """The manifest before the output is checked: ``status: failed`` and no ``output``
+    until the commit completes."""
+    config, input_tasks, seg_stats = run.config, run.input_tasks, run.seg_stats
+    decoding = {stats["task_id"]: stats.get("decoding") for stats in seg_stats[0]}
+    return {
+        "name": config.name,
+        "status": "failed",
+        "config": to_plain(config),
+        "config_sha256": run.sha,
+        "versions": versions(),
+        "inputs": [
+            {"source": t.source, "path": t.path, "bytes": t.bytes, "task_id": t.task_id}
+            | ({"decoding": decoding[t.task_id]} if decoding.get(t.task_id) else {})
+            for t in input_tasks
+        ],
+        "counts": sum_counts(seg_stats),
+        "warnings": decoding_warnings(config, input_tasks, decoding),
+        "stages": stage_report(config, seg_stats, run.barrier_summaries),
+        "timings": run.timings,
+        "runtime": run.runtime,
+        "distributions": merge_distributions(
+            [s.get("distributions", {}) for stats in seg_stats for s in stats]
+        ),
+    }
+
+
+def dataset_dir(config: PipelineConfig) -> str:
+    """The folder of ``OUT`` that holds the dataset, named after its format (``mds``,
+    ``parquet``, ``jsonl``): the manifest's ``output.path``."""
+    return config.output.format
+
+
+def _move_parts(
+    config: PipelineConfig, store: RunStore, final_seg: int, task_ids: list[str]
+) -> list[str]:
     """Move committed sink parts from ``_work`` to ``OUT/<format>/[<source>/]<task>``
     (idempotent, so a kill in the middle is resumed). Returns the part dirs in task order."""
-    fmt = config.output.format
+    root = dataset_dir(config)
     sources = [s.name for s in config.inputs]
     moved = []
     for task_id in task_ids:
         src = f"_work/seg{final_seg}/{task_id}/out"
         pairs = (
-            [(f"{src}/{s}", f"{fmt}/{s}/{task_id}") for s in sources]
+            [(f"{src}/{s}", f"{root}/{s}/{task_id}") for s in sources]
             if config.output.split_by_source
-            else [(src, f"{fmt}/{task_id}")]
+            else [(src, f"{root}/{task_id}")]
         )
         for part_src, dest in pairs:
             store.move_dir(part_src, dest)
@@ -70,7 +153,8 @@ def _move_parts(config, store: RunStore, final_seg: int, task_ids: list[str]) ->
     return moved
 
 
-def _count_output(config, store: RunStore, parts: list[str]) -> int:
+def _count_output(config: PipelineConfig, store: RunStore, parts: list[str]) -> int:
+    """Records in the committed ``parts``, read from what was written."""
     fmt = config.output.format
     total = 0
     for d in parts:
@@ -102,94 +186,30 @@ def _check_unique_ids(store: RunStore, final_seg: int, task_ids: list[str]) -> N
         )
 
 
-def commit_output(run: RunState) -> dict[str, Any]:
-    config, store, log = run.config, run.store, run.log
-    input_tasks, segments, seg_stats = run.input_tasks, run.segments, run.seg_stats
-    barrier_summaries, timings, sha, started = (
-        run.barrier_summaries, run.timings, run.sha, run.started)  # fmt: skip
-    final_seg = segments[-1].index
-    task_ids = [t.task_id for t in input_tasks]
-    counts = sum_counts(seg_stats)
-    decoding = {stats["task_id"]: stats.get("decoding") for stats in seg_stats[0]}
-    warnings = decoding_warnings(config, input_tasks, decoding)
-    manifest: dict[str, Any] = {
-        "name": config.name,
-        "status": "failed",
-        "config": to_plain(config),
-        "config_sha256": sha,
-        "versions": versions(),
-        "inputs": [
-            {"source": t.source, "path": t.path, "bytes": t.bytes, "task_id": t.task_id}
-            | ({"decoding": decoding[t.task_id]} if decoding.get(t.task_id) else {})
-            for t in input_tasks
-        ],
-        "counts": counts,
-        "warnings": warnings,
-        "stages": stage_report(config, seg_stats, barrier_summaries),
-        "timings": timings,
-        "runtime": run.runtime,
-        "distributions": merge_distributions(
-            [s.get("distributions", {}) for stats in seg_stats for s in stats]
-        ),
-    }
-    sources = [s.name for s in config.inputs]
-    for warning in warnings:  # before the checks: a wrong encoding often fails the run
-        log(f"warning: {warning}")
-    try:
-        _check_unique_ids(store, final_seg, task_ids)
-        parts = _move_parts(config, store, final_seg, task_ids)
-        written = _count_output(config, store, parts)
-        check_accounting(counts, written, config.max_error_rate)
-    except AccountingError as exc:
-        manifest["error"] = str(exc)
-        store.write_json("manifest.json", manifest)
-        raise
-    output_info: dict[str, Any] = {
-        "format": config.output.format,
-        "path": config.output.format,
-        "records": written,
-    }
-    if config.output.format == "mds":
-        root = "mds"
-        if config.output.split_by_source:
-            from dataforge.ops.sample import stream_proportions
-
-            # Stream proportions count samples, so they come from written records per source
-            # (repeats included), which is what streaming.Stream(proportion=...) weighs.
-            share = {
-                e["source"]: e["proportion"]
-                for e in stream_proportions(
-                    {
-                        "sources": {
-                            s: {"output_docs": c["kept"] + c["repeated"]}
-                            for s, c in counts["by_source"].items()
-                        }
-                    }
+def _merge_mds_index(
+    config: PipelineConfig, store: RunStore, parts: list[str], by_source: dict[str, Any]
+) -> dict[str, Any]:
+    """``OUT/mds/index.json`` over all ``parts`` and, with ``output.split_by_source``, one
+    index per source; returns the manifest's ``output`` entries for them (``shards``,
+    ``streams``)."""
+    root = dataset_dir(config)
+    entries: dict[str, Any] = {}
+    if config.output.split_by_source:
+        # A stream's proportion counts samples, repeats included: what
+        # streaming.Stream(proportion=...) weighs.
+        written = {s: c["kept"] + c["repeated"] for s, c in by_source.items()}
+        share = {e["source"]: e["proportion"] for e in stream_proportions(written)}
+        streams = []
+        for source in (s.name for s in config.inputs):
+            source_parts = [p for p in parts if p.split("/")[-2] == source]
+            if source_parts:
+                merge_mds_indexes(store, f"{root}/{source}", source_parts)
+                streams.append(
+                    {"source": source, "path": f"{root}/{source}", "proportion": share[source]}
                 )
-            }
-            streams = []
-            for src in sources:
-                src_parts = [p for p in parts if p.split("/")[-2] == src]
-                if src_parts:
-                    merge_mds_indexes(store, f"{root}/{src}", src_parts)
-                    streams.append({"source": src, "path": f"mds/{src}", "proportion": share[src]})
-            output_info["streams"] = streams
-        index = merge_mds_indexes(store, root, parts)
-        output_info["shards"] = len(index["shards"])
-    if config.output.rejects:
-        _collect_rejects(store, len(segments), task_ids)
-    manifest["output"] = output_info
-    manifest["status"] = "complete"
-    manifest["timings"]["total"] = round(time.time() - started, 3)
-    run.verify()
-    store.write_json("manifest.json", manifest)
-    if not config.output.keep_work:
-        store.remove("_work")  # ours: _work of the run dir this run claimed (.dataforge-run)
-    log(
-        f"done: {counts['total']['kept']} of {counts['total']['input']} records kept "
-        f"(+{counts['total']['repeated']} repeated) -> {store.root}"
-    )
-    return manifest
+        entries["streams"] = streams
+    entries["shards"] = len(merge_mds_indexes(store, root, parts)["shards"])
+    return entries
 
 
 def _collect_rejects(store: RunStore, n_segments: int, task_ids: list[str]) -> None:

@@ -17,9 +17,10 @@ from typing import Any
 from dataforge.config import PipelineConfig
 from dataforge.io import fs
 from dataforge.io.readers import InputTask
-from dataforge.io.run_store import RunStore
+from dataforge.rundir.lock import RunDirError
+from dataforge.rundir.ownership import remove_owned_entries
+from dataforge.rundir.store import RunStore
 from dataforge.runtime.failures import RunFailed
-from dataforge.runtime.ownership import RunDirError, remove_owned_entries
 
 __all__ = [
     "AccountingError",

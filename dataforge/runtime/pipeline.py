@@ -1,29 +1,30 @@
 """Driver-side orchestration, independent of where tasks run.
 
 ``run_pipeline`` plans tasks and segments, asks an *executor* to run each segment's pending
-tasks (Ray actors: :mod:`dataforge.runtime.ray_runner`; local worker processes:
-:class:`LocalExecutor`), runs barrier planners between segments, then commits the output (:mod:`dataforge.runtime.commit`): parts moved into place, the accounting
-identity checked, the dataset index and finally ``manifest.json`` written.
+tasks (:mod:`dataforge.runtime.executors`: Ray actors or local worker processes), runs
+barrier planners between segments, then commits the output (:mod:`dataforge.runtime.commit`):
+parts moved into place, the accounting identity checked, the dataset index and finally
+``manifest.json`` written.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import socket
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from dataforge.config import PipelineConfig, config_sha256
 from dataforge.io import fs
-from dataforge.io.lease import release_lock
 from dataforge.io.readers import InputTask, plan_input_tasks
-from dataforge.io.run_store import RunStore
 from dataforge.io.splits import split_input_tasks
+from dataforge.rundir.lease import release_lock
+from dataforge.rundir.lock import RunDirError
+from dataforge.rundir.ownership import acquire_lock, claim_run_dir, describe_takeover
+from dataforge.rundir.store import RunStore
 from dataforge.runtime.barrier_task import plan_barrier
 from dataforge.runtime.commit import RunState, commit_output
 from dataforge.runtime.failures import (
@@ -32,144 +33,24 @@ from dataforge.runtime.failures import (
     collect_task_failures,
     driver_failure_message,
 )
-from dataforge.runtime.local_pool import WorkerPool, exit_on_sigterm
 from dataforge.runtime.manifest import (
     AccountingError,
     check_inputs_unchanged,
     prepare_run_dir,
 )
-from dataforge.runtime.ownership import (
-    RunDirError,
-    acquire_lock,
-    claim_run_dir,
-    describe_takeover,
-    output_overlaps_inputs,
-)
-from dataforge.runtime.placement import Placement
 from dataforge.runtime.progress import RunProgress
-from dataforge.runtime.segments import Segment, SegmentRunner, build_segments
+from dataforge.runtime.segments import Segment, build_segments
 from dataforge.runtime.split_ids import settle_split_ids
+from dataforge.runtime.validate import output_overlaps_inputs
 
-__all__ = ["Executor", "LocalExecutor", "local_workers", "run_local", "run_pipeline"]
+if TYPE_CHECKING:
+    from dataforge.runtime.executors.base import Executor
 
-
-class Executor(Protocol):
-    """Runs ``SegmentRunner(config, segment, work_dir).run_task(task)`` for many tasks and
-    calls ``on_task(stats)`` as each one commits; :attr:`placement` counts where."""
-
-    num_cpus: int
-    ray_available: bool
-    placement: Placement
-
-    def check_paths(self, config: PipelineConfig, work: Path, tasks: list[InputTask]) -> None:
-        """Raise before any work if the workers cannot see the run's paths."""
-
-    def run_segment(
-        self,
-        config: PipelineConfig,
-        segment: Segment,
-        work_dir: str,
-        tasks: list[dict[str, Any]],
-        on_task: Callable[[dict[str, Any]], None],
-    ) -> None: ...
-
-    def run_call(
-        self, config: PipelineConfig, work_dir: str, fn: Callable[..., Any], *args: Any
-    ) -> Any:
-        """``fn(*args)`` on one of the run's workers (a barrier's planning); its result."""
+__all__ = ["log_line", "run_pipeline"]
 
 
-class LocalExecutor:
-    """Runs tasks on this machine without Ray: on ``workers`` worker processes
-    (:class:`WorkerPool`, ``executor: local``), or with none in this process, one after the
-    other (tests, baselines); :meth:`close` stops the workers."""
-
-    ray_available = False
-    workers = 0
-    _pool: WorkerPool | None = None
-    _placement: Placement | None = None
-
-    def __init__(self, workers: int = 0) -> None:
-        self.workers = workers
-
-    @property
-    def num_cpus(self) -> int:
-        return max(1, self.workers)
-
-    @property
-    def placement(self) -> Placement:
-        """Made on first use (subclasses that override ``__init__`` get one too)."""
-        if self._placement is None:
-            self._placement = Placement("local", self.num_cpus, socket.gethostname())
-        return self._placement
-
-    def check_paths(self, config, work, tasks) -> None:
-        """Workers run on this machine, which sees what the driver sees."""
-
-    def run_segment(self, config, segment, work_dir, tasks, on_task) -> None:
-        node = self.placement.driver[0]
-        if not self.workers:
-            runner = SegmentRunner(config, segment, str(work_dir))
-            for task in tasks:
-                stats = runner.run_task(task)
-                self.placement.ran(node, os.getpid())
-                on_task(stats)
-            return
-        if self._pool is None:
-            self._pool = WorkerPool(config, str(work_dir), self.workers)
-
-        def committed(stats: dict[str, Any], pid: int) -> None:
-            self.placement.ran(node, pid)
-            on_task(stats)
-
-        self._pool.run_segment(segment, tasks, committed)
-
-    def run_call(self, config, work_dir, fn, *args) -> Any:
-        """On a worker process; with none, in this process."""
-        if not self.workers:
-            return fn(*args)
-        if self._pool is None:
-            self._pool = WorkerPool(config, str(work_dir), self.workers)
-        return self._pool.call(fn, *args)
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-
-
-def local_workers(config: PipelineConfig) -> int:
-    """Worker processes of ``executor: local``: ``ray.num_cpus``, else this machine's CPUs."""
-    return config.ray.num_cpus or os.cpu_count() or 1
-
-
-def run_local(
-    config: PipelineConfig,
-    out: str | Path,
-    overwrite: bool = False,
-    log: Callable[[str], None] | None = None,
-    progress: RunProgress | None = None,
-) -> dict[str, Any]:
-    """``dataforge run`` with ``executor: local``: :func:`run_pipeline` on
-    :func:`local_workers` forked processes (Ray neither started nor imported)."""
-    log = log or _log
-    executors: list[LocalExecutor] = []
-
-    def start() -> LocalExecutor:
-        executors.append(LocalExecutor(local_workers(config)))
-        log(f"running on {executors[0].workers} local worker processes")
-        return executors[0]
-
-    restore = exit_on_sigterm()
-    try:
-        return run_pipeline(config, out, start, overwrite=overwrite, log=log, progress=progress)
-    finally:
-        for executor in executors:
-            executor.close()
-        restore()
-
-
-def _log(msg: str) -> None:
+def log_line(msg: str) -> None:
+    """The default ``log``: ``[dataforge] msg`` on stderr."""
     print(f"[dataforge] {msg}", file=sys.stderr, flush=True)
 
 
@@ -179,7 +60,7 @@ def run_pipeline(
     executor: Executor | Callable[[], Executor],
     *,
     overwrite: bool = False,
-    log: Callable[[str], None] = _log,
+    log: Callable[[str], None] = log_line,
     progress: RunProgress | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) ``config`` into ``out`` (a local path or a URI). Returns the manifest.

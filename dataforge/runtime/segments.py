@@ -32,10 +32,10 @@ import xxhash
 from dataforge.config import PipelineConfig, StageConfig
 from dataforge.io import fs
 from dataforge.io.readers import InputTask, TaskReader
-from dataforge.io.run_store import RunStore
 from dataforge.io.sinks import PartWriter, write_json_atomic
 from dataforge.ops.base import BarrierOp, Op, OpContext, op_class
 from dataforge.records import DROP
+from dataforge.rundir.store import RunStore
 from dataforge.runtime.failures import RunFailed, clear_task_failure, record_task_failure
 from dataforge.runtime.histograms import Distributions
 from dataforge.runtime.split_ids import is_split_with_ids, write_split_ids

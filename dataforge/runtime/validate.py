@@ -12,19 +12,19 @@ without Ray and without loading any model.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from dataforge.config import PipelineConfig
 from dataforge.io import fs
-from dataforge.io.globbing import walk_reaches
-from dataforge.io.readers import plan_input_tasks
+from dataforge.io.globbing import may_match_below, walk_reaches
+from dataforge.io.readers import InputTask, plan_input_tasks
 from dataforge.ops.base import BarrierOp
 from dataforge.runtime.barriers import planner_of
-from dataforge.runtime.ownership import output_overlaps_inputs
 from dataforge.runtime.segments import make_op
 from dataforge.typed_config import ConfigError
 
-__all__ = ["executor_choice", "output_reached_through_links", "validate_pipeline"]
+__all__ = ["output_overlaps_inputs", "output_reached_through_links", "validate_pipeline"]
 
 
 def validate_pipeline(config: PipelineConfig, out: str | None = None) -> list[str]:
@@ -68,6 +68,30 @@ def _op_problems(op) -> list[str]:
         return [str(exc)]
 
 
+def output_overlaps_inputs(out: Path, config: PipelineConfig, tasks: list[InputTask]) -> list[str]:
+    """Why ``out`` may not be the output of ``config`` over ``tasks`` (empty if it may):
+    it is, or lies above, an input file, or a source's glob could read files written in it.
+    """
+    real_out = Path(os.path.realpath(out))
+    problems = []
+    for task in tasks:
+        if "://" not in task.path and Path(os.path.realpath(task.path)).is_relative_to(real_out):
+            problems.append(
+                f"output {out} holds input file {task.path} of source {task.source!r}; the "
+                "output must not be equal to or above an input"
+            )
+            break
+    for source in config.inputs:
+        if "://" in source.path:
+            continue  # object storage: never below a local output
+        if may_match_below(str(config.resolve(source.path)), real_out):
+            problems.append(
+                f"output {out} lies inside the folder that source {source.name!r} reads "
+                f"({source.path!r}): a run could read its own output; choose an -o outside it"
+            )
+    return problems[:1]  # one line: the first overlap says what to change
+
+
 def output_reached_through_links(out: Path, config: PipelineConfig) -> list[str]:
     """A line (at most one) naming the source whose glob, following symlinks, would read
     files in ``out``: a run would read its own output, a later run the earlier output."""
@@ -81,36 +105,3 @@ def output_reached_through_links(out: Path, config: PipelineConfig) -> list[str]
                 f"{via}: a run could read its own output; choose an -o outside it"
             ]
     return []
-
-
-def executor_choice(
-    config: PipelineConfig, executor: str | None = None, address: str | None = None
-) -> tuple[str, str]:
-    """Which executor a run uses, and one line saying why: ``--executor`` (``executor``),
-    else the pipeline's ``executor`` key, else ``ray``. Ray joins the cluster named by
-    ``--address`` (``address``), ``ray.address`` or ``RAY_ADDRESS``, else starts embedded.
-
-    Raises:
-        ConfigError: ``local`` with ``--address`` or ``ray.address`` (local runs no Ray).
-    """
-    from dataforge.runtime.cluster import embedded_cpus, resolve_address
-    from dataforge.runtime.pipeline import local_workers
-
-    name = executor or config.executor
-    said = "--executor" if executor else "the pipeline's executor key"
-    if not executor and config.executor == "ray":
-        said = "the default; executor: local or --executor local runs without Ray"
-    if name == "local":
-        if address or config.ray.address:
-            given = "--address" if address else "ray.address"
-            raise ConfigError(f"executor: local runs no Ray but {given} is set; valid: one of them")
-        where = f"{local_workers(config)} forked worker processes on this machine, no Ray"
-    elif cluster := resolve_address(config, address):
-        named = "--address" if address else "ray.address" if config.ray.address else "RAY_ADDRESS"
-        where = f"the actors of the Ray cluster at {cluster} (from {named})"
-    else:
-        where = (
-            f"the actors of embedded local Ray with {embedded_cpus(config)} CPUs "
-            "(no --address, ray.address or RAY_ADDRESS)"
-        )
-    return name, f"executor: {name} ({said}): every task runs on {where}"

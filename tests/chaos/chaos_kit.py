@@ -10,7 +10,8 @@ from pathlib import Path
 
 from dataforge.config import load_pipeline
 from dataforge.io.mds import iter_samples
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, int]]:

@@ -22,16 +22,17 @@ from chaos_kit import write_lines
 
 from dataforge.config import load_pipeline
 from dataforge.io.fs import StorageError
-from dataforge.io.lease import (
+from dataforge.rundir.lease import (
     LEASE_NAME,
     LeaseHeldError,
     LeaseLostError,
     ObjectLease,
     acquire_object_lease,
 )
-from dataforge.io.run_store import RunStore
+from dataforge.rundir.store import RunStore
+from dataforge.runtime.executors.local import LocalExecutor
 from dataforge.runtime.failures import RunFailed
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.pipeline import run_pipeline
 
 _spec = importlib.util.spec_from_file_location(
     "storage_conftest", Path(__file__).parents[1] / "storage" / "conftest.py"

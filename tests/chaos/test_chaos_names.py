@@ -14,8 +14,8 @@ from chaos_kit import assert_accounted, output_ids, run_local, write_lines
 
 from dataforge.cli import main
 from dataforge.io.fs import StorageError
-from dataforge.io.run_store import RunStore
 from dataforge.io.sinks import write_json_atomic
+from dataforge.rundir.store import RunStore
 
 NAME = b"caf\xe9-\xff.jsonl"  # latin-1 bytes: not UTF-8
 

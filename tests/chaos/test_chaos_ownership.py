@@ -18,13 +18,8 @@ import pytest
 from chaos_kit import assert_accounted, output_ids, run_local, snapshot, write_lines
 
 from dataforge.cli import main
-from dataforge.runtime.ownership import (
-    LOCK_FILE,
-    RUN_MARKER,
-    RunDirError,
-    RunLockedError,
-    acquire_run_lock,
-)
+from dataforge.rundir.lock import LOCK_FILE, RunDirError, RunLockedError, acquire_run_lock
+from dataforge.rundir.ownership import RUN_MARKER
 
 
 def _victim_pipeline(tmp_path: Path, write_pipeline, output: str) -> Path:
@@ -137,7 +132,7 @@ def test_lock_of_a_killed_run_is_taken_over(tmp_path: Path, write_pipeline) -> N
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time; from pathlib import Path; "
-         "from dataforge.runtime.ownership import acquire_run_lock; "
+         "from dataforge.rundir.lock import acquire_run_lock; "
          "acquire_run_lock(Path(sys.argv[1])); print('locked', flush=True); time.sleep(600)",
          str(out)],
         stdout=subprocess.PIPE, text=True,
@@ -153,7 +148,8 @@ def test_lock_of_a_killed_run_is_taken_over(tmp_path: Path, write_pipeline) -> N
     assert json.loads((out / LOCK_FILE).read_text())["pid"] == holder.pid  # left behind
     logs: list[str] = []
     from dataforge.config import load_pipeline
-    from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+    from dataforge.runtime.executors.local import LocalExecutor
+    from dataforge.runtime.pipeline import run_pipeline
 
     manifest = run_pipeline(load_pipeline(path), out, LocalExecutor(), log=logs.append)
     assert any("no longer running (host" in m and f"pid {holder.pid}" in m for m in logs)
@@ -163,7 +159,7 @@ def test_lock_of_a_killed_run_is_taken_over(tmp_path: Path, write_pipeline) -> N
 def test_concurrent_claims_of_one_empty_folder_all_succeed(tmp_path: Path) -> None:
     import threading
 
-    from dataforge.runtime.ownership import claim_run_dir
+    from dataforge.rundir.ownership import claim_run_dir
 
     for attempt in range(200):
         out = tmp_path / f"out{attempt}"
@@ -185,7 +181,7 @@ def test_concurrent_claims_of_one_empty_folder_all_succeed(tmp_path: Path) -> No
 
 
 def test_a_run_from_before_markers_is_adopted_only_when_it_is_one(tmp_path: Path) -> None:
-    from dataforge.runtime.ownership import claim_run_dir
+    from dataforge.rundir.ownership import claim_run_dir
 
     legacy = {"config_sha256": "a" * 64, "versions": {"dataforge": "0.1.0"}, "status": "complete"}
     for extra, adopted in ((None, True), ("notes.txt", False)):

@@ -12,8 +12,9 @@ from chaos_kit import assert_accounted, output_ids, run_local, snapshot, write_l
 
 from dataforge.config import ConfigError, load_pipeline
 from dataforge.io.readers import plan_input_tasks
-from dataforge.runtime.ownership import RunDirError
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.rundir.lock import RunDirError
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 
 
 class _KilledAfter(LocalExecutor):

@@ -12,7 +12,8 @@ import pytest
 from dataforge.classifier.model import QualityModel, read_card
 from dataforge.cli import main as dataforge_main
 from dataforge.config import load_pipeline
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.validate import validate_pipeline
 
 PIPELINE = """

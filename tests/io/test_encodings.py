@@ -15,7 +15,8 @@ from dataforge.cli import main
 from dataforge.config import ConfigError, InputConfig, ReadConfig, load_pipeline
 from dataforge.io.decoding import decide_encoding
 from dataforge.io.readers import InputTask, TaskReader
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 
 # Characters outside GBK that GB18030 encodes in 4 bytes (CJK Ext. B, emoji, Ext. A).
 FOUR_BYTE = ["𠀀", "😀", "㐀", "𪚥"]

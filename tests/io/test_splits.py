@@ -15,7 +15,8 @@ from dataforge.config import ConfigError, InputConfig, ReadConfig, load_pipeline
 from dataforge.inspect import iter_samples
 from dataforge.io.readers import InputTask, TaskReader
 from dataforge.io.splits import split_task
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 
 
 def file_task(path: Path) -> InputTask:

@@ -11,7 +11,8 @@ from lm_testkit import NEWS_ZH, read_fixture
 from dataforge.config import load_pipeline
 from dataforge.inspect import summarize
 from dataforge.io.mds import iter_samples
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 
 
 def test_noisy_source_is_filtered_and_counted(tmp_path: Path, zh_model: Path) -> None:

@@ -12,7 +12,8 @@ from dataforge.config import load_pipeline
 from dataforge.ops.base import OpContext
 from dataforge.ops.decontaminate import MATCHES, Decontaminate, EvalSet
 from dataforge.records import DROP
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.validate import validate_pipeline
 from dataforge.typed_config import ConfigError, from_mapping
 

@@ -135,7 +135,8 @@ def test_a_run_on_forked_workers_tokenizes_as_the_in_process_run(hf_dir, tmp_pat
 
     from dataforge.config import load_pipeline
     from dataforge.io.mds import iter_samples
-    from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+    from dataforge.runtime.executors.local import LocalExecutor
+    from dataforge.runtime.pipeline import run_pipeline
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

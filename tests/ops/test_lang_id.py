@@ -15,7 +15,8 @@ import pytest
 from dataforge.cli import main
 from dataforge.config import ConfigError, load_pipeline
 from dataforge.ops.lang_id import CHINESE_LABELS, LangId, bundled_model_path
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 from dataforge.text.stats import han_latin_counts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))

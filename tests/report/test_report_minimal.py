@@ -9,7 +9,8 @@ from pathlib import Path
 
 from dataforge.config import load_pipeline
 from dataforge.report import write_report
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 
 
 def test_report_of_a_pass_through_run(pipeline_file: Path, tmp_path: Path) -> None:

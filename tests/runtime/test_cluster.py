@@ -22,7 +22,8 @@ from dataforge.runtime.cluster import (
     node_path_problems,
     resolve_run_paths,
 )
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "data" / "demo"

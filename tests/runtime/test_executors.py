@@ -15,7 +15,8 @@ import pytest
 
 from dataforge.config import load_pipeline
 from dataforge.io.mds import iter_samples
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "data" / "demo"
@@ -109,7 +110,7 @@ def test_run_on_ray_leaves_the_process_as_it_found_it(pipeline_file: Path, tmp_p
     the run installed for its own clean exit removed again, every task on an actor."""
     import ray
 
-    from dataforge.runtime.ray_runner import run_on_ray
+    from dataforge.runtime.executors.ray import run_on_ray
 
     config = load_pipeline(pipeline_file)
     before = signal.signal(signal.SIGTERM, signal.SIG_DFL)

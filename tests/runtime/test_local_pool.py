@@ -15,9 +15,10 @@ from dataforge.config import load_pipeline
 from dataforge.io import fs
 from dataforge.io.mds import iter_samples
 from dataforge.runtime import barrier_task
+from dataforge.runtime.executors.local import LocalExecutor
 from dataforge.runtime.failures import RunFailed
 from dataforge.runtime.local_pool import WorkerPool
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.segments import SegmentRunner, TaskCancelled, build_segments
 
 STAGES = """

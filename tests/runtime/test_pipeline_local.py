@@ -10,8 +10,9 @@ import pytest
 from dataforge.config import load_pipeline
 from dataforge.inspect import verify_dataset
 from dataforge.io.mds import iter_samples
+from dataforge.runtime.executors.local import LocalExecutor
 from dataforge.runtime.manifest import AccountingError, RunDirError
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.pipeline import run_pipeline
 
 
 def run(pipeline: Path, out: Path, overrides: list[str] | None = None, **kw) -> dict:

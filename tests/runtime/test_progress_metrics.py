@@ -12,7 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dataforge.config import load_pipeline
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.progress import RunProgress
 
 STAGES = """
@@ -63,7 +64,7 @@ def test_plain_progress_lines_and_summary_add_up(pipeline_file: Path, tmp_path: 
 def test_pipeline_metrics_read_back_from_ray(pipeline_file: Path, tmp_path: Path) -> None:
     import ray
 
-    from dataforge.runtime.ray_runner import run_on_ray
+    from dataforge.runtime.executors.ray import run_on_ray
 
     config = load_pipeline(_pipeline(pipeline_file))
     ray.init(

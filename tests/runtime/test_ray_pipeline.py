@@ -16,7 +16,8 @@ import pytest
 
 from dataforge.config import load_pipeline
 from dataforge.io.mds import iter_samples
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 
 pytestmark = pytest.mark.ray
 

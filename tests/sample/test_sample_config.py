@@ -112,14 +112,8 @@ def test_validate_flags_unknown_and_all_zero_weights():
 
 
 def test_stream_proportions_count_samples_and_skip_empty_sources():
-    summary = {
-        "sources": {
-            "news_zh": {"output_docs": 300},
-            "empty": {"output_docs": 0},
-            "docs_en": {"output_docs": 100},
-        }
-    }
-    assert stream_proportions(summary) == [
+    written = {"news_zh": 300, "empty": 0, "docs_en": 100}
+    assert stream_proportions(written) == [
         {"source": "news_zh", "path": "mds/news_zh", "proportion": 0.75},
         {"source": "docs_en", "path": "mds/docs_en", "proportion": 0.25},
     ]

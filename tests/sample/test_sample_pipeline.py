@@ -8,7 +8,8 @@ from pathlib import Path
 from dataforge.config import load_pipeline
 from dataforge.io.mds import iter_samples
 from dataforge.ops.sample import stream_proportions
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 
 PIPELINE = """
     name: sampled
@@ -53,7 +54,7 @@ def test_sample_stage_accounting_and_output(small_corpus, write_pipeline, tmp_pa
     assert len(set(ids)) == len(ids)
     assert any(i.startswith("docs_en/") and "#r1" in i for i in ids)
     # the Stream proportions are the shares of the records in each mds/<source>/ stream
-    streams = stream_proportions(summary)
+    streams = stream_proportions({s: v["output_docs"] for s, v in summary["sources"].items()})
     records = {}
     for entry in streams:
         index = json.loads((tmp_path / "out" / entry["path"] / "index.json").read_text())

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from dataforge.config import load_pipeline
-from dataforge.io.lease import LEASE_NAME, LeaseHeldError
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.rundir.lease import LEASE_NAME, LeaseHeldError
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

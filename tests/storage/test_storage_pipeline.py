@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from dataforge.config import load_pipeline
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 

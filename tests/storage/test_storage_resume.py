@@ -10,7 +10,8 @@ import pytest
 
 from dataforge.config import load_pipeline
 from dataforge.io.node_cache import fetch_to_cache
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.segments import SegmentRunner
 
 

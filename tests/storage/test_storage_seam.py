@@ -11,8 +11,8 @@ import pytest
 
 from dataforge.io import fs
 from dataforge.io.files import match_files
-from dataforge.io.lease import LEASE_NAME, LeaseHeldError, LeaseLostError, ObjectLease
-from dataforge.io.run_store import RunStore
+from dataforge.rundir.lease import LEASE_NAME, LeaseHeldError, LeaseLostError, ObjectLease
+from dataforge.rundir.store import RunStore
 
 
 def test_glob_matches_like_local_glob(s3, bucket: str, tmp_path: Path) -> None:

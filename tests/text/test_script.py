@@ -10,7 +10,8 @@ import pytest
 
 from dataforge.config import ConfigError, load_pipeline
 from dataforge.ops.clean import Clean
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 from dataforge.text.script import CONVERSIONS, convert_script
 
 CASES = Path(__file__).resolve().parents[1] / "fixtures" / "opencc_cases.tsv"

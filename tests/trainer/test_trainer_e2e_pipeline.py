@@ -34,7 +34,8 @@ NUM_DOCS = sum(len((FIXTURES / f).read_text(encoding="utf-8").splitlines()) for 
 def pipeline_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Corpus, tokenizer and pipeline output, built once for the tests of this module."""
     from dataforge.config import load_pipeline
-    from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+    from dataforge.runtime.executors.local import LocalExecutor
+    from dataforge.runtime.pipeline import run_pipeline
     from dataforge.tokenization import Tokenizer, TokenizerSpec, train_tokenizer
 
     root = tmp_path_factory.mktemp("e2e")

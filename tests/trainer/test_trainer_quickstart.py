@@ -41,7 +41,8 @@ pytestmark = pytest.mark.slow
 
 def _pipeline(path: Path, out: Path, overrides: list[str]) -> Path:
     from dataforge.config import load_pipeline
-    from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+    from dataforge.runtime.executors.local import LocalExecutor
+    from dataforge.runtime.pipeline import run_pipeline
 
     run_pipeline(load_pipeline(path, overrides), out, LocalExecutor(), log=lambda m: None)
     return out / "mds"

@@ -14,7 +14,8 @@ from webkit import FOOTER, NAV, Page, write_html_dir, write_warc, write_wet
 
 from dataforge.config import load_pipeline
 from dataforge.io.mds import iter_samples
-from dataforge.runtime.pipeline import LocalExecutor, run_pipeline
+from dataforge.runtime.executors.local import LocalExecutor
+from dataforge.runtime.pipeline import run_pipeline
 from dataforge.text.clean import CleanConfig, clean_text
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from dataforge.io.run_lock import LocalRunLock, RunLockedError, acquire_run_lock
+from dataforge.rundir.lock import LocalRunLock, RunLockedError, acquire_run_lock
 from dataforge.typed_config import ConfigError
 from trainer.ablate.config import AblationConfig
 from trainer.ablate.scoring import bootstrap_difference, bootstrap_interval, perplexity

@@ -3,7 +3,7 @@
 :func:`acquire_run_lock` returns a :class:`LocalRunLock` held for the whole run. The kernel
 drops the lock when the holder dies, so a lock left by a killed run is taken over by the
 next run, which says whose it was (the holder's host, pid and start time stay in the file
-until a clean release). ``dataforge run`` (through :mod:`dataforge.runtime.ownership`, which
+until a clean release). ``dataforge run`` (through :mod:`dataforge.rundir.ownership`, which
 adds object-storage leases behind the same interface) and ``dataforge ablate`` use it.
 """
 

@@ -14,7 +14,7 @@ which make a lease safe without a clock shared by the writers' machines:
   someone took it over; a storage fault is retried. :meth:`verify` raises once the lease is
   lost, or once it has gone unrenewed so long that less than ``ttl/6`` of it is left: the
   writer stops before another could take it over. The runtime calls it before each commit
-  step and before every write of its :class:`~dataforge.io.run_store.RunStore`.
+  step and before every write of its :class:`~dataforge.rundir.store.RunStore`.
 - **release**: delete it, if it is still ours. :func:`release_lock` makes that best-effort
   while another error propagates, so the run's own error reaches the user.
 

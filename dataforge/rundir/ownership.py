@@ -7,8 +7,8 @@ and the output may never be equal to, inside, or above an input (checked by ``va
 and ``run`` before Ray starts).
 
 One writer per run directory: a :class:`RunLock` held for the whole run, the ``flock`` of
-:mod:`dataforge.io.run_lock` on local disks, a lease behind the same interface on object
-storage (:func:`acquire_lock` picks; :class:`dataforge.io.lease.ObjectLease`).
+:mod:`dataforge.rundir.lock` on local disks, a lease behind the same interface on object
+storage (:func:`acquire_lock` picks; :class:`dataforge.rundir.lease.ObjectLease`).
 """
 
 from __future__ import annotations
@@ -17,34 +17,22 @@ import json
 import os
 from pathlib import Path
 
-from dataforge.config import PipelineConfig
-from dataforge.io.globbing import may_match_below
-from dataforge.io.lease import acquire_object_lease
-from dataforge.io.readers import InputTask
-from dataforge.io.run_lock import (
+from dataforge.rundir.lease import acquire_object_lease
+from dataforge.rundir.lock import (
     LOCK_FILE,
-    LocalRunLock,
     RunDirError,
     RunLock,
-    RunLockedError,
     acquire_run_lock,
     describe_holder,
 )
-from dataforge.io.run_store import RunStore
+from dataforge.rundir.store import RunStore
 
 __all__ = [
-    "LOCK_FILE",
     "OWNED_ENTRIES",
     "RUN_MARKER",
-    "LocalRunLock",
-    "RunDirError",
-    "RunLock",
-    "RunLockedError",
     "acquire_lock",
-    "acquire_run_lock",
     "claim_run_dir",
     "describe_takeover",
-    "output_overlaps_inputs",
     "remove_owned_entries",
 ]
 
@@ -146,31 +134,7 @@ def remove_owned_entries(store: RunStore | Path) -> list[str]:
 
 def acquire_lock(store: RunStore) -> RunLock:
     """The single-writer hold on ``store``: the ``flock`` of :func:`acquire_run_lock` on a
-    local (or shared) filesystem, the lease of :mod:`dataforge.io.lease` on object storage."""
+    local (or shared) filesystem, the lease of :mod:`dataforge.rundir.lease` on object storage."""
     if store.local:
         return acquire_run_lock(Path(store.root))
     return acquire_object_lease(store.root)
-
-
-def output_overlaps_inputs(out: Path, config: PipelineConfig, tasks: list[InputTask]) -> list[str]:
-    """Why ``out`` may not be the output of ``config`` over ``tasks`` (empty if it may):
-    it is, or lies above, an input file, or a source's glob could read files written in it.
-    """
-    real_out = Path(os.path.realpath(out))
-    problems = []
-    for task in tasks:
-        if "://" not in task.path and Path(os.path.realpath(task.path)).is_relative_to(real_out):
-            problems.append(
-                f"output {out} holds input file {task.path} of source {task.source!r}; the "
-                "output must not be equal to or above an input"
-            )
-            break
-    for source in config.inputs:
-        if "://" in source.path:
-            continue  # object storage: never below a local output
-        if may_match_below(str(config.resolve(source.path)), real_out):
-            problems.append(
-                f"output {out} lies inside the folder that source {source.name!r} reads "
-                f"({source.path!r}): a run could read its own output; choose an -o outside it"
-            )
-    return problems[:1]  # one line: the first overlap says what to change

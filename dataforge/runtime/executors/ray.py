@@ -25,11 +25,13 @@ from dataforge.config import PipelineConfig
 from dataforge.io.readers import InputTask
 from dataforge.runtime.cluster import (
     check_nodes_see_paths,
+    cluster_address,
     connect,
+    embedded_cpus,
     node_name,
-    resolve_address,
     resolve_run_paths,
 )
+from dataforge.runtime.executors.base import ExecutorSpec
 from dataforge.runtime.local_pool import exit_on_sigterm
 from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.placement import Placement
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     import ray
 
 
-__all__ = ["RayExecutor", "run_on_ray"]
+__all__ = ["RAY", "RayExecutor", "place_on_ray", "run_on_ray"]
 
 
 _TAIL_CHECK_S = 5.0
@@ -207,9 +209,11 @@ def run_on_ray(
 ) -> dict[str, Any]:
     """``dataforge run`` with ``executor: ray``: claim and lock ``out``, then start or join
     Ray (in this thread) and run the pipeline on its actors (a refused or already complete
-    run never starts Ray). The pipeline's counters also go to Ray's metrics
-    (:mod:`dataforge.runtime.ray_metrics`)."""
+    run never starts Ray). ``address`` as ``--address`` (:func:`cluster_address`). The
+    pipeline's counters also go to Ray's metrics (:mod:`dataforge.runtime.ray_metrics`)."""
     config, out = resolve_run_paths(config, out)
+    joined = cluster_address(config, address)
+    cluster = joined[0] if joined else None
     kwargs = {"log": log} if log else {}
     progress = progress or RunProgress.silent()
     executors: list[RayExecutor] = []
@@ -220,14 +224,14 @@ def run_on_ray(
         # Not imported before connect(): Ray reads RAY_AUTH_MODE, which it may set, at import.
         if "ray" not in sys.modules or not sys.modules["ray"].is_initialized():
             started.append(True)
-        where = connect(config, address, verbose=progress.verbose)
+        where = connect(config, cluster, verbose=progress.verbose)
         exit_on_sigterm()  # again: ray.init sets a handler of its own (exit status 15)
         if log:
             log(f"running on {where}")
         from dataforge.runtime.ray_metrics import RayMetrics
 
         progress.listeners = (*progress.listeners, RayMetrics(config))
-        executors.append(RayExecutor(config, cluster=resolve_address(config, address) is not None))
+        executors.append(RayExecutor(config, cluster=cluster is not None))
         return executors[0]
 
     try:
@@ -242,3 +246,20 @@ def run_on_ray(
         if started and sys.modules["ray"].is_initialized():
             sys.modules["ray"].shutdown()
         restore()
+
+
+def place_on_ray(config: PipelineConfig, address: str | None) -> tuple[str | None, str]:
+    """The cluster a Ray run joins (:func:`cluster_address`; None: embedded local Ray) and
+    where its tasks run, in words (:attr:`ExecutorSpec.place`)."""
+    joined = cluster_address(config, address)
+    if joined is None:
+        cpus = embedded_cpus(config)
+        return None, (
+            f"the actors of embedded local Ray with {cpus} CPUs "
+            "(no --address, ray.address or RAY_ADDRESS)"
+        )
+    cluster, named_by = joined
+    return cluster, f"the actors of the Ray cluster at {cluster} (from {named_by})"
+
+
+RAY = ExecutorSpec(place=place_on_ray, run=run_on_ray)
