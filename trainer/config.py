@@ -46,9 +46,6 @@ __all__ = [
     "to_plain",
 ]
 
-STAGES = ("pretrain", "sft", "dpo", "reward", "ppo")
-"""The CLI's stage commands (kept here, torch-free, for ``dataforge --help``); each is an
-entry of ``trainer.objectives.OBJECTIVES`` except ``ppo`` (its own loop, :mod:`trainer.ppo`)."""
 ROPE_SCALINGS = ("default", "linear", "llama3")
 
 MODEL_PRESETS: dict[str, dict[str, Any]] = {

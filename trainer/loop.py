@@ -32,7 +32,7 @@ from trainer.export import check_export_dir, export_weights
 from trainer.lora import apply_lora
 from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats, startup_summary
 from trainer.model import Transformer, flops_per_token
-from trainer.objectives import OBJECTIVES, Objective, build_objective
+from trainer.objectives import Objective, batch_stages, build_objective
 from trainer.optim import build_optimizer, lr_factor
 from trainer.parallel import (
     DTYPES,
@@ -242,9 +242,9 @@ def train(
         ConfigError: invalid stage, resume mode, or config/checkpoint/data mismatch.
         TrainingError: ``train.max_bad_steps`` consecutive non-finite steps.
     """
-    if stage not in OBJECTIVES or resume not in ("auto", "scratch"):
+    if stage not in batch_stages() or resume not in ("auto", "scratch"):
         raise ConfigError(
-            f"stage {stage!r}/resume {resume!r}; valid: {', '.join(OBJECTIVES)} / auto, scratch"
+            f"stage {stage!r}/resume {resume!r}; valid: {', '.join(batch_stages())} / auto, scratch"
         )
     if config.train.precision == "fp16" and config.distributed.strategy == "fsdp":
         raise ConfigError("precision fp16 with fsdp is not supported (no sharded scaler); use bf16")
