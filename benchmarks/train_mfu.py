@@ -1,6 +1,6 @@
 """Tokens/s and MFU of the trainer for the ~1B and 3B presets in bf16 (one GPU).
 
-MFU = model FLOPs per second (6N + attention, see ``trainer.model.flops_per_token``) over
+MFU = model FLOPs per second (6N + attention, see ``trainer.model.transformer.flops_per_token``) over
 the device's dense bf16 peak from its spec sheet. As a baseline measured in this process,
 it also times a large bf16 matmul and prints the trainer's FLOP/s as a fraction of that
 (what the device really sustains). Target on H100/H200: MFU >= 45% at 1B.
@@ -27,7 +27,7 @@ import torch
 from trainer.config import config_from_mapping
 from trainer.loop import train
 from trainer.metrics import device_peak_flops
-from trainer.model import flops_per_token
+from trainer.model.transformer import flops_per_token
 
 
 def matmul_flops(device: torch.device, dtype: torch.dtype, n: int, repeats: int) -> float:

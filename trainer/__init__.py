@@ -28,7 +28,7 @@ _HOMES = {
     "TrainResult": "trainer.loop",
     "TrainerConfig": "trainer.config",
     "TrainingError": "trainer.loop",
-    "Transformer": "trainer.model",
+    "Transformer": "trainer.model.transformer",
     "load_config": "trainer.config",
     "train": "trainer.loop",
 }

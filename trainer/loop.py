@@ -29,9 +29,10 @@ from trainer.console import Console
 from trainer.data import BatchSource, TokenCoverage, build_batch_source
 from trainer.evaluate import Evaluator, build_eval_source
 from trainer.export import check_export_dir, export_weights
-from trainer.lora import apply_lora
 from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats, startup_summary
-from trainer.model import Transformer, flops_per_token
+from trainer.model.lora import apply_lora
+from trainer.model.pretrained import load_exported, resolve_model
+from trainer.model.transformer import Transformer, flops_per_token
 from trainer.objectives import Objective, batch_stages, build_objective
 from trainer.optim import build_optimizer, lr_factor
 from trainer.parallel import (
@@ -44,7 +45,6 @@ from trainer.parallel import (
     parallelize,
 )
 from trainer.pipeline import Pipeline, build_pipeline
-from trainer.pretrained import load_exported, resolve_model
 from trainer.prometheus import live_exporter
 from trainer.stopping import Interrupted, StopRequest
 

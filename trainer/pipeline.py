@@ -27,7 +27,12 @@ import torch
 from torch import nn
 
 from trainer.config import TrainerConfig
-from trainer.model import Transformer, block_inputs, positions_from_cu_seqlens, run_blocks
+from trainer.model.transformer import (
+    Transformer,
+    block_inputs,
+    positions_from_cu_seqlens,
+    run_blocks,
+)
 from trainer.objectives import Objective
 from trainer.objectives.losses import IGNORE_INDEX
 from trainer.parallel import DistEnv, parallelize

@@ -24,7 +24,7 @@ from dataforge.text.clean import CleanConfig, clean_text
 from dataforge.text.script import convert_script
 from trainer.config import config_from_mapping
 from trainer.export import write_export
-from trainer.model import Transformer
+from trainer.model.transformer import Transformer
 
 transformers = pytest.importorskip("transformers")
 

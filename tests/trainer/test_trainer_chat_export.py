@@ -18,7 +18,7 @@ from dataforge.ops.formatting import FormatSFT
 from dataforge.records import BASE_SCHEMA
 from trainer.config import config_from_mapping
 from trainer.export import write_export
-from trainer.model import Transformer
+from trainer.model.transformer import Transformer
 
 transformers = pytest.importorskip("transformers")
 

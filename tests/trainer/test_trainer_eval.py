@@ -11,9 +11,9 @@ import torch
 
 from trainer.data import ListBatchSource
 from trainer.loop import train
-from trainer.model import Transformer
+from trainer.model.pretrained import load_exported
+from trainer.model.transformer import Transformer
 from trainer.objectives import causal_lm_loss_sum, count_targets
-from trainer.pretrained import load_exported
 
 
 def _pref_pairs(seed: int, pairs: int, vocab: int = 32) -> dict:

@@ -13,8 +13,8 @@ import torch
 
 from trainer.config import ConfigError, config_from_mapping
 from trainer.export import write_export
-from trainer.model import Transformer
-from trainer.pretrained import load_exported
+from trainer.model.pretrained import load_exported
+from trainer.model.transformer import Transformer
 
 transformers = pytest.importorskip("transformers")
 

@@ -12,8 +12,8 @@ import torch
 from trainer.config import ConfigError, config_from_mapping
 from trainer.data import ListBatchSource
 from trainer.loop import train
-from trainer.lora import LoRALinear, adapters_disabled, apply_lora, merge_lora
-from trainer.model import Transformer
+from trainer.model.lora import LoRALinear, adapters_disabled, apply_lora, merge_lora
+from trainer.model.transformer import Transformer
 from trainer.objectives import build_objective, sequence_logps
 
 LORA = {"r": 4, "alpha": 8.0, "targets": ["qkv", "proj", "up", "down"]}

@@ -22,7 +22,7 @@ from trainer.config import ConfigError, config_from_mapping
 from trainer.data import ListBatchSource
 from trainer.export import export_checkpoint
 from trainer.loop import train
-from trainer.model import Transformer
+from trainer.model.transformer import Transformer
 from trainer.model_state import read_sharded_weights
 from trainer.parallel import DistEnv, init_distributed
 from trainer.pipeline import RankStages, split_stages, stage_layers

@@ -15,7 +15,7 @@ from trainer.__main__ import main
 from trainer.data import ListBatchSource
 from trainer.export import write_export
 from trainer.loop import train
-from trainer.model import Transformer
+from trainer.model.transformer import Transformer
 from trainer.ppo import train_ppo
 from trainer.ppo.losses import (
     AdaptiveKLController,

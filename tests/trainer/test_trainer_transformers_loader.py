@@ -12,7 +12,7 @@ import torch
 from dataforge.loader import LoaderConfig, build_dataloader
 from trainer.config import config_from_mapping
 from trainer.export import write_export
-from trainer.model import Transformer
+from trainer.model.transformer import Transformer
 from trainer.objectives import SFT
 
 transformers = pytest.importorskip("transformers")

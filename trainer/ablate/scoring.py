@@ -20,7 +20,7 @@ import torch
 
 from trainer.config import TrainerConfig, config_from_mapping
 from trainer.evaluate import build_eval_source
-from trainer.model import Transformer
+from trainer.model.transformer import Transformer
 from trainer.objectives import build_objective
 from trainer.parallel import DistEnv
 

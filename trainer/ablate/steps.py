@@ -276,7 +276,7 @@ def recipe_probe(
         "data": {**data, "source": "loader", "loader": {**loader, "streams": [{"path": mds}]}},
         "eval": {"streams": []},
     }
-    from trainer.pretrained import resolve_model
+    from trainer.model.pretrained import resolve_model
 
     probe = resolve_model(
         config_from_mapping({**raw, "optim": {"warmup_steps": 0}}, "train.recipe")

@@ -125,7 +125,7 @@ LORA_TARGETS = ("qkv", "proj", "up", "down", "lm_head")
 
 @dataclasses.dataclass(frozen=True)
 class LoRAConfig:
-    """Low-rank adapters (:mod:`trainer.lora`); off while ``r`` is 0."""
+    """Low-rank adapters (:mod:`trainer.model.lora`); off while ``r`` is 0."""
 
     r: int = 0
     """Rank of each adapter; 0: no LoRA, every weight trains."""

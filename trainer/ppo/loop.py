@@ -26,14 +26,14 @@ from trainer.config import ConfigError, TrainerConfig
 from trainer.console import Console
 from trainer.export import check_export_dir, export_weights
 from trainer.metrics import MetricsWriter, memory_stats
-from trainer.model import Transformer
+from trainer.model.pretrained import load_exported, resolve_model
+from trainer.model.transformer import Transformer
 from trainer.optim import build_optimizer, lr_factor
 from trainer.parallel import init_distributed
 from trainer.ppo.losses import AdaptiveKLController
 from trainer.ppo.prompts import build_prompt_source
 from trainer.ppo.rollout import PolicyAndValue
 from trainer.ppo.step import PPORun, ppo_step
-from trainer.pretrained import load_exported, resolve_model
 from trainer.stopping import Interrupted, StopRequest
 
 __all__ = ["PPOResult", "check_ppo_config", "train_ppo"]
