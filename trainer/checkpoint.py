@@ -49,7 +49,7 @@ from dataforge.io.owned_output import (
 )
 from trainer.config import CheckpointConfig, ConfigError
 from trainer.model_state import DCP_DIR, load_weights, sharded_state
-from trainer.parallel import DistEnv, barrier
+from trainer.parallel.distributed import DistEnv, barrier
 from trainer.safe_load import load_torch_file, read_meta, read_train_state
 
 __all__ = ["Checkpointer", "check_checkpoint_dir", "fsync_dir"]

@@ -20,7 +20,7 @@ from torch import nn
 from trainer.config import ConfigError, TrainerConfig
 from trainer.data import BatchSource, LoaderBatchSource
 from trainer.objectives import Objective
-from trainer.parallel import DistEnv, all_reduce_sum
+from trainer.parallel.distributed import DistEnv, all_reduce_sum
 
 __all__ = ["Evaluator", "build_eval_source"]
 

@@ -41,7 +41,7 @@ from trainer.config import ConfigError, TrainerConfig, to_plain
 from trainer.model.hf_model import hf_config, hf_weights, is_hf_model_dir, unsupported_reason
 from trainer.model.lora import merge_lora, peft_adapter
 from trainer.model_state import DCP_DIR, read_sharded_weights
-from trainer.parallel import DistEnv, barrier
+from trainer.parallel.distributed import DistEnv, barrier
 from trainer.safe_load import read_meta, read_train_state
 
 __all__ = [

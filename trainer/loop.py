@@ -23,7 +23,6 @@ import torch
 from torch import nn
 
 from trainer.checkpoint import Checkpointer, check_checkpoint_dir
-from trainer.comm_timing import AllReduceTimer, time_gradient_all_reduce
 from trainer.config import ConfigError, TrainerConfig
 from trainer.console import Console
 from trainer.data import BatchSource, TokenCoverage, build_batch_source
@@ -35,7 +34,8 @@ from trainer.model.pretrained import load_exported, resolve_model
 from trainer.model.transformer import Transformer, flops_per_token
 from trainer.objectives import Objective, batch_stages, build_objective
 from trainer.optim import build_optimizer, lr_factor
-from trainer.parallel import (
+from trainer.parallel.comm_timing import AllReduceTimer, time_gradient_all_reduce
+from trainer.parallel.distributed import (
     DTYPES,
     DistEnv,
     all_reduce_sum,
@@ -44,7 +44,7 @@ from trainer.parallel import (
     init_distributed,
     parallelize,
 )
-from trainer.pipeline import Pipeline, build_pipeline
+from trainer.parallel.pipeline import Pipeline, build_pipeline
 from trainer.prometheus import live_exporter
 from trainer.stopping import Interrupted, StopRequest
 
@@ -78,7 +78,7 @@ class Run:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
     comm_timer: AllReduceTimer | None = None
-    """Times DDP's gradient all-reduce (:mod:`trainer.comm_timing`); None otherwise."""
+    """Times DDP's gradient all-reduce (:mod:`trainer.parallel.comm_timing`); None otherwise."""
     pipeline: Pipeline | None = None
     """Runs forward and backward through this rank's stage when ``distributed.pp`` > 1."""
     summary: str = ""

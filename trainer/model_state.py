@@ -18,7 +18,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from trainer.parallel import DistEnv
+from trainer.parallel.distributed import DistEnv
 
 __all__ = ["DCP_DIR", "load_weights", "read_sharded_weights", "sharded_state"]
 

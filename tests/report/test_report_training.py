@@ -151,7 +151,7 @@ def test_dpo_lines_carry_preference_metrics(capsys) -> None:
 
 
 def test_all_reduce_time_is_served_and_printed_when_present(capsys) -> None:
-    """A DDP step's record (``trainer.comm_timing``) reaches the endpoint and the console
+    """A DDP step's record (``trainer.parallel.comm_timing``) reaches the endpoint and the console
     line under the seed's name; the 2-process runs are in test_trainer_distributed."""
     train = {"max_steps": 4, "log_interval": 2}
     model = {"preset": "tiny", "vocab_size": 64}

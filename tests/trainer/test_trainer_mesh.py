@@ -24,8 +24,8 @@ from trainer.export import export_checkpoint
 from trainer.loop import train
 from trainer.model.transformer import Transformer
 from trainer.model_state import read_sharded_weights
-from trainer.parallel import DistEnv, init_distributed
-from trainer.pipeline import RankStages, split_stages, stage_layers
+from trainer.parallel.distributed import DistEnv, init_distributed
+from trainer.parallel.pipeline import RankStages, split_stages, stage_layers
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 10

@@ -29,7 +29,7 @@ from trainer.metrics import MetricsWriter, memory_stats
 from trainer.model.pretrained import load_exported, resolve_model
 from trainer.model.transformer import Transformer
 from trainer.optim import build_optimizer, lr_factor
-from trainer.parallel import init_distributed
+from trainer.parallel.distributed import init_distributed
 from trainer.ppo.losses import AdaptiveKLController
 from trainer.ppo.prompts import build_prompt_source
 from trainer.ppo.rollout import PolicyAndValue

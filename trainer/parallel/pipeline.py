@@ -35,7 +35,7 @@ from trainer.model.transformer import (
 )
 from trainer.objectives import Objective
 from trainer.objectives.losses import IGNORE_INDEX
-from trainer.parallel import DistEnv, parallelize
+from trainer.parallel.distributed import DistEnv, parallelize
 
 __all__ = [
     "Pipeline",
