@@ -92,7 +92,7 @@ def run_command(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from trainer.export import export_checkpoint
+    from trainer.checkpoint.export import export_checkpoint
 
     checkpoint = Path(args.checkpoint)
     out = Path(args.out) if args.out else checkpoint.parent / f"export-{checkpoint.name}"

@@ -22,12 +22,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.checkpoint import Checkpointer, check_checkpoint_dir
+from trainer.checkpoint.checkpointer import Checkpointer, check_checkpoint_dir
+from trainer.checkpoint.export import check_export_dir, export_weights
 from trainer.config import ConfigError, TrainerConfig
 from trainer.console import Console
 from trainer.data import BatchSource, TokenCoverage, build_batch_source
 from trainer.evaluate import Evaluator, build_eval_source
-from trainer.export import check_export_dir, export_weights
 from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats, startup_summary
 from trainer.model.lora import apply_lora
 from trainer.model.pretrained import load_exported, resolve_model

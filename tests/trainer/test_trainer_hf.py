@@ -11,8 +11,8 @@ import json
 import pytest
 import torch
 
+from trainer.checkpoint.export import write_export
 from trainer.config import ConfigError, config_from_mapping
-from trainer.export import write_export
 from trainer.model.pretrained import load_exported
 from trainer.model.transformer import Transformer
 

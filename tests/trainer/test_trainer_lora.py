@@ -151,7 +151,7 @@ def test_export_holds_a_peft_adapter_that_gives_the_merged_logits(
     import peft
     import transformers
 
-    from trainer.export import write_export
+    from trainer.checkpoint.export import write_export
 
     base_config = make_config(tmp_path / "base")
     torch.manual_seed(0)

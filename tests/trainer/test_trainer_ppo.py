@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from trainer.__main__ import main
+from trainer.checkpoint.export import write_export
 from trainer.data import ListBatchSource
-from trainer.export import write_export
 from trainer.loop import train
 from trainer.model.transformer import Transformer
 from trainer.ppo import train_ppo

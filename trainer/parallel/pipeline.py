@@ -6,7 +6,7 @@ final norm and output layer; rank r holds stages r, r + pp, ... (one with ``1f1b
 ``gpipe``, several with ``interleaved_1f1b``). A stage keeps the whole model's parameter
 names (``blocks.<i>`` of the layers it holds), and a rank's stages are one module
 (:class:`RankStages`) to the optimizer, checkpoints (distributed checkpointing,
-:mod:`trainer.checkpoint`) and exports, which so see one model whatever the cut. The
+:mod:`trainer.checkpoint.checkpointer`) and exports, which so see one model whatever the cut. The
 step's ``train.grad_accum_steps`` micro-batches are the pipeline's micro-batches, run by
 ``Schedule1F1B``, ``ScheduleGPipe`` or ``ScheduleInterleaved1F1B``; the loss of each is
 the objective's summed loss times the same global scale the unpipelined step uses, so the

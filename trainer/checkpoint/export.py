@@ -37,12 +37,12 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from dataforge.io.owned_output import OutputPathError, check_dir_target, owned_dir
+from trainer.checkpoint.model_state import DCP_DIR, read_sharded_weights
+from trainer.checkpoint.safe_load import read_meta, read_train_state
 from trainer.config import ConfigError, TrainerConfig, to_plain
 from trainer.model.hf_model import hf_config, hf_weights, is_hf_model_dir, unsupported_reason
 from trainer.model.lora import merge_lora, peft_adapter
-from trainer.model_state import DCP_DIR, read_sharded_weights
 from trainer.parallel.distributed import DistEnv, barrier
-from trainer.safe_load import read_meta, read_train_state
 
 __all__ = [
     "TOKENIZER_FILES",
@@ -319,7 +319,7 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
 
 
 def _checkpoint_weights(checkpoint: Path, state: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """The model weights of a checkpoint, read as data (:mod:`trainer.safe_load`): the full
+    """The model weights of a checkpoint, read as data (:mod:`trainer.checkpoint.safe_load`): the full
     state dict in ``train_state.pt``, or else its distributed checkpoint.
 
     Raises:
