@@ -22,9 +22,9 @@ __all__ = [
 ]
 
 _HOMES = {
-    "BatchSource": "trainer.data",
-    "ListBatchSource": "trainer.data",
-    "SyntheticBatchSource": "trainer.data",
+    "BatchSource": "trainer.data.sources",
+    "ListBatchSource": "trainer.data.sources",
+    "SyntheticBatchSource": "trainer.data.sources",
     "TrainResult": "trainer.loop",
     "TrainerConfig": "trainer.config",
     "TrainingError": "trainer.loop",

@@ -5,7 +5,7 @@ the number of targets (LM) or pairs (DPO) in the *global* step, all micro-batche
 ranks, so the update is the same however the batch is split across ranks and
 micro-batches (DDP averages gradients over ranks, hence the ``world_size`` factor).
 What is computed per batch belongs to the stage's objective (:mod:`trainer.objectives`);
-held-out evaluation to :mod:`trainer.evaluate`.
+held-out evaluation to :mod:`trainer.data.evaluate`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from trainer.checkpoint.checkpointer import Checkpointer, check_checkpoint_dir
 from trainer.checkpoint.export import check_export_dir, export_weights
 from trainer.config import ConfigError, TrainerConfig
 from trainer.console import Console
-from trainer.data import BatchSource, TokenCoverage, build_batch_source
-from trainer.evaluate import Evaluator, build_eval_source
+from trainer.data.evaluate import Evaluator, build_eval_source
+from trainer.data.sources import BatchSource, TokenCoverage, build_batch_source
 from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats, startup_summary
 from trainer.model.lora import apply_lora
 from trainer.model.pretrained import load_exported, resolve_model

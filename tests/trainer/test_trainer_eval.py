@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
 from trainer.model.pretrained import load_exported
 from trainer.model.transformer import Transformer

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trainer.config import ModelConfig
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
 from trainer.metrics import device_peak_flops
 from trainer.model.transformer import Transformer

@@ -184,7 +184,7 @@ def test_export_of_an_imported_model_carries_its_tokenizer(tmp_path):
 
 def test_train_export_cli_writes_the_checkpoint_as_a_transformers_model(tmp_path, capsys):
     from trainer.__main__ import main
-    from trainer.data import ListBatchSource
+    from trainer.data.sources import ListBatchSource
     from trainer.loop import train
 
     raw = {

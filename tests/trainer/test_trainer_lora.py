@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from trainer.config import ConfigError, config_from_mapping
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
 from trainer.model.lora import LoRALinear, adapters_disabled, apply_lora, merge_lora
 from trainer.model.transformer import Transformer

@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from trainer.checkpoint.export import export_checkpoint
 from trainer.checkpoint.model_state import read_sharded_weights
 from trainer.config import ConfigError, config_from_mapping
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
 from trainer.model.transformer import Transformer
 from trainer.parallel.distributed import DistEnv, init_distributed

@@ -13,7 +13,7 @@ import torch
 
 from trainer.__main__ import main
 from trainer.checkpoint.export import write_export
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
 from trainer.model.transformer import Transformer
 from trainer.ppo import train_ppo

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from trainer.config import load_config
-from trainer.data import build_batch_source
+from trainer.data.sources import build_batch_source
 from trainer.loop import train
 from trainer.model.pretrained import resolve_model
 from trainer.model.transformer import Transformer

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from trainer.cli import add_arguments
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
 from trainer.model.pretrained import load_exported
 from trainer.model.transformer import Transformer

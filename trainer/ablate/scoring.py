@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from trainer.config import TrainerConfig, config_from_mapping
-from trainer.evaluate import build_eval_source
+from trainer.data.evaluate import build_eval_source
 from trainer.model.transformer import Transformer
 from trainer.objectives import build_objective
 from trainer.parallel.distributed import DistEnv

@@ -226,7 +226,7 @@ def steps_for_budget(config: TrainerConfig, tokens: int) -> int:
     """Steps after which training has seen at least ``tokens`` tokens of this variant's
     batches (epoch after epoch, as the trainer reads them): counted, not estimated, since
     packing cuts long documents and a step's real tokens depend on the data."""
-    from trainer.data import build_batch_source
+    from trainer.data.sources import build_batch_source
     from trainer.loop import _tokens
     from trainer.objectives import build_objective
 
