@@ -26,8 +26,8 @@ import torch
 
 from trainer.config import config_from_mapping
 from trainer.loop import train
-from trainer.metrics import device_peak_flops
 from trainer.model.transformer import flops_per_token
+from trainer.telemetry.metrics import device_peak_flops
 
 
 def matmul_flops(device: torch.device, dtype: torch.dtype, n: int, repeats: int) -> float:

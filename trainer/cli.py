@@ -63,8 +63,8 @@ def run_command(args: argparse.Namespace) -> int:
     if args.stage == "export":
         return _export(args)
     from trainer.config import load_config
+    from trainer.control.stopping import EXIT_REQUEUE, Interrupted
     from trainer.loop import TrainingError, train
-    from trainer.stopping import EXIT_REQUEUE, Interrupted
 
     try:
         config = load_config(args.config, args.overrides)

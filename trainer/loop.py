@@ -25,15 +25,14 @@ from torch import nn
 from trainer.checkpoint.checkpointer import Checkpointer, check_checkpoint_dir
 from trainer.checkpoint.export import check_export_dir, export_weights
 from trainer.config import ConfigError, TrainerConfig
-from trainer.console import Console
+from trainer.control.optim import build_optimizer, lr_factor
+from trainer.control.stopping import Interrupted, StopRequest
 from trainer.data.evaluate import Evaluator, build_eval_source
 from trainer.data.sources import BatchSource, TokenCoverage, build_batch_source
-from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats, startup_summary
 from trainer.model.lora import apply_lora
 from trainer.model.pretrained import load_exported, resolve_model
 from trainer.model.transformer import Transformer, flops_per_token
 from trainer.objectives import Objective, batch_stages, build_objective
-from trainer.optim import build_optimizer, lr_factor
 from trainer.parallel.comm_timing import AllReduceTimer, time_gradient_all_reduce
 from trainer.parallel.distributed import (
     DTYPES,
@@ -45,8 +44,14 @@ from trainer.parallel.distributed import (
     parallelize,
 )
 from trainer.parallel.pipeline import Pipeline, build_pipeline
-from trainer.prometheus import live_exporter
-from trainer.stopping import Interrupted, StopRequest
+from trainer.telemetry.console import Console
+from trainer.telemetry.metrics import (
+    MetricsWriter,
+    device_peak_flops,
+    memory_stats,
+    startup_summary,
+)
+from trainer.telemetry.prometheus import live_exporter
 
 __all__ = ["TrainingError", "TrainResult", "build_optimizer", "lr_factor", "train", "train_step"]
 

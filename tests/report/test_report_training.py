@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_report_run import screenshot_dir
 
 from trainer.config import config_from_mapping
-from trainer.console import Console
 from trainer.loop import train
-from trainer.prometheus import PrometheusExporter
+from trainer.telemetry.console import Console
+from trainer.telemetry.prometheus import PrometheusExporter
 
 pytestmark = pytest.mark.slow
 

@@ -21,8 +21,8 @@ from trainer.__main__ import main
 from trainer.checkpoint.model_state import DCP_DIR, sharded_state
 from trainer.checkpoint.safe_load import _METADATA_GLOBALS, METADATA_FILE, read_dcp_metadata
 from trainer.config import ConfigError, config_from_mapping
+from trainer.control.optim import build_optimizer
 from trainer.model.transformer import Transformer
-from trainer.optim import build_optimizer
 
 STEP = "step_00000002"
 

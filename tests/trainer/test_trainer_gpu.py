@@ -11,8 +11,8 @@ import torch
 from trainer.config import ModelConfig
 from trainer.data.sources import ListBatchSource
 from trainer.loop import train
-from trainer.metrics import device_peak_flops
 from trainer.model.transformer import Transformer
+from trainer.telemetry.metrics import device_peak_flops
 
 pytestmark = [
     pytest.mark.gpu,

@@ -409,7 +409,7 @@ def test_text_prompts_render_in_the_chat_layout(tmp_path):
 def test_a_signal_checkpoints_the_step_and_the_rerun_resumes_there(
     tmp_path, make_config, models, monkeypatch
 ):
-    from trainer.stopping import Interrupted, StopRequest
+    from trainer.control.stopping import Interrupted, StopRequest
 
     config = _ppo_config(tmp_path, make_config, models, max_steps=4)
     calls = iter([None, "SIGTERM"])

@@ -167,7 +167,7 @@ class EvalConfig:
 
 @dataclasses.dataclass(frozen=True)
 class MetricsConfig:
-    """Live metrics besides ``metrics.jsonl`` (see :mod:`trainer.prometheus`)."""
+    """Live metrics besides ``metrics.jsonl`` (see :mod:`trainer.telemetry.prometheus`)."""
 
     prometheus_port: int | None = None
     """Serve Prometheus text on this port (rank 0; 0 picks a free port); None: off."""

@@ -24,17 +24,17 @@ import torch
 from trainer.checkpoint.checkpointer import Checkpointer, check_checkpoint_dir
 from trainer.checkpoint.export import check_export_dir, export_weights
 from trainer.config import ConfigError, TrainerConfig
-from trainer.console import Console
-from trainer.metrics import MetricsWriter, memory_stats
+from trainer.control.optim import build_optimizer, lr_factor
+from trainer.control.stopping import Interrupted, StopRequest
 from trainer.model.pretrained import load_exported, resolve_model
 from trainer.model.transformer import Transformer
-from trainer.optim import build_optimizer, lr_factor
 from trainer.parallel.distributed import init_distributed
 from trainer.ppo.losses import AdaptiveKLController
 from trainer.ppo.prompts import build_prompt_source
 from trainer.ppo.rollout import PolicyAndValue
 from trainer.ppo.step import PPORun, ppo_step
-from trainer.stopping import Interrupted, StopRequest
+from trainer.telemetry.console import Console
+from trainer.telemetry.metrics import MetricsWriter, memory_stats
 
 __all__ = ["PPOResult", "check_ppo_config", "train_ppo"]
 
