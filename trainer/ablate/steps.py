@@ -227,7 +227,7 @@ def steps_for_budget(config: TrainerConfig, tokens: int) -> int:
     batches (epoch after epoch, as the trainer reads them): counted, not estimated, since
     packing cuts long documents and a step's real tokens depend on the data."""
     from trainer.data.sources import build_batch_source
-    from trainer.loop import _tokens
+    from trainer.loop.step import batch_tokens
     from trainer.objectives import build_objective
 
     source = build_batch_source(config, build_objective("pretrain", config), 0, 1)
@@ -237,7 +237,7 @@ def steps_for_budget(config: TrainerConfig, tokens: int) -> int:
             empty = True
             for batch in source:
                 empty = False
-                seen += _tokens(batch)
+                seen += batch_tokens(batch)
                 micro += 1
                 if seen >= tokens and micro % accum == 0:
                     break
