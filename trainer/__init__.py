@@ -1,7 +1,8 @@
-"""A compact PyTorch trainer (pretrain, SFT, DPO) over the dataforge loader.
+"""A compact PyTorch trainer (pretrain, SFT, DPO, reward, PPO) over the dataforge loader.
 
-Entry points: ``dataforge train {pretrain,sft,dpo} CONFIG.yaml``, ``python -m trainer ...``
-(also under torchrun), or :func:`trainer.loop.train` from Python. Names below load lazily,
+Entry points: ``dataforge train STAGE CONFIG.yaml`` (stages:
+:data:`trainer.objectives.STAGES`), ``python -m trainer ...`` (also under torchrun), or
+:func:`trainer.loop.train` from Python. Names below load lazily,
 so that ``dataforge --help`` (which imports ``trainer.cli``) does not import torch.
 """
 

@@ -319,8 +319,9 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
 
 
 def _checkpoint_weights(checkpoint: Path, state: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """The model weights of a checkpoint, read as data (:mod:`trainer.checkpoint.safe_load`): the full
-    state dict in ``train_state.pt``, or else its distributed checkpoint.
+    """The model weights of a checkpoint, read as data
+    (:mod:`trainer.checkpoint.safe_load`): the full state dict in ``train_state.pt``, or
+    else its distributed checkpoint.
 
     Raises:
         ConfigError: the weights are not tensors by name, or the distributed checkpoint is

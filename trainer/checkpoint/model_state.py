@@ -39,7 +39,8 @@ def load_weights(folder: Path, state: dict, model: Any, optimizer: Any, env: Dis
     or, where it holds none, from the distributed checkpoint ``folder`` (into any mesh).
 
     Raises:
-        ConfigError: a forged or unreadable distributed checkpoint (:mod:`trainer.checkpoint.safe_load`).
+        ConfigError: a forged or unreadable distributed checkpoint
+            (:mod:`trainer.checkpoint.safe_load`).
         ValueError, KeyError, RuntimeError: the saved state does not fit ``model``.
     """
     if "model" not in state:

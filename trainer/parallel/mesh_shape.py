@@ -17,7 +17,9 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.parallel.mesh_shape", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer.parallel.mesh_shape", description=__doc__
+    )
     parser.add_argument("config")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args, _ = parser.parse_known_args(argv)
