@@ -46,6 +46,8 @@ def test_a_stage_needs_an_objective_exactly_when_the_batch_loop_runs_it():
         Stage("no objective")
     with pytest.raises(ValueError, match="'ppo' stage takes no objective"):
         Stage("both", lambda config: CountingLM(), loop="ppo")
+    with pytest.raises(ValueError, match="stage loop 'rl'; valid: batch, ppo"):
+        Stage("unknown loop", loop="rl")
 
 
 def test_build_objective_refuses_a_stage_without_objective(tmp_path, make_config):

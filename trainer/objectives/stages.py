@@ -19,7 +19,10 @@ from trainer.config import ConfigError, TrainerConfig
 if TYPE_CHECKING:
     from trainer.objectives.base import Objective
 
-__all__ = ["STAGES", "Stage", "batch_stages", "build_objective"]
+__all__ = ["LOOPS", "STAGES", "Stage", "batch_stages", "build_objective"]
+
+LOOPS = ("batch", "ppo")
+"""The loops a stage can run on: :func:`trainer.loop.train`, :func:`trainer.ppo.train_ppo`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +38,8 @@ class Stage:
     (rollouts, then several updates), which needs no objective."""
 
     def __post_init__(self) -> None:
+        if self.loop not in LOOPS:
+            raise ValueError(f"stage loop {self.loop!r}; valid: {', '.join(LOOPS)}")
         if self.loop == "batch" and self.objective is None:
             raise ValueError("a 'batch' stage needs an objective builder")
         if self.loop != "batch" and self.objective is not None:
