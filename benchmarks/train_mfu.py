@@ -1,9 +1,10 @@
 """Tokens/s and MFU of the trainer for the ~1B and 3B presets in bf16 (one GPU).
 
-MFU = model FLOPs per second (6N + attention, see ``trainer.model.flops_per_token``) over
-the device's dense bf16 peak from its spec sheet. As a baseline measured in this process,
-it also times a large bf16 matmul and prints the trainer's FLOP/s as a fraction of that
-(what the device really sustains). Target on H100/H200: MFU >= 45% at 1B.
+MFU = model FLOPs per second (6N + attention, see
+``trainer.model.transformer.flops_per_token``) over the device's dense bf16 peak from its
+spec sheet. As a baseline measured in this process, it also times a large bf16 matmul and
+prints the trainer's FLOP/s as a fraction of that (what the device really sustains).
+Target on H100/H200: MFU >= 45% at 1B.
 
 On a machine without CUDA it runs the ``tiny`` preset on CPU (no spec peak: only the
 fraction of the measured matmul rate is printed).
@@ -26,8 +27,8 @@ import torch
 
 from trainer.config import config_from_mapping
 from trainer.loop import train
-from trainer.metrics import device_peak_flops
-from trainer.model import flops_per_token
+from trainer.model.transformer import flops_per_token
+from trainer.telemetry.metrics import device_peak_flops
 
 
 def matmul_flops(device: torch.device, dtype: torch.dtype, n: int, repeats: int) -> float:

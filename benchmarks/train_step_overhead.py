@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from trainer.config import config_from_mapping
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import lr_factor, train
-from trainer.model import Transformer
+from trainer.model.transformer import Transformer
 
 
 class TimedSource(ListBatchSource):

@@ -4,7 +4,7 @@
 
 PY ?= .venv/bin/python
 VENV_STAMP ?= .venv/.installed
-TRAINER_SOURCES := $(wildcard trainer/*.py)
+TRAINER_SOURCES := $(wildcard trainer/*.py trainer/*/*.py)
 TRAINER_BENCH_DIR := build/bench
 
 .PHONY: bench-trainer test-trainer demo-pretrain demo-sft demo-dpo demo-train-data

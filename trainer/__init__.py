@@ -1,7 +1,8 @@
-"""A compact PyTorch trainer (pretrain, SFT, DPO) over the dataforge loader.
+"""A compact PyTorch trainer (pretrain, SFT, DPO, reward, PPO) over the dataforge loader.
 
-Entry points: ``dataforge train {pretrain,sft,dpo} CONFIG.yaml``, ``python -m trainer ...``
-(also under torchrun), or :func:`trainer.loop.train` from Python. Names below load lazily,
+Entry points: ``dataforge train STAGE CONFIG.yaml`` (stages:
+:data:`trainer.objectives.STAGES`), ``python -m trainer ...`` (also under torchrun), or
+:func:`trainer.loop.train` from Python. Names below load lazily,
 so that ``dataforge --help`` (which imports ``trainer.cli``) does not import torch.
 """
 
@@ -22,13 +23,13 @@ __all__ = [
 ]
 
 _HOMES = {
-    "BatchSource": "trainer.data",
-    "ListBatchSource": "trainer.data",
-    "SyntheticBatchSource": "trainer.data",
+    "BatchSource": "trainer.data.sources",
+    "ListBatchSource": "trainer.data.sources",
+    "SyntheticBatchSource": "trainer.data.sources",
     "TrainResult": "trainer.loop",
     "TrainerConfig": "trainer.config",
     "TrainingError": "trainer.loop",
-    "Transformer": "trainer.model",
+    "Transformer": "trainer.model.transformer",
     "load_config": "trainer.config",
     "train": "trainer.loop",
 }

@@ -1,4 +1,4 @@
-"""``python -m trainer {pretrain,sft,dpo} CONFIG.yaml`` (what torchrun launches)."""
+"""``python -m trainer STAGE CONFIG.yaml`` (what torchrun launches)."""
 
 from __future__ import annotations
 

@@ -1,29 +1,25 @@
-"""``dataforge train {pretrain,sft,dpo,reward,ppo} CONFIG.yaml`` and ``python -m trainer ...``."""
+"""``dataforge train STAGE CONFIG.yaml`` and ``python -m trainer ...``; the stages are
+:data:`trainer.objectives.STAGES`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from trainer.config import STAGES, ConfigError
+from trainer.config import ConfigError
+from trainer.objectives import STAGES
 
 __all__ = ["add_arguments", "add_subcommand", "run_command"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Stage subcommands (pretrain, sft, dpo), each taking CONFIG.yaml and resume flags."""
+    """One subcommand per registered stage, each taking CONFIG.yaml and resume flags, and
+    ``export``."""
     stages = parser.add_subparsers(
-        dest="stage", metavar="{pretrain,sft,dpo,reward,ppo,export}", required=True
+        dest="stage", metavar="{" + ",".join([*STAGES, "export"]) + "}", required=True
     )
-    helps = {
-        "pretrain": "causal LM pretraining on tokenized documents",
-        "sft": "supervised fine-tuning, loss on completions only",
-        "dpo": "direct preference optimisation on chosen/rejected pairs",
-        "reward": "reward model (scalar head, Bradley-Terry loss) on chosen/rejected pairs",
-        "ppo": "RLHF: PPO of an SFT policy against a frozen reward model, KL to a reference",
-    }
-    for stage in STAGES:
-        sub = stages.add_parser(stage, help=helps[stage], description=helps[stage])
+    for stage, spec in STAGES.items():
+        sub = stages.add_parser(stage, help=spec.help, description=spec.help)
         sub.add_argument("config", help="trainer YAML (see trainer/configs/)")
         mode = sub.add_mutually_exclusive_group()
         mode.add_argument(
@@ -67,13 +63,13 @@ def run_command(args: argparse.Namespace) -> int:
     if args.stage == "export":
         return _export(args)
     from trainer.config import load_config
+    from trainer.control.stopping import EXIT_REQUEUE, Interrupted
     from trainer.loop import TrainingError, train
-    from trainer.stopping import EXIT_REQUEUE, Interrupted
 
     try:
         config = load_config(args.config, args.overrides)
         resume = "scratch" if args.from_scratch else "auto"
-        if args.stage == "ppo":  # its own loop: rollouts, then updates
+        if STAGES[args.stage].loop == "ppo":  # its own loop: rollouts, then updates
             from trainer.ppo import train_ppo
 
             train_ppo(config, resume=resume)
@@ -96,7 +92,7 @@ def run_command(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from trainer.export import export_checkpoint
+    from trainer.checkpoint.export import export_checkpoint
 
     checkpoint = Path(args.checkpoint)
     out = Path(args.out) if args.out else checkpoint.parent / f"export-{checkpoint.name}"
@@ -113,7 +109,7 @@ def add_subcommand(subparsers: argparse._SubParsersAction) -> None:
     """Register ``dataforge train``."""
     parser = subparsers.add_parser(
         "train",
-        help="train a model: pretrain, sft, dpo, reward or ppo",
+        help=f"train a model: {', '.join([*STAGES][:-1])} or {[*STAGES][-1]}",
         description="Train a decoder-only transformer on dataforge loader output. "
         "Runs on one process, or under torchrun/SLURM (see trainer/launch/README.md).",
     )

@@ -9,6 +9,8 @@ card records so that scoring tokenizes the same way.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import os
 import platform
@@ -17,7 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -32,7 +34,7 @@ from dataforge.lm.score import PerplexityScorer
 from dataforge.lm.tokens import DEFAULT_SEGMENTATION, PieceTokenizer, TokenRenderer, make_renderer
 from dataforge.text.normalize import NORMALIZATION, normalize_documents
 
-__all__ = ["MAX_ORDER", "find_kenlm_tool", "train_lm"]
+__all__ = ["MAX_ORDER", "LMOptions", "find_kenlm_tool", "train_lm"]
 
 MAX_ORDER = 6  # KENLM_MAX_ORDER of the cmake build (kenlm's default)
 _MEMORY_RE = re.compile(r"^\d+(\.\d+)?[%bKMGTkmgt]?$")
@@ -84,6 +86,49 @@ def _check_args(order: int, prune: Sequence[int], memory: str, holdout_percent: 
         raise ValueError(f"holdout_percent must be in [0, 100): {holdout_percent}")
 
 
+@dataclasses.dataclass(frozen=True)
+class LMOptions:
+    """How :func:`train_lm` builds a model (checked when built; see its arguments)."""
+
+    lang: str
+    segmentation: str = DEFAULT_SEGMENTATION
+    order: int = 5
+    prune: tuple[int, ...] = ()
+    memory: str = "1G"
+    holdout_percent: float = 0.0
+    text_key: str = "text"
+    id_key: str | None = "id"
+    binary_type: str = "probing"
+    discount_fallback: bool = False
+
+    def __post_init__(self) -> None:
+        _check_args(self.order, self.prune, self.memory, self.holdout_percent)
+        if self.binary_type not in ("probing", "trie"):
+            raise ValueError(f"binary_type {self.binary_type!r}; valid: probing, trie")
+
+
+@dataclasses.dataclass(frozen=True)
+class KenLMTools:
+    """The two KenLM programs a model is built with."""
+
+    lmplz: Path
+    build_binary: Path
+
+    @classmethod
+    def find(cls, kenlm_bin: str | Path | None) -> KenLMTools:
+        return cls(find_kenlm_tool("lmplz", kenlm_bin), find_kenlm_tool("build_binary", kenlm_bin))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingText:
+    """The normalized, tokenized training split and what the card records of it."""
+
+    path: Path
+    stats: dict[str, int | str]
+    heldout: list[str]
+    """A deterministic sample of the held-out documents (lowest id hashes first)."""
+
+
 def _run(cmd: list[str], log_path: Path) -> None:
     with open(log_path, "ab") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
@@ -107,12 +152,14 @@ def _write_training_text(
     patterns: Sequence[str],
     renderer: TokenRenderer | lm_tokens.CharRenderer,
     text_path: Path,
-    holdout_percent: float,
-    text_key: str,
-    id_key: str | None,
-) -> tuple[dict[str, int | str], list[str]]:
-    """Normalize + tokenize the training split into ``text_path``; return its stats and a
-    deterministic sample of the held-out documents (lowest id hashes first)."""
+    options: LMOptions,
+) -> TrainingText:
+    """Normalize + tokenize the training split into ``text_path``.
+
+    Raises:
+        ValueError: no training text is left after normalization.
+    """
+    holdout_percent, text_key, id_key = options.holdout_percent, options.text_key, options.id_key
     digest = hashlib.sha256()
     stats = {"documents": 0, "lines": 0, "tokens": 0, "holdout_documents": 0}
     heldout: list[tuple[float, str]] = []
@@ -138,8 +185,12 @@ def _write_training_text(
                 stats["tokens"] += int(num_tokens.sum())
                 if len(heldout) > 4 * _HELDOUT_EVAL_DOCS:  # bound memory: keep the lowest hashes
                     heldout = sorted(heldout)[:_HELDOUT_EVAL_DOCS]
+    if not stats["tokens"]:
+        raise ValueError(f"no training text in {list(patterns)} after normalization")
     stats["sha256"] = digest.hexdigest()
-    return stats, [text for _, text in sorted(heldout)[:_HELDOUT_EVAL_DOCS]]
+    return TrainingText(
+        text_path, stats, [text for _, text in sorted(heldout)[:_HELDOUT_EVAL_DOCS]]
+    )
 
 
 def train_lm(
@@ -186,64 +237,76 @@ def train_lm(
             or tools; RuntimeError: lmplz/build_binary failed (with their log tail).
     """
     patterns = [inputs] if isinstance(inputs, str) else list(inputs)
-    _check_args(order, prune, memory, holdout_percent)
-    if binary_type not in ("probing", "trie"):
-        raise ValueError(f"binary_type {binary_type!r}; valid: probing, trie")
-    tok, tok_dir = _encoder(tokenizer, segmentation)
-    lmplz, build_binary = (
-        find_kenlm_tool("lmplz", kenlm_bin),
-        find_kenlm_tool("build_binary", kenlm_bin),
+    options = LMOptions(
+        lang=lang,
+        segmentation=segmentation,
+        order=order,
+        prune=tuple(prune),
+        memory=memory,
+        holdout_percent=holdout_percent,
+        text_key=text_key,
+        id_key=id_key,
+        binary_type=binary_type,
+        discount_fallback=discount_fallback,
     )
+    encoder, tokenizer_dir = _encoder(tokenizer, segmentation)
+    tools = KenLMTools.find(kenlm_bin)
     files = [f.path for p in patterns for f in match_files(p)]
-
     out = _check_outputs(Path(out))
+    with _work_dir(out) as work:
+        text = _write_training_text(patterns, make_renderer(encoder), work / "train.txt", options)
+        _build_model(tools, work, text.path, out, options)
+        heldout_ppl = _heldout_quantiles(out, encoder, text.heldout) if text.heldout else None
+        card = _model_card(out, options, encoder, tokenizer_dir, files, text, tools, heldout_ppl)
+        write_card(out, card)
+    return card
+
+
+@contextlib.contextmanager
+def _work_dir(out: Path) -> Iterator[Path]:
+    """A scratch directory beside ``out`` (same filesystem: the model is renamed into place),
+    removed afterwards whatever happens."""
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.work-", dir=out.parent))
     try:
-        text_path = work / "train.txt"
-        stats, heldout = _write_training_text(
-            patterns, make_renderer(tok), text_path, holdout_percent, text_key, id_key
-        )
-        if not stats["tokens"]:
-            raise ValueError(f"no training text in {patterns} after normalization")
-        _build_model(
-            lmplz,
-            build_binary,
-            work,
-            text_path,
-            out,
-            order,
-            memory,
-            prune,
-            discount_fallback,
-            binary_type,
-        )
-        extra = {"heldout_ppl": _heldout_quantiles(out, tok, heldout)} if heldout else {}
-        card = ModelCard(
-            lang=lang,
-            order=order,
-            prune=tuple(prune),
-            normalization=NORMALIZATION,
-            tokenizer_path=os.path.relpath(Path(tok_dir).resolve(), out.parent.resolve())
-            if tok_dir
-            else "",
-            tokenizer_fingerprint=tok.fingerprint,
-            token_rendering="chars" if segmentation == "chars" else "ids",
-            segmentation=segmentation,
-            inputs=tuple(files),
-            training_sha256=str(stats["sha256"]),
-            documents=int(stats["documents"]),
-            lines=int(stats["lines"]),
-            tokens=int(stats["tokens"]),
-            holdout_percent=float(holdout_percent),
-            holdout_documents=int(stats["holdout_documents"]),
-            model_sha256=sha256_file(out),
-            versions=_versions(lmplz),
-            extra=extra,
-        )
-        write_card(out, card)
+        yield work
     finally:
         shutil.rmtree(work, ignore_errors=True)  # ours: made by mkdtemp above
-    return card
+
+
+def _model_card(
+    out: Path,
+    options: LMOptions,
+    encoder: PieceTokenizer | lm_tokens.CharRenderer,
+    tokenizer_dir: str,
+    files: list[str],
+    text: TrainingText,
+    tools: KenLMTools,
+    heldout_ppl: dict | None,
+) -> ModelCard:
+    """The card of the model just written to ``out``: how it was trained and on what."""
+    stats = text.stats
+    return ModelCard(
+        lang=options.lang,
+        order=options.order,
+        prune=options.prune,
+        normalization=NORMALIZATION,
+        tokenizer_path=os.path.relpath(Path(tokenizer_dir).resolve(), out.parent.resolve())
+        if tokenizer_dir
+        else "",
+        tokenizer_fingerprint=encoder.fingerprint,
+        token_rendering="chars" if options.segmentation == "chars" else "ids",
+        segmentation=options.segmentation,
+        inputs=tuple(files),
+        training_sha256=str(stats["sha256"]),
+        documents=int(stats["documents"]),
+        lines=int(stats["lines"]),
+        tokens=int(stats["tokens"]),
+        holdout_percent=float(options.holdout_percent),
+        holdout_documents=int(stats["holdout_documents"]),
+        model_sha256=sha256_file(out),
+        versions=_versions(tools.lmplz),
+        extra={"heldout_ppl": heldout_ppl} if heldout_ppl else {},
+    )
 
 
 def _is_our_model(path: Path) -> bool:
@@ -288,29 +351,20 @@ def _encoder(
 
 
 def _build_model(
-    lmplz: Path,
-    build_binary: Path,
-    work: Path,
-    text_path: Path,
-    out: Path,
-    order: int,
-    memory: str,
-    prune: Sequence[int],
-    discount_fallback: bool,
-    binary_type: str,
+    tools: KenLMTools, work: Path, text_path: Path, out: Path, options: LMOptions
 ) -> None:
     """lmplz on the training text (ARPA in ``work``), then build_binary into ``out``
     (renamed into place whole: a kill never leaves a partial model there)."""
     arpa, log = work / "model.arpa", work / "kenlm.log"
-    cmd = [str(lmplz), "-o", str(order), "-S", memory, "-T", str(work)]
+    cmd = [str(tools.lmplz), "-o", str(options.order), "-S", options.memory, "-T", str(work)]
     cmd += ["--text", str(text_path), "--arpa", str(arpa)]
-    if prune:
-        cmd += ["--prune", *map(str, prune)]
-    if discount_fallback:
+    if options.prune:
+        cmd += ["--prune", *map(str, options.prune)]
+    if options.discount_fallback:
         cmd.append("--discount_fallback")
     _run(cmd, log)
     tmp_model = work / "model.bin"
-    _run([str(build_binary), binary_type, str(arpa), str(tmp_model)], log)
+    _run([str(tools.build_binary), options.binary_type, str(arpa), str(tmp_model)], log)
     _check_outputs(out)  # it may have changed while lmplz ran
     os.replace(tmp_model, out)  # ours: out checked just above, tmp_model in our mkdtemp
 

@@ -19,7 +19,7 @@ from chaos_kit import snapshot
 from dataforge.io.owned_output import OUTPUT_MARKER
 from trainer.__main__ import main
 from trainer.config import ConfigError, TrainerConfig, config_from_mapping
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
 
 STATE_FILES = ["meta.json", "rank_00000.pt", "train_state.pt"]

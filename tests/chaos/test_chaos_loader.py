@@ -367,7 +367,7 @@ def test_eval_streams_with_token_ids_past_the_model_are_one_line(tmp_path, capsy
                                       "[1]"])  # fmt: skip
 def test_a_malformed_manifest_beside_the_shards_is_not_a_traceback(tmp_path, manifest) -> None:
     """The trainer reads the run's manifest to compare its tokenizer with the model."""
-    from trainer.data import check_data_vocab
+    from trainer.data.sources import check_data_vocab
 
     root = write_dataset(tmp_path / "run" / "mds")
     (tmp_path / "run" / "manifest.json").write_text(manifest)

@@ -63,7 +63,7 @@ def _siblings(path: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     from trainer.config import config_from_mapping
-    from trainer.data import ListBatchSource
+    from trainer.data.sources import ListBatchSource
     from trainer.loop import train
 
     tmp = tmp_path_factory.mktemp("ckpt")

@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_report_run import screenshot_dir
 
 from trainer.config import config_from_mapping
-from trainer.console import Console
 from trainer.loop import train
-from trainer.prometheus import PrometheusExporter
+from trainer.telemetry.console import Console
+from trainer.telemetry.prometheus import PrometheusExporter
 
 pytestmark = pytest.mark.slow
 
@@ -151,7 +151,7 @@ def test_dpo_lines_carry_preference_metrics(capsys) -> None:
 
 
 def test_all_reduce_time_is_served_and_printed_when_present(capsys) -> None:
-    """A DDP step's record (``trainer.comm_timing``) reaches the endpoint and the console
+    """A DDP step's record (``trainer.parallel.comm_timing``) reaches the endpoint and the console
     line under the seed's name; the 2-process runs are in test_trainer_distributed."""
     train = {"max_steps": 4, "log_interval": 2}
     model = {"preset": "tiny", "vocab_size": 64}

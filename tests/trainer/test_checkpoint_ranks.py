@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import trainer.checkpoint as checkpoint
+import trainer.checkpoint.checkpointer as checkpoint
 from dataforge.io.owned_output import OUTPUT_MARKER
 from trainer.config import CheckpointConfig
-from trainer.parallel import DistEnv
+from trainer.parallel.distributed import DistEnv
 
 
 def _listing(root: Path) -> list[str] | None:

@@ -18,11 +18,11 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_
 
 from dataforge.cli import main as dataforge_main
 from trainer.__main__ import main
+from trainer.checkpoint.model_state import DCP_DIR, sharded_state
+from trainer.checkpoint.safe_load import _METADATA_GLOBALS, METADATA_FILE, read_dcp_metadata
 from trainer.config import ConfigError, config_from_mapping
-from trainer.model import Transformer
-from trainer.model_state import DCP_DIR, sharded_state
-from trainer.optim import build_optimizer
-from trainer.safe_load import _METADATA_GLOBALS, METADATA_FILE, read_dcp_metadata
+from trainer.control.optim import build_optimizer
+from trainer.model.transformer import Transformer
 
 STEP = "step_00000002"
 

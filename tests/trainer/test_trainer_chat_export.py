@@ -16,9 +16,9 @@ import torch
 
 from dataforge.ops.formatting import FormatSFT
 from dataforge.records import BASE_SCHEMA
+from trainer.checkpoint.export import write_export
 from trainer.config import config_from_mapping
-from trainer.export import write_export
-from trainer.model import Transformer
+from trainer.model.transformer import Transformer
 
 transformers = pytest.importorskip("transformers")
 

@@ -7,7 +7,7 @@ import os
 import typing
 
 from trainer.config import TrainerConfig, load_config
-from trainer.config_docs import field_docs, main, reference
+from trainer.config.docs import field_docs, main, reference
 
 
 def test_every_key_is_documented_and_the_reference_is_current(capsys):

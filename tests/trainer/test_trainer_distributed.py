@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from trainer.config import config_from_mapping
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
 
 STEPS = 4

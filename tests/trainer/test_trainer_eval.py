@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
-from trainer.model import Transformer
+from trainer.model.pretrained import load_exported
+from trainer.model.transformer import Transformer
 from trainer.objectives import causal_lm_loss_sum, count_targets
-from trainer.pretrained import load_exported
 
 
 def _pref_pairs(seed: int, pairs: int, vocab: int = 32) -> dict:
@@ -113,7 +113,7 @@ def test_a_new_objective_is_one_class_and_one_registry_entry(
     tmp_path, make_config, make_batch, monkeypatch
 ):
     """An objective the loop has never heard of: causal LM that also logs top-1 accuracy."""
-    from trainer.objectives import OBJECTIVES, CausalLM
+    from trainer.objectives import STAGES, CausalLM, Stage
 
     class CausalLMWithAccuracy(CausalLM):
         stat_names = ("correct",)
@@ -127,7 +127,9 @@ def test_a_new_objective_is_one_class_and_one_registry_entry(
         def metrics(self, loss_sum, stats, weight):
             return super().metrics(loss_sum, stats, weight) | {"accuracy": stats[0] / weight}
 
-    monkeypatch.setitem(OBJECTIVES, "lm_accuracy", lambda config: CausalLMWithAccuracy())
+    monkeypatch.setitem(
+        STAGES, "lm_accuracy", Stage("LM with accuracy", lambda c: CausalLMWithAccuracy())
+    )
     config = make_config(tmp_path, train={"max_steps": 30})
     train(config, "lm_accuracy", source=ListBatchSource([make_batch(0)]))
     records = _records(tmp_path / "run")

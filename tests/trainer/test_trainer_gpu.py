@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from trainer.config import ModelConfig
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
-from trainer.metrics import device_peak_flops
-from trainer.model import Transformer
+from trainer.model.transformer import Transformer
+from trainer.telemetry.metrics import device_peak_flops
 
 pytestmark = [
     pytest.mark.gpu,
@@ -21,7 +21,7 @@ pytestmark = [
 
 
 def test_flash_varlen_matches_masked_attention(monkeypatch):
-    import trainer.model as model_module
+    import trainer.model.attention as model_module
 
     if model_module._varlen_kernel() is None:
         pytest.skip("this torch build has no torch.nn.attention.varlen")

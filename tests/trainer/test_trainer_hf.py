@@ -11,10 +11,10 @@ import json
 import pytest
 import torch
 
+from trainer.checkpoint.export import write_export
 from trainer.config import ConfigError, config_from_mapping
-from trainer.export import write_export
-from trainer.model import Transformer
-from trainer.pretrained import load_exported
+from trainer.model.pretrained import load_exported
+from trainer.model.transformer import Transformer
 
 transformers = pytest.importorskip("transformers")
 
@@ -184,7 +184,7 @@ def test_export_of_an_imported_model_carries_its_tokenizer(tmp_path):
 
 def test_train_export_cli_writes_the_checkpoint_as_a_transformers_model(tmp_path, capsys):
     from trainer.__main__ import main
-    from trainer.data import ListBatchSource
+    from trainer.data.sources import ListBatchSource
     from trainer.loop import train
 
     raw = {

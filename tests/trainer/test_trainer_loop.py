@@ -14,11 +14,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from trainer.config import ConfigError
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import TrainingError, lr_factor, train
-from trainer.model import Transformer
+from trainer.model.pretrained import load_exported
+from trainer.model.transformer import Transformer
 from trainer.objectives import sequence_logps
-from trainer.pretrained import load_exported
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from trainer.config import ConfigError, config_from_mapping
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
-from trainer.lora import LoRALinear, adapters_disabled, apply_lora, merge_lora
-from trainer.model import Transformer
+from trainer.model.lora import LoRALinear, adapters_disabled, apply_lora, merge_lora
+from trainer.model.transformer import Transformer
 from trainer.objectives import build_objective, sequence_logps
 
 LORA = {"r": 4, "alpha": 8.0, "targets": ["qkv", "proj", "up", "down"]}
@@ -151,7 +151,7 @@ def test_export_holds_a_peft_adapter_that_gives_the_merged_logits(
     import peft
     import transformers
 
-    from trainer.export import write_export
+    from trainer.checkpoint.export import write_export
 
     base_config = make_config(tmp_path / "base")
     torch.manual_seed(0)

@@ -18,14 +18,14 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
+from trainer.checkpoint.export import export_checkpoint
+from trainer.checkpoint.model_state import read_sharded_weights
 from trainer.config import ConfigError, config_from_mapping
-from trainer.data import ListBatchSource
-from trainer.export import export_checkpoint
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
-from trainer.model import Transformer
-from trainer.model_state import read_sharded_weights
-from trainer.parallel import DistEnv, init_distributed
-from trainer.pipeline import RankStages, split_stages, stage_layers
+from trainer.model.transformer import Transformer
+from trainer.parallel.distributed import DistEnv, init_distributed
+from trainer.parallel.pipeline import RankStages, split_stages, stage_layers
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 10
@@ -384,7 +384,7 @@ def test_torchrun_launcher_starts_the_ranks_of_the_configs_mesh(tmp_path, sets, 
 
 def test_a_killed_distributed_save_is_recognised_and_a_foreign_file_refused(tmp_path):
     from dataforge.io.owned_output import OUTPUT_MARKER
-    from trainer.checkpoint import WHAT, check_checkpoint_dir
+    from trainer.checkpoint.checkpointer import WHAT, check_checkpoint_dir
 
     marker = json.dumps({"dataforge_output": WHAT}) + "\n"
     root = tmp_path / "ckpt"

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.config import MODEL_PRESETS, ConfigError, ModelConfig, config_from_mapping, load_config
-from trainer.model import Transformer, flops_per_token
+from trainer.model.transformer import Transformer, flops_per_token
 from trainer.objectives import causal_lm_loss_sum, count_targets, dpo_loss, sequence_logps
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trainer" / "configs"
@@ -169,7 +169,7 @@ def _reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, window_size=(-1, -1)):
 def test_varlen_path_plumbing_matches_masked_path(monkeypatch, window, kv_heads):
     """The CUDA varlen branch (flattening, cu_seqlens, window convention, GQA heads) checked
     on CPU with a reference kernel standing in for flash varlen."""
-    import trainer.model as model_module
+    import trainer.model.attention as model_module
 
     net = model(sliding_window=window, n_kv_heads=kv_heads)
     ids = torch.randint(50, (2, 12))

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from trainer.config import ConfigError, load_config
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import lr_factor, train
-from trainer.model import Transformer
-from trainer.pretrained import load_exported
+from trainer.model.pretrained import load_exported
+from trainer.model.transformer import Transformer
 
 
 def _initial_weights(config) -> dict[str, torch.Tensor]:

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from trainer.__main__ import main
-from trainer.data import ListBatchSource
-from trainer.export import write_export
+from trainer.checkpoint.export import write_export
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
-from trainer.model import Transformer
+from trainer.model.transformer import Transformer
 from trainer.ppo import train_ppo
 from trainer.ppo.losses import (
     AdaptiveKLController,
@@ -409,7 +409,7 @@ def test_text_prompts_render_in_the_chat_layout(tmp_path):
 def test_a_signal_checkpoints_the_step_and_the_rerun_resumes_there(
     tmp_path, make_config, models, monkeypatch
 ):
-    from trainer.stopping import Interrupted, StopRequest
+    from trainer.control.stopping import Interrupted, StopRequest
 
     config = _ppo_config(tmp_path, make_config, models, max_steps=4)
     calls = iter([None, "SIGTERM"])

@@ -25,11 +25,11 @@ import pytest
 import torch
 
 from trainer.config import load_config
-from trainer.data import build_batch_source
+from trainer.data.sources import build_batch_source
 from trainer.loop import train
-from trainer.model import Transformer
+from trainer.model.pretrained import resolve_model
+from trainer.model.transformer import Transformer
 from trainer.objectives import build_objective
-from trainer.pretrained import resolve_model
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "data" / "demo"

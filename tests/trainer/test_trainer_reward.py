@@ -13,11 +13,11 @@ import torch
 from safetensors.torch import load_file
 
 from trainer.cli import add_arguments
-from trainer.data import ListBatchSource
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
-from trainer.model import Transformer
+from trainer.model.pretrained import load_exported
+from trainer.model.transformer import Transformer
 from trainer.objectives.reward import last_token_scores
-from trainer.pretrained import load_exported
 
 KEYWORD = 7
 

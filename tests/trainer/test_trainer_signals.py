@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.data import ListBatchSource
+from trainer.control.stopping import EXIT_REQUEUE, Interrupted
+from trainer.data.sources import ListBatchSource
 from trainer.loop import train
-from trainer.stopping import EXIT_REQUEUE, Interrupted
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from dataforge.loader import LoaderConfig, build_dataloader
+from trainer.checkpoint.export import write_export
 from trainer.config import config_from_mapping
-from trainer.export import write_export
-from trainer.model import Transformer
+from trainer.model.transformer import Transformer
 from trainer.objectives import SFT
 
 transformers = pytest.importorskip("transformers")

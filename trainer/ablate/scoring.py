@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from trainer.config import TrainerConfig, config_from_mapping
-from trainer.evaluate import build_eval_source
-from trainer.model import Transformer
+from trainer.data.evaluate import build_eval_source
+from trainer.model.transformer import Transformer
 from trainer.objectives import build_objective
-from trainer.parallel import DistEnv
+from trainer.parallel.distributed import DistEnv
 
 __all__ = [
     "BatchLosses",

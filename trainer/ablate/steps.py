@@ -226,8 +226,8 @@ def steps_for_budget(config: TrainerConfig, tokens: int) -> int:
     """Steps after which training has seen at least ``tokens`` tokens of this variant's
     batches (epoch after epoch, as the trainer reads them): counted, not estimated, since
     packing cuts long documents and a step's real tokens depend on the data."""
-    from trainer.data import build_batch_source
-    from trainer.loop import _tokens
+    from trainer.data.sources import build_batch_source
+    from trainer.loop.step import batch_tokens
     from trainer.objectives import build_objective
 
     source = build_batch_source(config, build_objective("pretrain", config), 0, 1)
@@ -237,7 +237,7 @@ def steps_for_budget(config: TrainerConfig, tokens: int) -> int:
             empty = True
             for batch in source:
                 empty = False
-                seen += _tokens(batch)
+                seen += batch_tokens(batch)
                 micro += 1
                 if seen >= tokens and micro % accum == 0:
                     break
@@ -276,7 +276,7 @@ def recipe_probe(
         "data": {**data, "source": "loader", "loader": {**loader, "streams": [{"path": mds}]}},
         "eval": {"streams": []},
     }
-    from trainer.pretrained import resolve_model
+    from trainer.model.pretrained import resolve_model
 
     probe = resolve_model(
         config_from_mapping({**raw, "optim": {"warmup_steps": 0}}, "train.recipe")

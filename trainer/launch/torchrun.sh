@@ -10,7 +10,7 @@ STAGE=${1:?usage: torchrun.sh pretrain|sft|dpo CONFIG.yaml [trainer args]}
 CONFIG=${2:?usage: torchrun.sh pretrain|sft|dpo CONFIG.yaml [trainer args]}
 shift 2
 PYTHON=${PYTHON:-.venv/bin/python}
-MESH=$("$PYTHON" -m trainer.mesh_shape "$CONFIG" "$@") || exit 2
+MESH=$("$PYTHON" -m trainer.parallel.mesh_shape "$CONFIG" "$@") || exit 2
 read -r DP TP PP <<<"$MESH"
 if [[ -z "${NPROC:-}" ]]; then
   if [[ "$DP" != auto ]]; then

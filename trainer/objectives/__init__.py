@@ -1,37 +1,29 @@
-"""Training objectives (one component each) and the loss functions they use.
+"""Training objectives (one component each), the loss functions they use, and the stage
+registry (:mod:`trainer.objectives.stages`).
 
 ``build_objective(stage, config)`` gives the objective of a stage; see
-:mod:`trainer.objectives.base` for the interface.
+:mod:`trainer.objectives.base` for the interface. A new stage is one objective module plus
+one :data:`STAGES` entry. The objective classes and losses load on first use, so the
+registry alone (the CLI's stage list) loads no torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from trainer.config import ConfigError, TrainerConfig
-from trainer.objectives.base import Objective
-from trainer.objectives.causal_lm import SFT, CausalLM, Pretrain
-from trainer.objectives.dpo import DPO
-from trainer.objectives.losses import (
-    IGNORE_INDEX,
-    DPOStats,
-    causal_lm_loss_sum,
-    count_targets,
-    dpo_loss,
-    sequence_logps,
-)
-from trainer.objectives.reward import Reward
+from dataforge.lazy import lazy_exports
+from trainer.objectives.stages import STAGES, Stage, batch_stages, build_objective
 
 __all__ = [
     "DPO",
     "IGNORE_INDEX",
-    "OBJECTIVES",
     "SFT",
+    "STAGES",
     "CausalLM",
     "DPOStats",
     "Objective",
     "Pretrain",
     "Reward",
+    "Stage",
+    "batch_stages",
     "build_objective",
     "causal_lm_loss_sum",
     "count_targets",
@@ -39,20 +31,18 @@ __all__ = [
     "sequence_logps",
 ]
 
-OBJECTIVES: dict[str, Callable[[TrainerConfig], Objective]] = {
-    "pretrain": lambda config: Pretrain(config.train.label_smoothing),
-    "sft": lambda config: SFT(config.train.label_smoothing),
-    "dpo": lambda config: DPO(config.dpo, base_reference=config.lora.enabled),
-    "reward": lambda config: Reward(),
+_HOMES = {
+    "DPO": "trainer.objectives.dpo",
+    "IGNORE_INDEX": "trainer.objectives.losses",
+    "SFT": "trainer.objectives.causal_lm",
+    "CausalLM": "trainer.objectives.causal_lm",
+    "DPOStats": "trainer.objectives.losses",
+    "Objective": "trainer.objectives.base",
+    "Pretrain": "trainer.objectives.causal_lm",
+    "Reward": "trainer.objectives.reward",
+    "causal_lm_loss_sum": "trainer.objectives.losses",
+    "count_targets": "trainer.objectives.losses",
+    "dpo_loss": "trainer.objectives.losses",
+    "sequence_logps": "trainer.objectives.losses",
 }
-
-
-def build_objective(stage: str, config: TrainerConfig) -> Objective:
-    """The objective of ``stage``.
-
-    Raises:
-        ConfigError: ``stage`` is not one of :data:`OBJECTIVES`.
-    """
-    if stage not in OBJECTIVES:
-        raise ConfigError(f"stage {stage!r} is not valid; valid: {', '.join(OBJECTIVES)}")
-    return OBJECTIVES[stage](config)
+__getattr__ = lazy_exports(__name__, _HOMES)

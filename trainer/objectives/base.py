@@ -10,7 +10,7 @@ of ``stage == ...`` branches (torchtitan's loss components play the same role):
 * ``metrics(loss_sum, stats, weight)``: the logged numbers of a step or an evaluation.
 
 A new objective is one module with a subclass, one entry in
-:data:`trainer.objectives.OBJECTIVES`, and its test.
+:data:`trainer.objectives.STAGES`, and its test.
 """
 
 from __future__ import annotations

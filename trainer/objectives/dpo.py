@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from trainer.config import DPOConfig
-from trainer.lora import adapters_disabled
+from trainer.model.lora import adapters_disabled
 from trainer.objectives.base import Batch
 from trainer.objectives.losses import dpo_loss, sequence_logps
 from trainer.objectives.pairs import PairObjective

@@ -1,7 +1,7 @@
 """Reward model: a scalar head on the causal model, Bradley-Terry loss on preference pairs.
 
 Reads the same ``chosen_*``/``rejected_*`` batches as DPO (loader mode ``dpo``). The model
-gets a zero-initialised ``score`` head (:meth:`trainer.model.Transformer.add_score_head`);
+gets a zero-initialised ``score`` head (:meth:`trainer.model.transformer.Transformer.add_score_head`);
 a sequence's reward is the head's value at its last real token, and the loss of a pair is
 ``-logsigmoid(r_chosen - r_rejected)`` (log 2 at the start, when every reward is 0). The
 LM head gets no gradient and stays frozen unless it is tied to the embedding. The head is

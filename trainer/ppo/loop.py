@@ -2,9 +2,9 @@
 
 The policy and the value model train; the reference (the policy's starting weights) and
 the reward model are frozen. A step is one rollout of ``ppo.rollout_batch_size`` prompts
-and its updates (:func:`trainer.ppo.step.ppo_step`). Checkpoints (:mod:`trainer.checkpoint`:
+and its updates (:func:`trainer.ppo.step.ppo_step`). Checkpoints (:mod:`trainer.checkpoint.checkpointer`:
 both trained models, the optimizer, the schedule, RNG, the prompt position and the KL
-coefficient) and the export of the policy (:mod:`trainer.export`) are those of the other
+coefficient) and the export of the policy (:mod:`trainer.checkpoint.export`) are those of the other
 stages, as are ``metrics.jsonl`` and the console. One process: the rollout is sampled on
 one device.
 """
@@ -21,20 +21,20 @@ from typing import Any
 
 import torch
 
-from trainer.checkpoint import Checkpointer, check_checkpoint_dir
+from trainer.checkpoint.checkpointer import Checkpointer, check_checkpoint_dir
+from trainer.checkpoint.export import check_export_dir, export_weights
 from trainer.config import ConfigError, TrainerConfig
-from trainer.console import Console
-from trainer.export import check_export_dir, export_weights
-from trainer.metrics import MetricsWriter, memory_stats
-from trainer.model import Transformer
-from trainer.optim import build_optimizer, lr_factor
-from trainer.parallel import init_distributed
+from trainer.control.optim import build_optimizer, lr_factor
+from trainer.control.stopping import Interrupted, StopRequest
+from trainer.model.pretrained import load_exported, resolve_model
+from trainer.model.transformer import Transformer
+from trainer.parallel.distributed import init_distributed
 from trainer.ppo.losses import AdaptiveKLController
 from trainer.ppo.prompts import build_prompt_source
 from trainer.ppo.rollout import PolicyAndValue
 from trainer.ppo.step import PPORun, ppo_step
-from trainer.pretrained import load_exported, resolve_model
-from trainer.stopping import Interrupted, StopRequest
+from trainer.telemetry.console import Console
+from trainer.telemetry.metrics import MetricsWriter, memory_stats
 
 __all__ = ["PPOResult", "check_ppo_config", "train_ppo"]
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from trainer.config import ConfigError, TrainerConfig
-from trainer.data import BatchSource, build_batch_source
+from trainer.data.sources import BatchSource, build_batch_source
 
 __all__ = ["JsonlPrompts", "LoaderPrompts", "build_prompt_source", "prompts_of_batch"]
 
@@ -192,7 +192,7 @@ def _render_prompts(tokenizer_dir: str, texts: list[str]) -> list[list[int]]:
 
 
 class _LoaderMode:
-    """What :func:`trainer.data.build_batch_source` asks of a stage: its loader mode."""
+    """What :func:`trainer.data.sources.build_batch_source` asks of a stage: its loader mode."""
 
     synthetic_data = False
 

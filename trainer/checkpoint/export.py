@@ -1,7 +1,7 @@
 """Exported weights: the hand-off to the next stage, to transformers and to inference.
 
 An export directory is a Hugging Face model directory whenever the model has a standard
-architecture (:func:`trainer.hf_model.unsupported_reason`; every preset has): Llama,
+architecture (:func:`trainer.model.hf_model.unsupported_reason`; every preset has): Llama,
 Mistral or Qwen2 tensor names in ``model.safetensors``, ``config.json`` (plus a
 ``dataforge`` entry: stage, step, tokens seen), ``generation_config.json`` and the
 tokenizer. ``transformers.AutoModelForCausalLM.from_pretrained(path)`` loads it. The
@@ -12,7 +12,7 @@ copied (Hugging Face tokenizers, or those of the model ``init_from`` imported). 
 is 0644 and the card names the tokenizer, not a path of this machine. A model outside those architectures (LayerNorm, GELU,
 biases) is exported in the trainer's own layout (``model`` config + its tensor names),
 which ``init_from`` also reads
-(:mod:`trainer.pretrained`). A LoRA run's export is the merged model plus ``adapter/``, the
+(:mod:`trainer.model.pretrained`). A LoRA run's export is the merged model plus ``adapter/``, the
 adapters alone in PEFT's layout, whose base is the run's ``init_from``.
 
 The export directory is built in a sibling temporary folder and renamed into place
@@ -37,12 +37,12 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from dataforge.io.owned_output import OutputPathError, check_dir_target, owned_dir
+from trainer.checkpoint.model_state import DCP_DIR, read_sharded_weights
+from trainer.checkpoint.safe_load import read_meta, read_train_state
 from trainer.config import ConfigError, TrainerConfig, to_plain
-from trainer.hf_model import hf_config, hf_weights, is_hf_model_dir, unsupported_reason
-from trainer.lora import merge_lora, peft_adapter
-from trainer.model_state import DCP_DIR, read_sharded_weights
-from trainer.parallel import DistEnv, barrier
-from trainer.safe_load import read_meta, read_train_state
+from trainer.model.hf_model import hf_config, hf_weights, is_hf_model_dir, unsupported_reason
+from trainer.model.lora import merge_lora, peft_adapter
+from trainer.parallel.distributed import DistEnv, barrier
 
 __all__ = [
     "TOKENIZER_FILES",
@@ -319,8 +319,9 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
 
 
 def _checkpoint_weights(checkpoint: Path, state: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """The model weights of a checkpoint, read as data (:mod:`trainer.safe_load`): the full
-    state dict in ``train_state.pt``, or else its distributed checkpoint.
+    """The model weights of a checkpoint, read as data
+    (:mod:`trainer.checkpoint.safe_load`): the full state dict in ``train_state.pt``, or
+    else its distributed checkpoint.
 
     Raises:
         ConfigError: the weights are not tensors by name, or the distributed checkpoint is

@@ -1,16 +1,9 @@
-"""The training loop shared by pretrain, sft and dpo: :func:`train`.
-
-:func:`train_step` is the whole optimizer step on one screen. Losses are sums divided by
-the number of targets (LM) or pairs (DPO) in the *global* step, all micro-batches on all
-ranks, so the update is the same however the batch is split across ranks and
-micro-batches (DDP averages gradients over ranks, hence the ``world_size`` factor).
-What is computed per batch belongs to the stage's objective (:mod:`trainer.objectives`);
-held-out evaluation to :mod:`trainer.evaluate`.
-"""
+"""The training loop shared by the batch stages: :func:`train` builds a :class:`Run`, then
+steps (:func:`trainer.loop.step.train_step`), evaluates, checkpoints and exports until
+``train.max_steps`` or a stop request."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
 import math
@@ -20,35 +13,37 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from trainer.checkpoint import Checkpointer, check_checkpoint_dir
-from trainer.comm_timing import AllReduceTimer, time_gradient_all_reduce
+from trainer.checkpoint.checkpointer import Checkpointer, check_checkpoint_dir
+from trainer.checkpoint.export import check_export_dir, export_weights
 from trainer.config import ConfigError, TrainerConfig
-from trainer.console import Console
-from trainer.data import BatchSource, TokenCoverage, build_batch_source
-from trainer.evaluate import Evaluator, build_eval_source
-from trainer.export import check_export_dir, export_weights
-from trainer.lora import apply_lora
-from trainer.metrics import MetricsWriter, device_peak_flops, memory_stats, startup_summary
-from trainer.model import Transformer, flops_per_token
-from trainer.objectives import OBJECTIVES, Objective, build_objective
-from trainer.optim import build_optimizer, lr_factor
-from trainer.parallel import (
-    DTYPES,
+from trainer.control.optim import build_optimizer, lr_factor
+from trainer.control.stopping import Interrupted, StopRequest
+from trainer.data.evaluate import Evaluator, build_eval_source
+from trainer.data.sources import BatchSource, TokenCoverage, build_batch_source
+from trainer.loop.step import Run, train_step
+from trainer.model.lora import apply_lora
+from trainer.model.pretrained import load_exported, resolve_model
+from trainer.model.transformer import Transformer
+from trainer.objectives import Objective, batch_stages, build_objective
+from trainer.parallel.comm_timing import time_gradient_all_reduce
+from trainer.parallel.distributed import (
     DistEnv,
     all_reduce_sum,
-    clip_grad_norm,
-    grad_sync,
     init_distributed,
     parallelize,
 )
-from trainer.pipeline import Pipeline, build_pipeline
-from trainer.pretrained import load_exported, resolve_model
-from trainer.prometheus import live_exporter
-from trainer.stopping import Interrupted, StopRequest
+from trainer.parallel.pipeline import build_pipeline
+from trainer.telemetry.console import Console
+from trainer.telemetry.metrics import (
+    MetricsWriter,
+    device_peak_flops,
+    memory_stats,
+    startup_summary,
+)
+from trainer.telemetry.prometheus import live_exporter
 
-__all__ = ["TrainingError", "TrainResult", "build_optimizer", "lr_factor", "train", "train_step"]
+__all__ = ["TrainResult", "TrainingError", "resolve_steps", "train"]
 
 
 class TrainingError(RuntimeError):
@@ -63,112 +58,6 @@ class TrainResult:
     skipped_steps: int
     checkpoint: Path | None
     export_dir: Path | None
-
-
-@dataclasses.dataclass
-class Run:
-    """What a step needs; built once by :func:`train`."""
-
-    config: TrainerConfig
-    stage: str
-    objective: Objective
-    env: DistEnv
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    scaler: torch.amp.GradScaler
-    comm_timer: AllReduceTimer | None = None
-    """Times DDP's gradient all-reduce (:mod:`trainer.comm_timing`); None otherwise."""
-    pipeline: Pipeline | None = None
-    """Runs forward and backward through this rank's stage when ``distributed.pp`` > 1."""
-    summary: str = ""
-    """The start-up line (of the whole model, before any split)."""
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        precision = self.config.train.precision
-        if precision == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast(self.env.device.type, dtype=DTYPES[precision])
-
-
-def _tokens(batch: dict) -> int:
-    """Real (unpadded) tokens in a batch, DPO rows included."""
-    masks = [v for k, v in batch.items() if k.endswith("attention_mask")]
-    if not masks:
-        return sum(v.numel() for k, v in batch.items() if k.endswith("input_ids"))
-    return int(sum(int(m.sum()) for m in masks))
-
-
-def _flops(run: Run, batch: dict) -> float:
-    """Model FLOPs of one micro-batch: real tokens x per-token FLOPs at the batch's width
-    (with a reference model, DPO adds its forward: 2N of the 6N)."""
-    total = 0.0
-    for prefix in run.objective.row_prefixes:
-        ids, mask = batch[prefix + "input_ids"], batch.get(prefix + "attention_mask")
-        tokens = ids.numel() if mask is None else int(mask.sum())
-        total += tokens * flops_per_token(run.config.model, ids.shape[1])
-    return total * run.objective.forward_flops_factor
-
-
-def train_step(run: Run, batches: list[dict]) -> dict[str, float]:
-    """One optimizer step over ``batches`` (this rank's micro-batches).
-
-    Returns the step's metrics (global over ranks); ``applied`` is 0.0 when the update was
-    skipped (non-finite loss or gradients, or an fp16 overflow).
-    """
-    model, opt, scaler, env, objective = (
-        run.model,
-        run.optimizer,
-        run.scaler,
-        run.env,
-        run.objective,
-    )
-    # The ranks of a dp group (its tp ranks and pipeline stages) hold the same batches:
-    # one of them counts them, one holds the loss.
-    weight = sum(objective.weight(b) for b in batches) if env.counts_batches else 0
-    weights = torch.tensor([weight], dtype=torch.float64)
-    total_weight = max(1.0, float(all_reduce_sum(weights.to(env.device), env)))
-    scale = env.dp / total_weight  # DDP and FSDP average the gradients over the dp ranks
-    # tokens, model FLOPs, loss sum, then the objective's own sums; summed on the device
-    stats = torch.zeros(3 + len(objective.stat_names), dtype=torch.float64, device=env.device)
-    on_device = [{k: v.to(env.device, non_blocking=True) for k, v in b.items()} for b in batches]
-    for i, batch in enumerate(batches):
-        stats[0] += _tokens(batch)
-        stats[1] += _flops(run, batch)
-        if run.pipeline is not None:
-            continue
-        with grad_sync(model, i == len(batches) - 1), run.autocast():
-            loss_sum, extra = objective.loss(model, on_device[i])
-        scaler.scale(loss_sum * scale).backward()
-        stats[2:] += torch.cat([loss_sum.detach().double().view(1), extra.to(stats)])
-    if run.pipeline is not None:
-        stats[2] += run.pipeline.step(on_device, scale, run.autocast)
-    stats[:2] *= env.counts_batches
-    stats[2:] *= env.counts_losses
-    stats = all_reduce_sum(stats, env).tolist()
-    metrics = objective.metrics(stats[2], stats[3:], total_weight)
-    scaler.unscale_(opt)
-    max_norm = run.config.optim.max_grad_norm or math.inf
-    grad_norm = clip_grad_norm(model, max_norm, env)
-    loss = metrics.pop("loss")
-    fp16 = run.config.train.precision == "fp16"
-    bad = not math.isfinite(loss) or (not fp16 and not math.isfinite(grad_norm))
-    scale = scaler.get_scale()
-    if not bad:
-        scaler.step(opt)  # with fp16, skips the update by itself if gradients overflowed
-    scaler.update()
-    applied = not bad and (not fp16 or scaler.get_scale() >= scale)
-    opt.zero_grad(set_to_none=True)
-    lr = opt.param_groups[0]["lr"]
-    if applied:
-        run.scheduler.step()
-    out = {"loss": loss, "lr": lr, "grad_norm": grad_norm, "applied": float(applied)}
-    out |= {"bad": float(bad), "tokens": stats[0], "flops": stats[1]}
-    if fp16:
-        out["loss_scale"] = scale
-    if run.comm_timer is not None:
-        out["nccl_all_reduce_time"] = run.comm_timer.take()
-    return out | metrics
 
 
 def _endless(source: BatchSource) -> Iterator[dict]:
@@ -242,9 +131,9 @@ def train(
         ConfigError: invalid stage, resume mode, or config/checkpoint/data mismatch.
         TrainingError: ``train.max_bad_steps`` consecutive non-finite steps.
     """
-    if stage not in OBJECTIVES or resume not in ("auto", "scratch"):
+    if stage not in batch_stages() or resume not in ("auto", "scratch"):
         raise ConfigError(
-            f"stage {stage!r}/resume {resume!r}; valid: {', '.join(OBJECTIVES)} / auto, scratch"
+            f"stage {stage!r}/resume {resume!r}; valid: {', '.join(batch_stages())} / auto, scratch"
         )
     if config.train.precision == "fp16" and config.distributed.strategy == "fsdp":
         raise ConfigError("precision fp16 with fsdp is not supported (no sharded scaler); use bf16")

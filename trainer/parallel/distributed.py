@@ -5,7 +5,7 @@ Rank and world size come from the environment ``torchrun`` sets (``RANK``, ``WOR
 ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``); without them the run is one process.
 With ``distributed.tp`` or ``pp`` above 1 the ranks form one device mesh
 (``init_device_mesh``, dims ``pp``, ``dp``, ``tp``, outermost first): tensor parallelism
-(DTensor ``parallelize_module``) on ``tp``, pipeline stages (:mod:`trainer.pipeline`) on
+(DTensor ``parallelize_module``) on ``tp``, pipeline stages (:mod:`trainer.parallel.pipeline`) on
 ``pp``, FSDP2 on ``dp`` (a mesh with dp above 1 needs ``strategy: fsdp``). Every rank of
 a ``dp`` group reads the same batches.
 """
@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.config import ConfigError, TrainerConfig
-from trainer.tensor_parallel import apply_tensor_parallel, blocks_of
+from trainer.parallel.tensor_parallel import apply_tensor_parallel, blocks_of
 
 __all__ = [
     "DistEnv",

@@ -23,7 +23,7 @@ metric                                   meaning
 ``nccl_all_reduce_time``                 seconds of DDP gradient all-reduce in the last step,
                                          summed over buckets, rank 0's (the seed's name, also
                                          for gloo on CPU); DDP only, see
-                                         :mod:`trainer.comm_timing`
+                                         :mod:`trainer.parallel.comm_timing`
 =======================================  =====================================================
 
 On a CPU the GPU metrics are absent, not zero; ``gpu_utilization`` is also absent where
@@ -42,7 +42,7 @@ import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from trainer.config import ConfigError, MetricsConfig
-from trainer.parallel import DistEnv
+from trainer.parallel.distributed import DistEnv
 
 __all__ = ["PrometheusExporter", "live_exporter"]
 

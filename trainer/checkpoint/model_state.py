@@ -18,7 +18,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from trainer.parallel import DistEnv
+from trainer.parallel.distributed import DistEnv
 
 __all__ = ["DCP_DIR", "load_weights", "read_sharded_weights", "sharded_state"]
 
@@ -39,11 +39,12 @@ def load_weights(folder: Path, state: dict, model: Any, optimizer: Any, env: Dis
     or, where it holds none, from the distributed checkpoint ``folder`` (into any mesh).
 
     Raises:
-        ConfigError: a forged or unreadable distributed checkpoint (:mod:`trainer.safe_load`).
+        ConfigError: a forged or unreadable distributed checkpoint
+            (:mod:`trainer.checkpoint.safe_load`).
         ValueError, KeyError, RuntimeError: the saved state does not fit ``model``.
     """
     if "model" not in state:
-        from trainer.safe_load import load_dcp
+        from trainer.checkpoint.safe_load import load_dcp
 
         sharded = sharded_state(model, optimizer)
         load_dcp(sharded, folder)
@@ -85,10 +86,10 @@ def read_sharded_weights(folder: Path) -> dict[str, torch.Tensor]:
     """The model's full weights from a distributed checkpoint folder (one process).
 
     Raises:
-        ConfigError: a forged or unreadable checkpoint (:mod:`trainer.safe_load`).
+        ConfigError: a forged or unreadable checkpoint (:mod:`trainer.checkpoint.safe_load`).
         ValueError: its files do not hold what its index declares.
     """
-    from trainer.safe_load import load_dcp, read_dcp_metadata
+    from trainer.checkpoint.safe_load import load_dcp, read_dcp_metadata
 
     metadata = read_dcp_metadata(folder).state_dict_metadata
     weights = {

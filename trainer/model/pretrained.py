@@ -1,5 +1,5 @@
 """What a run starts from: the model shape and weights of ``init_from`` (a trainer export
-or a Hugging Face Llama/Mistral/Qwen2 directory, see :mod:`trainer.hf_model`) and the
+or a Hugging Face Llama/Mistral/Qwen2 directory, see :mod:`trainer.model.hf_model`) and the
 tokenizer's vocabulary.
 
 With ``init_from`` the checkpoint's ``config.json`` decides the model's shape: a preset or
@@ -20,7 +20,12 @@ from safetensors.torch import load_file
 
 from dataforge.typed_config import from_mapping
 from trainer.config import ConfigError, ModelConfig, TrainerConfig, to_plain
-from trainer.hf_model import is_hf_model_dir, model_config_from_hf, read_hf_weights, trainer_weights
+from trainer.model.hf_model import (
+    is_hf_model_dir,
+    model_config_from_hf,
+    read_hf_weights,
+    trainer_weights,
+)
 
 __all__ = ["load_exported", "pretrained_model_config", "resolve_model", "tokenizer_vocab_size"]
 

@@ -1,4 +1,4 @@
-"""``python -m trainer.mesh_shape CONFIG [--set KEY=VALUE ...]``: print the config's device
+"""``python -m trainer.parallel.mesh_shape CONFIG [--set KEY=VALUE ...]``: print the config's device
 mesh as ``dp tp pp`` (``dp`` is ``auto`` when the config derives it from the world size).
 
 The launchers (``trainer/launch/torchrun.sh``, ``slurm.sbatch``) read it to start
@@ -17,7 +17,9 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.mesh_shape", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer.parallel.mesh_shape", description=__doc__
+    )
     parser.add_argument("config")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args, _ = parser.parse_known_args(argv)

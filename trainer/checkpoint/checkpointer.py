@@ -47,10 +47,10 @@ from dataforge.io.owned_output import (
     check_dir_target,
     is_owned_dir,
 )
+from trainer.checkpoint.model_state import DCP_DIR, load_weights, sharded_state
+from trainer.checkpoint.safe_load import load_torch_file, read_meta, read_train_state
 from trainer.config import CheckpointConfig, ConfigError
-from trainer.model_state import DCP_DIR, load_weights, sharded_state
-from trainer.parallel import DistEnv, barrier
-from trainer.safe_load import load_torch_file, read_meta, read_train_state
+from trainer.parallel.distributed import DistEnv, barrier
 
 __all__ = ["Checkpointer", "check_checkpoint_dir", "fsync_dir"]
 
@@ -306,7 +306,7 @@ class Checkpointer:
                 ``train.max_steps`` (the schedule is laid out over it), a model or data
                 loader that no longer fits the saved state (the message names the keys
                 that changed); a file in it that is unreadable or forged (read as data
-                only, :mod:`trainer.safe_load`).
+                only, :mod:`trainer.checkpoint.safe_load`).
         """
         meta = read_meta(path)
         if meta["stage"] != stage:

@@ -5,7 +5,7 @@ Tokens/s and step time are smoothed with an exponential moving average (``metric
 bias-corrected as Adam does) because single steps vary several-fold with the token budget
 of each batch and the data wait; the ETA is the remaining steps times the smoothed step time.
 DPO runs add preference accuracy and reward margin to each line; DDP runs the step's
-gradient all-reduce time (``nccl_all_reduce_time``, :mod:`trainer.comm_timing`).
+gradient all-reduce time (``nccl_all_reduce_time``, :mod:`trainer.parallel.comm_timing`).
 """
 
 from __future__ import annotations

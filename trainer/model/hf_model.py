@@ -1,4 +1,4 @@
-"""Hugging Face causal-LM checkpoints <-> the trainer's :class:`~trainer.model.Transformer`.
+"""Hugging Face causal-LM checkpoints <-> the trainer's :class:`~trainer.model.transformer.Transformer`.
 
 The trainer's model is the Llama architecture under its own tensor names: ``attn.q``,
 ``attn.k``, ``attn.v``, ``attn.proj`` and ``mlp.gate``, ``mlp.up``, ``mlp.down`` are

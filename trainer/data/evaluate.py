@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 from trainer.config import ConfigError, TrainerConfig
-from trainer.data import BatchSource, LoaderBatchSource
+from trainer.data.sources import BatchSource, LoaderBatchSource
 from trainer.objectives import Objective
-from trainer.parallel import DistEnv, all_reduce_sum
+from trainer.parallel.distributed import DistEnv, all_reduce_sum
 
 __all__ = ["Evaluator", "build_eval_source"]
 

@@ -6,7 +6,7 @@ final norm and output layer; rank r holds stages r, r + pp, ... (one with ``1f1b
 ``gpipe``, several with ``interleaved_1f1b``). A stage keeps the whole model's parameter
 names (``blocks.<i>`` of the layers it holds), and a rank's stages are one module
 (:class:`RankStages`) to the optimizer, checkpoints (distributed checkpointing,
-:mod:`trainer.checkpoint`) and exports, which so see one model whatever the cut. The
+:mod:`trainer.checkpoint.checkpointer`) and exports, which so see one model whatever the cut. The
 step's ``train.grad_accum_steps`` micro-batches are the pipeline's micro-batches, run by
 ``Schedule1F1B``, ``ScheduleGPipe`` or ``ScheduleInterleaved1F1B``; the loss of each is
 the objective's summed loss times the same global scale the unpipelined step uses, so the
@@ -27,10 +27,15 @@ import torch
 from torch import nn
 
 from trainer.config import TrainerConfig
-from trainer.model import Transformer, block_inputs, positions_from_cu_seqlens, run_blocks
+from trainer.model.transformer import (
+    Transformer,
+    block_inputs,
+    positions_from_cu_seqlens,
+    run_blocks,
+)
 from trainer.objectives import Objective
 from trainer.objectives.losses import IGNORE_INDEX
-from trainer.parallel import DistEnv, parallelize
+from trainer.parallel.distributed import DistEnv, parallelize
 
 __all__ = [
     "Pipeline",

@@ -19,7 +19,7 @@ from types import FrameType
 
 import torch
 
-from trainer.parallel import DistEnv, all_reduce_sum
+from trainer.parallel.distributed import DistEnv, all_reduce_sum
 
 __all__ = ["EXIT_REQUEUE", "SIGNALS", "Interrupted", "StopRequest"]
 
