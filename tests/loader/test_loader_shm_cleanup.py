@@ -74,31 +74,35 @@ def test_two_local_ranks_leave_no_tracker_warnings(tmp_path, cache_dir, creator)
     assert [_tracker_lines(e) for e in stderrs] == [[], []]
 
 
-def _open_descriptors() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
 @pytest.mark.parametrize("closed", [True, False], ids=["closed", "dropped"])
 def test_loader_after_loader_keeps_the_descriptors_bounded(tmp_path, closed):
     """A process that builds many loaders (an ablation scoring checkpoint after checkpoint)
-    gets its shared-memory mappings back from each: closed, or dropped unclosed."""
-    from dataforge.loader import LoaderConfig, build_dataloader
+    gets its shared-memory mappings back from each: closed, or dropped unclosed. In a fresh
+    process, so that loaders other tests keep alive do not count."""
+    write_mds(tmp_path / "mds", [int(n) for n in np.random.default_rng(0).integers(10, 160, 200)])
+    code = textwrap.dedent(f"""
+        import os
+        from dataforge.loader import LoaderConfig, build_dataloader
 
-    out = tmp_path / "mds"
-    write_mds(out, [int(n) for n in np.random.default_rng(0).integers(10, 160, 200)])
+        def one(k):
+            cfg = LoaderConfig(streams=[{{"path": {str(tmp_path / "mds")!r}}}], max_tokens=512,
+                               max_seq_len=128, cache_dir={str(tmp_path)!r} + f"/cache{{k}}")
+            loader = build_dataloader(cfg)
+            for _ in loader:
+                pass
+            if {closed!r}:
+                loader.close()
 
-    def one(k: int) -> None:
-        config = LoaderConfig(streams=[{"path": str(out)}], max_tokens=512, max_seq_len=128,
-                              cache_dir=str(tmp_path / f"cache{k}"))  # fmt: skip
-        loader = build_dataloader(config)
-        for _ in loader:
-            pass
-        if closed:
-            loader.close()
-
-    one(0)
-    start = _open_descriptors()
-    for k in range(1, 11):
-        one(k)
-    assert _open_descriptors() <= start + 2  # streaming kept 12+ per loader, growing
-    assert not any((tmp_path / f"cache{k}").glob("*-*")), "run directories removed"
+        one(0)
+        start = len(os.listdir("/proc/self/fd"))
+        for k in range(1, 11):
+            one(k)
+        print(start, len(os.listdir("/proc/self/fd")))
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    start, end = map(int, proc.stdout.split())
+    assert end <= start + 2  # streaming kept 12+ per loader, growing with each
+    assert not [p for k in range(11) for p in (tmp_path / f"cache{k}").glob("*-*")]
