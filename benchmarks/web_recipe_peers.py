@@ -114,6 +114,7 @@ def main() -> int:
     # datatrove[processing] pins its own trafilatura: its pipeline as its users install it.
     peers = tuple(p for p in PEERS if not p.startswith(("datatrove", "trafilatura")))
     python = ensure_venv(args.venv, (DATATROVE, *peers, rjieba))
+    args.work = args.work.resolve()  # the pipeline's paths are read relative to its file
     corpus, out = args.work / "corpus", args.work / "out"
     n = build_corpus(corpus, args.pages, args.files, args.dup_share, seed=1)
     mbytes = sum(f.stat().st_size for f in corpus.glob("*.warc.gz")) / 1e6
