@@ -10,6 +10,12 @@ demo corpus's; two copies of one document share about 1/16 of their 2-gram shing
 of another, whatever its size, and the work of every stage grows with the size, not just
 the bytes read. Files of ~16 MB (at least 8 per language).
 
+``--corpus dup-heavy`` is shaped like a crawl instead: a share :data:`NEAR_COPY_SHARE` of
+the documents are near-copies (each word replaced with probability :data:`NEAR_COPY_EDIT`)
+of earlier documents of the corpus, the original drawn by a Zipf law of exponent
+:data:`ZIPF_EXPONENT` over the originals' ranks, so cluster sizes are heavy-tailed: the
+first original gets the largest cluster (about a tenth of all copies), most get none.
+
 Each (size, executor) is one fresh ``dataforge run --executor X`` subprocess; the script
 polls ``/proc`` every 0.2 s for the run's process tree and prints wall seconds, CPU
 seconds of the whole tree (user + system, the last reading of each process), the peak RSS
@@ -20,6 +26,7 @@ not part of ``make test``.
 
     .venv/bin/python benchmarks/scale.py                       # 256, 512, 1024, 2048 MB
     .venv/bin/python benchmarks/scale.py --sizes-mb 16 32 --cpus 2
+    .venv/bin/python benchmarks/scale.py --corpus dup-heavy --sizes-mb 256 512 1024 2048 4096
 """
 
 from __future__ import annotations
@@ -48,6 +55,12 @@ SUBSTITUTE = 0.5
 _TOKEN = re.compile(r"[\u4e00-\u9fff]|[^\W\d_\u4e00-\u9fff]+|[\W\d_]+")
 """A Han character, a run of other letters (a word), or a run of anything else."""
 _BATCH = 4096
+NEAR_COPY_SHARE = 0.3
+NEAR_COPY_EDIT = 0.05
+ZIPF_EXPONENT = 1.1
+_ORIGINALS = 50_000
+"""Originals a copy may be drawn from: the first documents of each language (the Zipf tail
+beyond them is folded back onto them)."""
 
 
 def demo_texts(data: Path) -> dict[str, list[str]]:
@@ -75,7 +88,9 @@ class _Encoded:
         self.pools = {k: every[self.kind[every] == k] for k in (1, 2)}
 
 
-def build_corpus(by_lang: dict[str, list[str]], corpus: Path, total: int, seed: int = 0) -> int:
+def build_corpus(
+    by_lang: dict[str, list[str]], corpus: Path, total: int, seed: int = 0, dup_share: float = 0.0
+) -> int:
     """``total`` bytes of new documents, split between the languages as the demo corpus
     is, in files of about :data:`FILE_BYTES`. Returns the number of documents."""
     rng = np.random.default_rng(seed)
@@ -85,35 +100,72 @@ def build_corpus(by_lang: dict[str, list[str]], corpus: Path, total: int, seed: 
     for lang, texts in by_lang.items():
         want = total * sizes[lang] // sum(sizes.values())
         files = max(8, round(want / FILE_BYTES))
-        new = _new_documents(rng, _Encoded(texts), lang, docs, want)
+        new = _new_documents(rng, _Encoded(texts), lang, docs, want, dup_share)
         written, _ = write_jsonl(corpus / lang, new, files, start=docs)
         docs += written
     return docs
 
 
-def _new_documents(rng: np.random.Generator, enc: _Encoded, lang: str, first: int, want: int):
-    """``(id, text)`` of new documents until their jsonl lines hold ``want`` bytes."""
+def _new_documents(
+    rng: np.random.Generator, enc: _Encoded, lang: str, first: int, want: int, dup_share: float
+):
+    """``(id, text)`` of new documents until their jsonl lines hold ``want`` bytes; with
+    ``dup_share`` > 0, that share of them near-copies of earlier ones (Zipf-drawn)."""
     written, k, order = 0, first, np.zeros(0, np.int64)
+    originals: list[np.ndarray] = []
     while written < want:
         while len(order) < _BATCH:
             order = np.concatenate([order, rng.permutation(len(enc.docs))])
         batch, order = order[:_BATCH], order[_BATCH:]
-        ids = np.concatenate([enc.docs[b] for b in batch])
-        bounds = np.cumsum([0] + [len(enc.docs[b]) for b in batch])
-        kinds = enc.kind[ids]
-        swap = rng.random(len(ids)) < SUBSTITUTE
-        for kind, pool in enc.pools.items():
-            sel = swap & (kinds == kind)
-            ids[sel] = pool[rng.integers(0, len(pool), int(sel.sum()))]
-        flat = ids.tolist()
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            doc = (f"{lang}-{k}", "".join([enc.tokens[i] for i in flat[lo:hi]]))
+        docs = _edited(rng, enc, [enc.docs[b] for b in batch], SUBSTITUTE)
+        if dup_share > 0:
+            docs = _with_near_copies(rng, enc, docs, originals, dup_share)
+        for doc_ids in docs:
+            doc = (f"{lang}-{k}", "".join([enc.tokens[i] for i in doc_ids.tolist()]))
             line = json.dumps({"id": doc[0], "text": doc[1]}, ensure_ascii=False)
             written += len(line.encode()) + 1
             k += 1
             yield doc
             if written >= want:
                 return
+
+
+def _edited(
+    rng: np.random.Generator, enc: _Encoded, docs: list[np.ndarray], share: float
+) -> list[np.ndarray]:
+    """The documents with each word (Han character) replaced, with probability ``share``,
+    by one drawn from the language's own words."""
+    ids = np.concatenate(docs)
+    bounds = np.cumsum([0] + [len(d) for d in docs])
+    kinds = enc.kind[ids]
+    swap = rng.random(len(ids)) < share
+    for kind, pool in enc.pools.items():
+        sel = swap & (kinds == kind)
+        ids[sel] = pool[rng.integers(0, len(pool), int(sel.sum()))]
+    return [ids[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _with_near_copies(
+    rng: np.random.Generator,
+    enc: _Encoded,
+    docs: list[np.ndarray],
+    originals: list[np.ndarray],
+    share: float,
+) -> list[np.ndarray]:
+    """``docs`` with a ``share`` of them replaced by near-copies of ``originals`` (the
+    earlier distinct documents, which this extends), each original drawn by Zipf rank."""
+    copy = rng.random(len(docs)) < share
+    out = list(docs)
+    picks = [i for i in range(len(docs)) if copy[i]]
+    if originals and picks:
+        ranks = (rng.zipf(ZIPF_EXPONENT, len(picks)) - 1) % len(originals)
+        edited = _edited(rng, enc, [originals[r].copy() for r in ranks], NEAR_COPY_EDIT)
+        for i, doc in zip(picks, edited, strict=True):
+            out[i] = doc
+    for i in range(len(docs)):
+        if not (copy[i] and originals) and len(originals) < _ORIGINALS:
+            originals.append(docs[i])
+    return out
 
 
 def _tree(root: int) -> dict[int, tuple[str, float, int, int | None]]:
@@ -199,14 +251,19 @@ def main() -> int:
     parser.add_argument("--executors", nargs="+", default=["ray", "local"])
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "demo")
     parser.add_argument("--work", type=Path, default=WORK, help=f"scratch folder ({WORK})")
+    parser.add_argument("--corpus", choices=["distinct", "dup-heavy"], default="distinct")
     args = parser.parse_args()
+    dup_share = NEAR_COPY_SHARE if args.corpus == "dup-heavy" else 0.0
     work = args.work
     by_lang = demo_texts(args.data)
     results: dict[str, dict[int, dict[str, float]]] = {e: {} for e in args.executors}
     print(f"{args.cpus} CPUs; load average {os.getloadavg()[0]:.1f}", flush=True)
+    if dup_share:
+        print(f"dup-heavy corpus: {NEAR_COPY_SHARE:.0%} near-copies ({NEAR_COPY_EDIT:.0%} of words "
+              f"replaced), originals by Zipf rank, exponent {ZIPF_EXPONENT}", flush=True)  # fmt: skip
     for size in args.sizes_mb:
         corpus = work / f"corpus-{size}mb"
-        docs = build_corpus(by_lang, corpus, size << 20)
+        docs = build_corpus(by_lang, corpus, size << 20, dup_share=dup_share)
         pipeline = work / f"scale-{size}mb.yaml"
         pipeline.write_text(pipeline_yaml("scale", corpus, work / "out", args.cpus, output="mds",
                                           tokenizer=ROOT / "tokenizers" / "demo"))  # fmt: skip
