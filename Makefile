@@ -53,3 +53,4 @@ lint: setup
 	.venv/bin/ruff check dataforge trainer tests benchmarks scripts
 	.venv/bin/ruff format --check dataforge trainer tests benchmarks scripts
 	.venv/bin/lint-imports --no-logo  # import rules: docs/architecture.md, pyproject.toml
+	$(PY) scripts/check_docs.py  # README and docs/: links, anchors, paths, module names
