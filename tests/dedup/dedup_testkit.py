@@ -13,6 +13,7 @@ from dataforge.ops.base import OpContext
 from dataforge.ops.dedup import Dedup
 from dataforge.records import BASE_SCHEMA
 from dataforge.runtime.barriers import BarrierContext
+from dataforge.typed_config import from_mapping
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -41,10 +42,11 @@ def run_dedup(
     num_cpus: int = 2,
     **config,
 ) -> tuple[dict, pa.Table, Path]:
-    """prepare per batch -> plan -> apply per task; returns (summary, output, OUT dir)."""
+    """prepare per batch -> plan -> apply per task; returns (summary, output, OUT dir).
+    ``config`` is the stage's keys as in YAML (``minhash={"num_perm": 64}``)."""
     from dataforge.runtime.barriers import dedup as planner
 
-    op = Dedup(Dedup.Config(**config), OpContext(base_dir=str(tmp)))
+    op = Dedup(from_mapping(Dedup.Config, config, "dedup"), OpContext(base_dir=str(tmp)))
     op.setup()
     name = f"{batch}-{num_cpus}-{json.dumps(config, sort_keys=True, default=str)}"
     work = tmp / f"work-{name}"
