@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def run_dedup(
 
     op = Dedup(from_mapping(Dedup.Config, config, "dedup"), OpContext(base_dir=str(tmp)))
     op.setup()
-    name = f"{batch}-{num_cpus}-{json.dumps(config, sort_keys=True, default=str)}"
+    settings = json.dumps(config, sort_keys=True, default=str).encode()
+    name = f"{batch}-{num_cpus}-{hashlib.sha256(settings).hexdigest()[:16]}"
     work = tmp / f"work-{name}"
     work.mkdir(parents=True)
     parts, batches = {}, {}
