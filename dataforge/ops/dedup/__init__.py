@@ -2,7 +2,7 @@
 
 ``prepare`` (per batch, before the barrier) normalizes and shingles the live texts and adds
 one signature column, made by the configured method (:mod:`dataforge.ops.dedup.registry`):
-``_exact`` (uint64 hash of the normalized text), ``_minhash`` (``num_perm`` uint32 values as
+``_exact`` (uint64 hash of the normalized text), ``_minhash`` (``minhash.num_perm`` uint32 values as
 fixed-size binary) or ``_simhash`` (uint64); MinHash and SimHash also add ``_text_hash``,
 the exact hash of the text as they normalize it, so that the planner collapses exact
 copies first (:mod:`dataforge.ops.dedup.copies`). The planner (``dataforge.runtime.barriers.dedup``)
@@ -95,7 +95,9 @@ class Dedup(BarrierOp):
 
     def signature_params(self) -> dict[str, Any]:
         """Everything that changes signature values; published with them so that a later
-        run can refuse to dedup against incompatible signatures."""
+        run can refuse to dedup against incompatible signatures. The names stay the flat
+        ones published before the settings were nested (``hash_seed`` is
+        ``minhash.hash_seed``), so that signatures of earlier runs remain comparable."""
         cfg = self.config
         params: dict[str, Any] = {
             "method": cfg.method,

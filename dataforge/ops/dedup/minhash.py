@@ -160,6 +160,7 @@ class MinHashMethod(DedupMethod):
         return pa.binary(4 * self.config.minhash.num_perm)
 
     def signature_params(self) -> dict[str, Any]:
+        # Flat names, as published beside the signatures of earlier runs.
         return {
             "num_perm": self.config.minhash.num_perm,
             "engine": _engine_version(self.config.minhash.engine),
