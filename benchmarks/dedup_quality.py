@@ -56,6 +56,7 @@ from dataforge.ops.dedup import Dedup  # noqa: E402
 from dataforge.records import BASE_SCHEMA  # noqa: E402
 from dataforge.runtime.barriers import BarrierContext  # noqa: E402
 from dataforge.runtime.barriers import dedup as planner  # noqa: E402
+from dataforge.typed_config import from_mapping  # noqa: E402
 
 __all__ = [
     "choose_template",
@@ -67,11 +68,11 @@ __all__ = [
 ]
 
 GRID = [  # one share of own content for both kinds of text: the one setting carried over
-    {"threshold": t, "max_own": m, "char_max_own": m}
+    {"threshold": t, "verify": {"max_own": m, "char_max_own": m}}
     for t in (0.3, 0.4, 0.5)
     for m in (0.02, 0.05, 0.1)
 ]
-TEMPLATE_GRID = [  # the template rule; residue_max_own grows looser, min_residue reaches wider
+TEMPLATE_GRID = [  # verify keys of the template rule; residue_max_own looser, min_residue wider
     {"template_docs": 5, "template_run": 4, "residue_max_own": m, "min_residue": n,
      "residue_min_shared": c}
     for m in (0.1, 0.15, 0.2)
@@ -164,8 +165,9 @@ def records_table(records: list[dict]) -> pa.Table:
 
 
 def run_ours(records: list[dict] | pa.Table, batch: int = 1000, **config) -> tuple[dict, set, dict]:
-    """prepare -> plan -> apply, in-process (the same code the runtime runs)."""
-    op = Dedup(Dedup.Config(**config), OpContext())
+    """prepare -> plan -> apply, in-process (the same code the runtime runs); ``config``:
+    the stage's keys as in YAML (``verify={"char_block": 20}``)."""
+    op = Dedup(from_mapping(Dedup.Config, config, "dedup"), OpContext())
     op.setup()
     table = records if isinstance(records, pa.Table) else records_table(records)
     with tempfile.TemporaryDirectory() as tmp:
@@ -285,7 +287,7 @@ def choose_template(sets: dict[str, list[dict]], grid=TEMPLATE_GRID, show=print)
     acceptable with that margin."""
     ok, low_f1 = {}, {}
     for cfg in grid:
-        per_set = {name: _ours(recs, **cfg)[0] for name, recs in sets.items()}
+        per_set = {name: _ours(recs, verify=cfg)[0] for name, recs in sets.items()}
         key = tuple(cfg.items())
         ok[key] = all(acceptable(s) for s in per_set.values())
         low_f1[key] = min(s["f1"] for s in per_set.values())
@@ -329,7 +331,7 @@ def report_families(demo: Path, pages: int, seeds: list[int], bases: int) -> Non
         held_out |= {f"{f}@{seed}": families[f] for f in HELD_OUT}
     chosen = choose_template(tuning)
     keys = TEMPLATE_GRID[0].keys()
-    shipped = {k: getattr(Dedup.Config(), k) for k in keys}
+    shipped = {k: getattr(Dedup.Config().verify, k) for k in keys}
     if chosen is None:
         print(f"no template setting is acceptable with a margin on the tuning sets (the "
               f"failing set is named above); shipped defaults: {shipped}")  # fmt: skip
@@ -340,7 +342,7 @@ def report_families(demo: Path, pages: int, seeds: list[int], bases: int) -> Non
     print(f"{'':<40} {'':>62}" + " ".join(f"{k:>4}"[:4] for k in KINDS))
     configs = {"minhash defaults": {}, "simhash defaults": {"method": "simhash"}}
     if chosen != shipped:
-        configs[f"minhash chosen {chosen}"] = chosen
+        configs[f"minhash chosen {chosen}"] = {"verify": chosen}
     family_report(held_out, configs)
 
 

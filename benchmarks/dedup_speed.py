@@ -45,6 +45,7 @@ from dedup_sets import KINDS, load_bases, make_variant  # noqa: E402
 
 from dataforge.ops.base import OpContext  # noqa: E402
 from dataforge.ops.dedup import Dedup  # noqa: E402
+from dataforge.ops.dedup.config import MinHashConfig  # noqa: E402
 from dataforge.runtime.barriers import BarrierContext  # noqa: E402
 from dataforge.runtime.barriers import dedup as planner  # noqa: E402
 
@@ -109,9 +110,11 @@ def per_core(args) -> int:
     )
     threshold = Dedup.Config().threshold
     timings = {
-        "ours (rensa engine)": _timed(lambda: run_ours(records, num_perm=args.num_perm)),
+        "ours (rensa engine)": _timed(
+            lambda: run_ours(records, minhash={"num_perm": args.num_perm})
+        ),
         "ours (numpy engine)": _timed(
-            lambda: run_ours(records, num_perm=args.num_perm, engine="numpy")
+            lambda: run_ours(records, minhash={"num_perm": args.num_perm, "engine": "numpy"})
         ),
         "datasketch MinHash+LSH": _timed(
             lambda: bench_datasketch(records, threshold, args.num_perm)
@@ -175,7 +178,10 @@ def at_scale(args) -> int:
     import ray
 
     bases = load_bases(Path(args.demo), 100_000, args.seed)
-    op = Dedup(Dedup.Config(num_perm=args.num_perm, index_shards=args.shards), OpContext())
+    op = Dedup(
+        Dedup.Config(minhash=MinHashConfig(num_perm=args.num_perm), index_shards=args.shards),
+        OpContext(),
+    )
     op.setup()
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         tmp = Path(tmp)

@@ -11,7 +11,9 @@ configs, loader settings):
   :data:`MAX_YAML_DEPTH`, recursive aliases; and a duplicate mapping key (YAML forbids
   it; PyYAML keeps the last one silently). Every error is one line of bounded length.
 * :func:`from_mapping` builds a dataclass strictly: unknown keys, missing required keys
-  and values of the wrong type are :class:`ConfigError` naming the key path; the
+  and values of the wrong type are :class:`ConfigError` naming the key path (a key the
+  dataclass lists in its ``moved_keys`` class attribute, ``old -> new key path``, is refused
+  naming its new place); the
   dataclass's own ``__post_init__`` enforces cross-field rules (its ``ValueError`` becomes
   a ``ConfigError`` with the path). Nested dataclasses, ``Literal``, unions, lists, tuples
   and ``dict[K, V]`` are coerced recursively, so a nested value is checked at load time.
@@ -258,7 +260,8 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
 
 def from_mapping(cls: type, raw: Any, where: str) -> Any:
     """Build dataclass ``cls`` from a mapping, strictly: unknown keys, missing required
-    keys and wrong types are :class:`ConfigError` naming ``where`` and the key."""
+    keys and wrong types are :class:`ConfigError` naming ``where`` and the key; a key of
+    ``cls.moved_keys`` (old name -> new key path) is refused naming its new place."""
     if isinstance(raw, cls):
         return raw
     if raw is None:
@@ -270,6 +273,10 @@ def from_mapping(cls: type, raw: Any, where: str) -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = set(raw) - set(fields)
+    moved = getattr(cls, "moved_keys", {})
+    renamed = sorted(unknown & set(moved))
+    if renamed:
+        raise ConfigError(f"{where}: " + "; ".join(f"{k}: moved to {moved[k]}" for k in renamed))
     if unknown:
         raise ConfigError(
             f"{where}: unknown key(s) {short_repr(sorted(map(str, unknown)))}; "

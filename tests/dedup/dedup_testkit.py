@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from dataforge.ops.base import OpContext
 from dataforge.ops.dedup import Dedup
 from dataforge.records import BASE_SCHEMA
 from dataforge.runtime.barriers import BarrierContext
+from dataforge.typed_config import from_mapping
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -41,12 +43,14 @@ def run_dedup(
     num_cpus: int = 2,
     **config,
 ) -> tuple[dict, pa.Table, Path]:
-    """prepare per batch -> plan -> apply per task; returns (summary, output, OUT dir)."""
+    """prepare per batch -> plan -> apply per task; returns (summary, output, OUT dir).
+    ``config`` is the stage's keys as in YAML (``minhash={"num_perm": 64}``)."""
     from dataforge.runtime.barriers import dedup as planner
 
-    op = Dedup(Dedup.Config(**config), OpContext(base_dir=str(tmp)))
+    op = Dedup(from_mapping(Dedup.Config, config, "dedup"), OpContext(base_dir=str(tmp)))
     op.setup()
-    name = f"{batch}-{num_cpus}-{json.dumps(config, sort_keys=True, default=str)}"
+    settings = json.dumps(config, sort_keys=True, default=str).encode()
+    name = f"{batch}-{num_cpus}-{hashlib.sha256(settings).hexdigest()[:16]}"
     work = tmp / f"work-{name}"
     work.mkdir(parents=True)
     parts, batches = {}, {}

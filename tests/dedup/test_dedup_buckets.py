@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from dataforge.ops.base import OpContext
 from dataforge.ops.dedup import Dedup
 from dataforge.ops.dedup.buckets import bucket_pair_edges, packed_bucket_pair_edges
+from dataforge.ops.dedup.config import VerifyConfig
 from dataforge.ops.dedup.index import IndexShard
 from dataforge.ops.dedup.method import BucketEntries
 from dataforge.ops.dedup.simhash import block_masks, hamming_pairs, table_keys
@@ -104,7 +105,7 @@ def test_packed_pair_edges_equal_unpacked(entries):
 def test_minhash_candidates_do_not_depend_on_the_shard_count(entries, partners):
     """A MinHash shard keeps the high 32 bits of a bucket key: keys that differ only in
     their low bits share a bucket, on one shard or on several (the planner's routing)."""
-    op = Dedup(Dedup.Config(max_partners=partners), OpContext())
+    op = Dedup(Dedup.Config(verify=VerifyConfig(max_partners=partners)), OpContext())
     method = op.method
     assert method.key_bits == 32
     keys = np.array([(high << 32) | low for high, low, _ in entries], np.uint64)

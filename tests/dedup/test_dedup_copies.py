@@ -88,7 +88,7 @@ def test_copies_never_split_off_their_heads_cluster(monkeypatch, docs_en, dedup_
     texts = [docs_en[1], near] + [page] * copies
     ids = ["a", "b"] + [f"c{i:03d}" for i in range(copies)]
     table = make_table(texts, ["en"] * len(texts), ids=ids)
-    summary, out, root = dedup_runner(table, max_partners=2)
+    summary, out, root = dedup_runner(table, verify={"max_partners": 2})
     assert kept_ids(out) == {"a", "b"}
     assert summary["copies"] == copies - 1 and summary["dropped"] == copies
     audit = pq.read_table(root / "dedup" / "clusters.parquet").to_pylist()

@@ -9,6 +9,7 @@ from dedup_testkit import make_table
 
 from dataforge.config import ConfigError, from_mapping
 from dataforge.ops.dedup import Dedup
+from dataforge.ops.dedup.config import MinHashConfig
 from dataforge.ops.dedup.minhash import band_keys, minhash_signatures, optimal_bands
 from dataforge.ops.dedup.shingles import ShingleSet, mix64
 
@@ -24,7 +25,7 @@ def _sets(overlap: int, only: int) -> ShingleSet:
 @pytest.mark.parametrize("engine", ["numpy", "rensa"])
 def test_signature_agreement_estimates_jaccard(engine):
     shingles = _sets(600, 200)  # Jaccard 600 / 1000
-    op = Dedup(Dedup.Config(num_perm=512, engine=engine))
+    op = Dedup(Dedup.Config(minhash=MinHashConfig(num_perm=512, engine=engine)))
     sig = (
         minhash_signatures(shingles, 512, 0)
         if engine == "numpy"
@@ -53,7 +54,7 @@ def test_band_keys_equal_bands_collide_only_in_same_band():
 
 
 def test_prepare_adds_fixed_size_signature_null_for_empty(reviews_zh, docs_en):
-    op = Dedup(Dedup.Config(method="minhash", num_perm=64))
+    op = Dedup(Dedup.Config(method="minhash", minhash=MinHashConfig(num_perm=64)))
     op.setup()
     table = make_table(
         [reviews_zh[0], "", "。。。", docs_en[0], "ab"], ["zh", "zh", "zh", "en", "en"]
@@ -93,16 +94,19 @@ def test_apply_marks_decided_rows():
     "raw, message",
     [
         ({"method": "lsh"}, "valid: 'exact', 'minhash', 'simhash'"),
-        ({"bands": 4}, "set both bands and rows"),
-        ({"bands": 20, "rows": 10}, r"bands\*rows must be in \[1, num_perm=128\]"),
+        ({"minhash": {"bands": 4}}, "set both minhash.bands and minhash.rows"),
+        (
+            {"minhash": {"bands": 20, "rows": 10}},
+            r"minhash.bands \* minhash.rows = 20x10 exceeds minhash.num_perm=128$",
+        ),
         ({"threshold": 1.5}, "threshold"),
-        ({"bits": 32}, "valid: 64"),
+        ({"method": "simhash", "simhash": {"bits": 32}}, "simhash.bits=32; valid: 64"),
         ({"keep": {"prefer": ["a"]}}, "unknown key"),
         ({"shingle": "bpe"}, "'auto', 'char', 'word', 'jieba'"),
         ({"normalize": {"s2t": True}}, "unknown key"),
-        ({"max_own": 1.5}, "max_own"),
-        ({"char_max_own": -0.1}, r"0 <= char_max_own <= 1; got .*, -0.1$"),
-        ({"char_block": 0}, r"char_block >= 1.*; got 20, 0, 16,"),
+        ({"verify": {"max_own": 1.5}}, r"verify.max_own=1.5; valid range: 0.0 to 1.0$"),
+        ({"verify": {"char_max_own": -0.1}}, r"verify.char_max_own=-0.1; valid range: 0.0 to 1.0$"),
+        ({"verify": {"char_block": 0}}, r"verify.char_block=0; valid range: >= 1$"),
     ],
 )
 def test_config_errors_name_the_valid_choices(raw, message):
@@ -115,7 +119,7 @@ def test_config_from_yaml_mapping():
         Dedup.Config,
         {
             "method": "simhash",
-            "max_hamming": 4,
+            "simhash": {"max_hamming": 4},
             "keep": {"prefer_source": ["a", "b"]},
             "against": ["x"],
             "normalize": {"t2s": True},
@@ -124,11 +128,11 @@ def test_config_from_yaml_mapping():
     )
     assert cfg.keep.prefer_source == ("a", "b") and cfg.against == ("x",)
     assert cfg.normalize.t2s is True
-    assert Dedup(cfg).method.block_count() == 6
+    assert cfg.simhash.block_count() == 6
 
 
 def test_jieba_shingles(reviews_zh):
-    op = Dedup(Dedup.Config(shingle="jieba", num_perm=64))
+    op = Dedup(Dedup.Config(shingle="jieba", minhash=MinHashConfig(num_perm=64)))
     op.setup()
     text = reviews_zh[1]
     sig = op.prepare(make_table([text, text.replace("，", " , "), reviews_zh[2]], ["zh"] * 3))

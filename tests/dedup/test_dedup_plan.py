@@ -130,6 +130,6 @@ def test_against_previous_run(labeled, reviews_zh, docs_en, dedup_runner, tmp_pa
     assert kept_ids(out) == {"n-new"}
     assert summary["dropped_against"] == 2 and summary["against_docs"] == 30
     with pytest.raises(ValueError, match="incompatible signatures.*num_perm"):
-        dedup_runner(table, against=(str(prev_root),), num_perm=64)
+        dedup_runner(table, against=(str(prev_root),), minhash={"num_perm": 64})
     with pytest.raises(FileNotFoundError):
         dedup_runner(table, against=(str(tmp_path / "nope"),))

@@ -13,6 +13,7 @@ from dedup_testkit import kept_ids, make_table
 
 from dataforge.ops.base import OpContext
 from dataforge.ops.dedup import Dedup, template
+from dataforge.ops.dedup.config import VerifyConfig
 from dataforge.ops.dedup.shingles import ShingleSet
 from dataforge.ops.dedup.template import doc_ngrams, frequent, residues, route_ngrams
 from dataforge.ops.dedup.verify import ResidueRule, verify_pairs
@@ -185,7 +186,7 @@ def test_sibling_pages_stay_and_edited_copies_go(dedup_runner, family_table):
     assert cluster == {ids[12]: ids[0], ids[13]: ids[5], ids[14]: ids[7]}
     assert all(0.4 <= r["similarity"] < 1.0 for r in audit if not r["kept"])
     # Without the template the 20%-edited copy is kept (own content in runs of 9).
-    _, out, _ = dedup_runner(family_table, template_docs=0)
+    _, out, _ = dedup_runner(family_table, verify={"template_docs": 0})
     assert ids[12] in kept_ids(out) and ids[13] not in kept_ids(out)
 
 
@@ -211,27 +212,38 @@ def test_residue_rule_with_native_and_numpy_kernels(monkeypatch, family_table):
     op = Dedup(Dedup.Config(), OpContext())
     cfg = op.config
     texts = op.verification_texts(family_table.column("text"), family_table.column("lang"))
-    template = frequent(doc_ngrams(texts.chars, texts.templated), cfg.template_docs)
-    texts = texts.with_residue(residues(texts.chars, texts.templated, template, cfg.template_run))
+    template = frequent(doc_ngrams(texts.chars, texts.templated), cfg.verify.template_docs)
+    texts = texts.with_residue(
+        residues(texts.chars, texts.templated, template, cfg.verify.template_run)
+    )
     left, right = np.triu_indices(len(family_table), 1)
-    args = (texts.take(left), texts.take(right), cfg.threshold, cfg.char_block, cfg.char_max_own)
-    rule = ResidueRule(cfg.residue_max_own, cfg.min_residue, cfg.residue_min_shared)
+    args = (
+        texts.take(left),
+        texts.take(right),
+        cfg.threshold,
+        cfg.verify.char_block,
+        cfg.verify.char_max_own,
+    )
+    rule = ResidueRule(
+        cfg.verify.residue_max_own, cfg.verify.min_residue, cfg.verify.residue_min_shared
+    )
     native = verify_pairs(*args, rule)
     monkeypatch.setattr(verify, "_verify", None)
     numpy = verify_pairs(*args, rule)
     assert np.array_equal(native[0], numpy[0]) and np.array_equal(native[1], numpy[1])
     on_residue = (
-        np.minimum(texts.residue.counts[left], texts.residue.counts[right]) >= cfg.min_residue
+        np.minimum(texts.residue.counts[left], texts.residue.counts[right])
+        >= cfg.verify.min_residue
     )
     assert on_residue.sum() > 10  # the rule decided pairs here
 
 
 def test_config_checks_template_keys():
-    with pytest.raises(ValueError, match="template_run"):
-        Dedup.Config(template_run=0)
-    with pytest.raises(ValueError, match="residue_max_own"):
-        Dedup.Config(residue_max_own=1.5)
-    assert Dedup.Config(template_docs=0).template_docs == 0
+    with pytest.raises(ValueError, match="verify.template_run"):
+        VerifyConfig(template_run=0)
+    with pytest.raises(ValueError, match="verify.residue_max_own"):
+        VerifyConfig(residue_max_own=1.5)
+    assert Dedup.Config(verify=VerifyConfig(template_docs=0)).verify.template_docs == 0
 
 
 def test_texts_take_and_concat_keep_residues(family_table):

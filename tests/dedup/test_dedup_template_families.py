@@ -34,7 +34,7 @@ def test_families_are_hard_negatives(held_out):
         assert len(pages) == PAGES and len({r["text"] for r in pages}) == PAGES, family
         assert len({r["kind"] for r in records}) >= 6, family
         cluster_of, dropped, _ = run_ours(
-            records, char_block=20, char_max_own=0.05, template_docs=0
+            records, verify={"char_block": 20, "char_max_own": 0.05, "template_docs": 0}
         )
         assert score(records, cluster_of, dropped)["lost"] > 0, family
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from dataforge.ops.base import OpContext
 from dataforge.ops.dedup import Dedup, NormalizeConfig
+from dataforge.ops.dedup.config import VerifyConfig
 from dataforge.ops.dedup.shingles import ShingleSet
 from dataforge.ops.dedup.star import star_clusters
 from dataforge.ops.dedup.verify import Texts, verify_pairs
@@ -84,8 +85,8 @@ def test_template_siblings_are_not_duplicates_but_copies_are(reviews_zh):
         texts.take(np.arange(n)),
         texts.take(np.arange(n, 2 * n)),
         cfg.threshold,
-        cfg.block,
-        cfg.max_own,
+        cfg.verify.block,
+        cfg.verify.max_own,
     )
     assert jaccard[0] >= cfg.threshold  # the shared template alone passes Jaccard ...
     assert duplicate.tolist() == [want for _, _, want in cases]  # ... but not verification
@@ -151,7 +152,9 @@ def test_templated_manual_pages_are_kept_and_their_copy_is_removed(dedup_runner)
     texts = _texts(op, [sequence, sequence], "zh")
     others = _texts(op, [opclass, copy], "zh")
     cfg = op.config
-    jaccard, duplicate = verify_pairs(texts, others, cfg.threshold, cfg.block, cfg.max_own)
+    jaccard, duplicate = verify_pairs(
+        texts, others, cfg.threshold, cfg.verify.block, cfg.verify.max_own
+    )
     assert jaccard[0] >= cfg.threshold  # the two pages pass Jaccard on the template alone
     assert duplicate.tolist() == [False, True]
     table = make_table(
@@ -167,7 +170,7 @@ def test_templated_manual_pages_are_kept_and_their_copy_is_removed(dedup_runner)
 def test_own_content_rule_per_kind(reviews_zh, docs_en):
     """Character-shingled texts get ``char_block`` and ``char_max_own``, word-shingled
     ones ``block`` and ``max_own``."""
-    cfg = Dedup.Config(block=20, char_block=7, max_own=0.05, char_max_own=0.02)
+    cfg = Dedup.Config(verify=VerifyConfig(block=20, char_block=7, max_own=0.05, char_max_own=0.02))
     texts = Dedup(cfg, OpContext()).verification_texts(
         pa.array([reviews_zh[0], docs_en[0], reviews_zh[1]]), pa.array(["zh", "en", "zh"])
     )
@@ -383,7 +386,7 @@ def test_native_kernels_equal_numpy_on_real_text(monkeypatch, reviews_zh):
     cfg = op.config
     (j1, d1), (j2, d2) = _both(
         monkeypatch, texts.take(np.arange(n)), texts.take(np.arange(n, 2 * n)),
-        cfg.threshold, cfg.block, cfg.max_own,
+        cfg.threshold, cfg.verify.block, cfg.verify.max_own,
     )  # fmt: skip
     assert j1.tolist() == j2.tolist() and d1.tolist() == d2.tolist()
     assert 0 < d1.sum() < n  # both kinds of decision occur

@@ -2,7 +2,7 @@
 
 ``prepare`` (per batch, before the barrier) normalizes and shingles the live texts and adds
 one signature column, made by the configured method (:mod:`dataforge.ops.dedup.registry`):
-``_exact`` (uint64 hash of the normalized text), ``_minhash`` (``num_perm`` uint32 values as
+``_exact`` (uint64 hash of the normalized text), ``_minhash`` (``minhash.num_perm`` uint32 values as
 fixed-size binary) or ``_simhash`` (uint64); MinHash and SimHash also add ``_text_hash``,
 the exact hash of the text as they normalize it, so that the planner collapses exact
 copies first (:mod:`dataforge.ops.dedup.copies`). The planner (``dataforge.runtime.barriers.dedup``)
@@ -21,8 +21,7 @@ merged into one giant cluster).
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +30,7 @@ import xxhash
 
 from dataforge.io.fs import StorageError, exists, join
 from dataforge.ops.base import BarrierOp, set_drop_reasons
+from dataforge.ops.dedup.config import DedupConfig, KeepConfig, NormalizeConfig
 from dataforge.ops.dedup.exact import exact_hashes
 from dataforge.ops.dedup.method import DedupMethod
 from dataforge.ops.dedup.registry import METHODS
@@ -44,9 +44,8 @@ from dataforge.ops.dedup.shingles import (
 from dataforge.ops.dedup.verify import Texts
 from dataforge.records import ORD
 from dataforge.text.script import convert_script
-from dataforge.typed_config import check_choices
 
-__all__ = ["DECISION_REASON", "TEXT_HASH", "Dedup", "KeepConfig", "NormalizeConfig"]
+__all__ = ["DECISION_REASON", "TEXT_HASH", "Dedup", "DedupConfig", "KeepConfig", "NormalizeConfig"]
 
 DECISION_REASON = "_dedup_reason"
 TEXT_HASH = "_text_hash"
@@ -54,163 +53,6 @@ TEXT_HASH = "_text_hash"
 # Character n-grams for the own-content measure of verification: 3 Chinese characters are
 # specific, 3 Latin letters are not ("ion" is in every English page), 6 are.
 OWN_CONTENT_NGRAM = {"char": 3, "word": 8}
-
-
-@dataclasses.dataclass(frozen=True)
-class NormalizeConfig:
-    """Script normalization before shingling (on top of NFKC, lowercase, punctuation)."""
-
-    t2s: bool = False
-    """Convert traditional to simplified Chinese (OpenCC ``t2s``) so that a traditional
-    and a simplified copy of one text are duplicates."""
-
-
-@dataclasses.dataclass(frozen=True)
-class KeepConfig:
-    """Which member of a duplicate cluster survives."""
-
-    prefer_source: tuple[str, ...] = ()
-    """Sources in order of preference; the rest rank after them. Ties: lowest id."""
-
-
-@dataclasses.dataclass(frozen=True)
-class DedupConfig:
-    method: str = "minhash"
-    """One of :data:`dataforge.ops.dedup.registry.METHODS`: exact, minhash, simhash."""
-    threshold: float = 0.4
-    """Jaccard of the shingle sets from which two documents are duplicates: every
-    candidate pair of MinHash and SimHash is checked against it on the texts, and MinHash
-    banding is tuned for it (chosen across domains in benchmarks/dedup_quality.py)."""
-    block: int = 20
-    """Verification of word-shingled texts: a run of this many consecutive character
-    8-grams that the other document lacks is content of its own (scattered edits leave
-    shorter runs)."""
-    char_block: int = 9
-    """Verification of character-shingled texts (Chinese, Japanese, Korean; and jieba):
-    a run of this many consecutive character 3-grams the other document lacks (7
-    characters of its own) is content of its own: what a short line of a manual page, a
-    spec sheet or a post has, and what scattered edits of a copy rarely leave (chosen on
-    template families in benchmarks/dedup_quality.py)."""
-    max_own: float = 0.05
-    """Verification of word-shingled texts: a pair is a duplicate only when one of the
-    two has at most this share of own content (two pages of one template each have their
-    own body)."""
-    char_max_own: float = 0.02
-    """``max_own`` of character-shingled texts (chosen with ``char_block`` on template
-    families in benchmarks/dedup_quality.py)."""
-    template_docs: int = 5
-    """Character-shingled texts: a 3-gram in at least this many candidate documents is
-    template; pairs are verified on the rest, each side's residue
-    (:mod:`dataforge.ops.dedup.template`; the rule chosen in benchmarks/dedup_quality.py).
-    0: no template rule."""
-    template_run: int = 4
-    """A residue: runs of at least this many non-template 3-grams."""
-    residue_max_own: float = 0.1
-    """A pair is a duplicate when one side has at most this share of its residue in runs
-    of ``char_block`` 3-grams the other lacks..."""
-    residue_min_shared: float = 0.2
-    """...and at least this share of its residue in the other."""
-    min_residue: int = 10
-    """Residue 3-grams both sides need for the rule (else the whole-text rule)."""
-    max_partners: int = 16
-    """In one bucket, each document is paired with up to this many members before it
-    (all pairs of buckets up to ``max_partners + 1``; star-shaped beyond). Exact pairs
-    each document with the smallest member only (an equal hash decides)."""
-    normalize: NormalizeConfig = NormalizeConfig()
-    num_perm: int = 128
-    bands: int | None = None
-    """MinHash bands; with ``rows``, overrides the derivation from ``threshold``."""
-    rows: int | None = None
-    shingle: Literal["auto", "char", "word", "jieba"] = "auto"
-    """``auto``: characters for zh/ja/ko, words otherwise; ``jieba``: jieba words."""
-    ngram: int = 2
-    """Shingle size: characters (``char``) or words (``word``, ``jieba``). Character
-    2-grams keep a 20%-edited Chinese text above the threshold (3-grams: half of them)."""
-    ngram_words: int | None = 2
-    """Word n-gram size for word/jieba shingles; None uses ``ngram`` for them too."""
-    lowercase: bool = True
-    nfkc: bool = True
-    strip_punctuation: bool = True
-    """Remove punctuation, symbols and whitespace runs before shingling (word shingles
-    keep one space between words)."""
-    bits: int = 64
-    max_hamming: int = 6
-    """SimHash: fingerprints within this Hamming distance are duplicates (6 measured best
-    at precision 1.0 in benchmarks/dedup_quality.py; 3 finds little beyond exact copies)."""
-    simhash_blocks: int | None = None
-    """SimHash permuted-block tables: blocks per fingerprint (default ``max_hamming + 2``:
-    ``C(k + 2, 2)`` tables keyed by 2 blocks, i.e. 28 tables with 16-bit keys for k=6)."""
-    weighting: Literal["tf", "log_tf", "binary"] = "tf"
-    """SimHash feature weight: term frequency, 1 + ln(tf), or 1."""
-    keep: KeepConfig = KeepConfig()
-    against: tuple[str, ...] = ()
-    """Previous run directories (OUT) whose published signatures new records are checked
-    against; a new record that duplicates one of them is dropped."""
-    index_shards: int | None = None
-    """Index actors (default: the cluster's CPUs)."""
-    engine: Literal["rensa", "numpy"] = "rensa"
-    """MinHash engine over our shingle hashes: ``rensa`` (Rust, measured faster) or numpy."""
-    hash_seed: int = 0
-    """Seed of the hash permutations (fixed, not the pipeline seed, so that runs with
-    different pipeline seeds can dedup against each other)."""
-    max_chars: int = 1_000_000
-    """Normalized characters shingled per document (bounded work for huge documents)."""
-    max_shingles: int = 20_000
-    """Shingles per document; more keep a consistent bottom-k sample."""
-
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            valid = ", ".join(repr(m) for m in METHODS)
-            raise ValueError(f"method {self.method!r}; valid: {valid}")
-        check_choices(self)
-        if not 0.0 < self.threshold < 1.0:
-            raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")
-        if not 1 <= self.num_perm <= 1024:
-            raise ValueError(f"num_perm must be in [1, 1024], got {self.num_perm}")
-        if (self.bands is None) != (self.rows is None):
-            raise ValueError("set both bands and rows, or neither (derived from threshold)")
-        if self.bands is not None and (
-            self.bands < 1 or self.rows < 1 or self.bands * self.rows > self.num_perm
-        ):
-            raise ValueError(
-                f"bands*rows must be in [1, num_perm={self.num_perm}], got {self.bands}x{self.rows}"
-            )
-        if self.ngram < 1 or (self.ngram_words is not None and self.ngram_words < 1):
-            raise ValueError(f"ngram sizes must be >= 1, got {self.ngram}, {self.ngram_words}")
-        if self.bits != 64:
-            raise ValueError(f"bits {self.bits}; valid: 64")
-        blocks = self.simhash_blocks if self.simhash_blocks is not None else self.max_hamming + 2
-        if not 0 <= self.max_hamming < max(blocks, self.max_hamming + 1) <= 64:
-            raise ValueError(
-                f"need 0 <= max_hamming < simhash_blocks <= 64, got {self.max_hamming}, {blocks}"
-            )
-        if self.index_shards is not None and self.index_shards < 1:
-            raise ValueError(f"index_shards must be >= 1, got {self.index_shards}")
-        if self.max_chars < 1 or self.max_shingles < 1:
-            raise ValueError("max_chars and max_shingles must be >= 1")
-        if (
-            min(self.template_docs, self.min_residue) < 0
-            or self.template_run < 1
-            or not (0.0 <= self.residue_max_own <= 1.0)
-            or not (0.0 <= self.residue_min_shared <= 1.0)
-        ):
-            raise ValueError(
-                "need template_docs >= 0, template_run >= 1, min_residue >= 0, "
-                "0 <= residue_max_own <= 1, 0 <= residue_min_shared <= 1; got "
-                f"{self.template_docs}, {self.template_run}, {self.min_residue}, "
-                f"{self.residue_max_own}, {self.residue_min_shared}"
-            )
-        if min(self.block, self.char_block, self.max_partners) < 1 or not (
-            0.0
-            <= min(self.max_own, self.char_max_own)
-            <= max(self.max_own, self.char_max_own)
-            <= 1.0
-        ):
-            raise ValueError(
-                "need block >= 1, char_block >= 1, max_partners >= 1, 0 <= max_own <= 1, "
-                f"0 <= char_max_own <= 1; got {self.block}, {self.char_block}, "
-                f"{self.max_partners}, {self.max_own}, {self.char_max_own}"
-            )
 
 
 class Dedup(BarrierOp):
@@ -253,7 +95,9 @@ class Dedup(BarrierOp):
 
     def signature_params(self) -> dict[str, Any]:
         """Everything that changes signature values; published with them so that a later
-        run can refuse to dedup against incompatible signatures."""
+        run can refuse to dedup against incompatible signatures. The names stay the flat
+        ones published before the settings were nested (``hash_seed`` is
+        ``minhash.hash_seed``), so that signatures of earlier runs remain comparable."""
         cfg = self.config
         params: dict[str, Any] = {
             "method": cfg.method,
@@ -263,7 +107,7 @@ class Dedup(BarrierOp):
             "lowercase": cfg.lowercase,
             "nfkc": cfg.nfkc,
             "strip_punctuation": cfg.strip_punctuation,
-            "hash_seed": cfg.hash_seed,
+            "hash_seed": cfg.minhash.hash_seed,
             "max_chars": cfg.max_chars,
             "max_shingles": cfg.max_shingles,
         }
@@ -372,9 +216,10 @@ class Dedup(BarrierOp):
             n = OWN_CONTENT_NGRAM["word" if kind == "word" else "char"]
             chars.append(shingle_hashes(points, "char", n, max_shingles=self.config.max_shingles))
             words = kind == "word"
-            blocks[idx] = self.config.block if words else self.config.char_block
-            max_owns[idx] = self.config.max_own if words else self.config.char_max_own
-            templated[idx] = not words and self.config.template_docs > 0
+            verify = self.config.verify
+            blocks[idx] = verify.block if words else verify.char_block
+            max_owns[idx] = verify.max_own if words else verify.char_max_own
+            templated[idx] = not words and verify.template_docs > 0
             rows.append(idx)
         return Texts(
             _in_row_order(shingles, rows, len(texts)),

@@ -157,7 +157,7 @@ class IndexShard:
         """Candidate pairs of this shard's buckets, routed by owner; frees the entries."""
         # Unverified (exact): a shared key decides, and the smallest member is every
         # member's representative; pairing each member with it alone gives the same stars.
-        partners = self.config.max_partners if self.method.verified else 1
+        partners = self.config.verify.max_partners if self.method.verified else 1
         if self._packed:
             packed = np.concatenate(self._keys) if self._keys else np.zeros(0, np.uint64)
             self._keys = []  # free the pieces before sorting
@@ -282,7 +282,7 @@ class IndexShard:
         if len(heads):
             pos = np.minimum(np.searchsorted(heads, nodes), len(heads) - 1)
             times = np.where(heads[pos] == nodes, sizes[pos], 1)
-        times = np.minimum(times, max(self.config.template_docs, 1))
+        times = np.minimum(times, max(self.config.verify.template_docs, 1))
         ngrams = [
             np.tile(doc_ngrams(texts.chars, texts.templated & (times == t)), t)
             for t in np.unique(times).tolist()
@@ -294,7 +294,7 @@ class IndexShard:
         documents; returns how many."""
         flat = [p for p in _flatten(parts) if len(p)]
         ngrams = np.concatenate(flat) if flat else np.zeros(0, np.uint32)
-        self._template = frequent(ngrams, self.config.template_docs)
+        self._template = frequent(ngrams, self.config.verify.template_docs)
         return len(self._template)
 
     def template_share(self) -> list[np.ndarray]:
@@ -308,7 +308,7 @@ class IndexShard:
         template = np.sort(np.concatenate(flat)) if flat else np.zeros(0, np.uint32)
         self._template = np.zeros(0, np.uint32)
         nodes, order, sigs, texts = self._payload()
-        cut = residues(texts.chars, texts.templated, template, self.config.template_run)
+        cut = residues(texts.chars, texts.templated, template, self.config.verify.template_run)
         self._pool = (nodes, order, sigs, texts.with_residue(cut))
         return len(cut.hashes)
 
@@ -368,7 +368,7 @@ def decide_pairs(
     ``right``; returns ``(pairs, similarity)`` of those kept. Decided chunk by chunk
     (bounded copies for the numpy kernels). A pair whose u is a record of an ``against``
     run (key below ``fixed``: its text is gone) is judged on the signatures."""
-    cfg = method.config
+    threshold, cfg = method.config.threshold, method.config.verify
     rule = (
         ResidueRule(cfg.residue_max_own, cfg.min_residue, cfg.residue_min_shared)
         if cfg.template_docs
@@ -382,12 +382,12 @@ def decide_pairs(
         lrows = l_order[np.searchsorted(l_nodes, chunk[:, 0], sorter=l_order)]
         rrows = r_order[np.searchsorted(r_nodes, chunk[:, 1], sorter=r_order)]
         sim, keep = verify_rows(
-            l_texts, lrows, r_texts, rrows, cfg.threshold, cfg.block, cfg.max_own, rule
+            l_texts, lrows, r_texts, rrows, threshold, cfg.block, cfg.max_own, rule
         )
         against = chunk[:, 0] < fixed
         if against.any():
             estimate = method.signature_similarity(l_sigs[lrows[against]], r_sigs[rrows[against]])
-            sim[against], keep[against] = estimate, estimate >= cfg.threshold
+            sim[against], keep[against] = estimate, estimate >= threshold
         kept_edges.append(chunk[keep])
         kept_sims.append(sim[keep])
     return np.concatenate(kept_edges), np.concatenate(kept_sims)

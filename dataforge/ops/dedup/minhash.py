@@ -147,33 +147,39 @@ class MinHashMethod(DedupMethod):
     key_bits = 32
 
     def problems(self) -> list[str]:
-        if self.config.engine == "rensa":
+        if self.config.minhash.engine == "rensa":
             try:
                 import rensa  # noqa: F401
             except ImportError:
-                return ["dedup.engine: rensa is not installed (or use engine: numpy)"]
+                return [
+                    "dedup.minhash.engine: rensa is not installed (or use minhash.engine: numpy)"
+                ]
         return []
 
     def signature_type(self) -> pa.DataType:
-        return pa.binary(4 * self.config.num_perm)
+        return pa.binary(4 * self.config.minhash.num_perm)
 
     def signature_params(self) -> dict[str, Any]:
-        return {"num_perm": self.config.num_perm, "engine": _engine_version(self.config.engine)}
+        # Flat names, as published beside the signatures of earlier runs.
+        return {
+            "num_perm": self.config.minhash.num_perm,
+            "engine": _engine_version(self.config.minhash.engine),
+        }
 
     def bands_rows(self) -> tuple[int, int]:
         """``(bands, rows)``: configured, or derived from ``threshold`` (with at most
         ``MAX_DERIVED_BANDS``: the index holds 8 bytes per band and document)."""
-        cfg = self.config
+        cfg = self.config.minhash
         if cfg.bands is not None:
             return cfg.bands, cfg.rows
-        return optimal_bands(cfg.threshold, cfg.num_perm, max_bands=MAX_DERIVED_BANDS)
+        return optimal_bands(self.config.threshold, cfg.num_perm, max_bands=MAX_DERIVED_BANDS)
 
     def summary(self) -> dict[str, Any]:
         bands, rows = self.bands_rows()
         return {"bands": bands, "rows": rows}
 
     def signatures(self, shingles: ShingleSet | None, points: Any) -> np.ndarray:
-        cfg = self.config
+        cfg = self.config.minhash
         if cfg.engine == "numpy":
             return minhash_signatures(shingles, cfg.num_perm, cfg.hash_seed)
         import rensa
@@ -189,7 +195,7 @@ class MinHashMethod(DedupMethod):
         valid = pc.is_valid(signatures)
         rows = np.flatnonzero(valid.to_numpy(zero_copy_only=False))
         present = signatures.filter(valid)
-        num_perm = self.config.num_perm
+        num_perm = self.config.minhash.num_perm
         raw = np.frombuffer(present.buffers()[1], dtype=np.uint32)
         start = present.offset * num_perm
         return rows, raw[start : start + len(present) * num_perm].reshape(-1, num_perm)
@@ -197,14 +203,14 @@ class MinHashMethod(DedupMethod):
     def bucket_keys(self, signatures: pa.Array) -> BucketEntries:
         rows, sigs = self.values(signatures)
         bands, band_rows = self.bands_rows()
-        return BucketEntries(rows, band_keys(sigs, bands, band_rows, self.config.hash_seed))
+        return BucketEntries(rows, band_keys(sigs, bands, band_rows, self.config.minhash.hash_seed))
 
     def screen_floor(self) -> float | None:
         """Four standard deviations of the signature estimate below ``threshold``
         (0.23 for 0.4 with 128 permutations): a pair there is a chance collision of its
         bands, not a duplicate (a true pair at the threshold lands below with p ~ 3e-5)."""
         t = self.config.threshold
-        return t - 4.0 * math.sqrt(t * (1.0 - t) / self.config.num_perm)
+        return t - 4.0 * math.sqrt(t * (1.0 - t) / self.config.minhash.num_perm)
 
     def signature_similarity(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
         return signature_jaccard(left, right)

@@ -147,25 +147,24 @@ class SimHashMethod(DedupMethod):
     name = "simhash"
 
     def signature_params(self) -> dict[str, Any]:
-        return {"bits": self.config.bits, "weighting": self.config.weighting}
-
-    def block_count(self) -> int:
-        cfg = self.config
-        return cfg.simhash_blocks if cfg.simhash_blocks is not None else cfg.max_hamming + 2
+        # Flat names, as published beside the signatures of earlier runs.
+        return {"bits": self.config.simhash.bits, "weighting": self.config.simhash.weighting}
 
     def signatures(self, shingles: ShingleSet | None, points: Any) -> np.ndarray:
-        return simhash_fingerprints(shingles, self.config.weighting)
+        return simhash_fingerprints(shingles, self.config.simhash.weighting)
 
     def bucket_keys(self, signatures: pa.Array) -> BucketEntries:
         rows, fingerprints = self.values(signatures)
-        masks = block_masks(self.config.max_hamming, self.block_count())
+        masks = block_masks(self.config.simhash.max_hamming, self.config.simhash.block_count())
         return BucketEntries(rows, table_keys(fingerprints, masks), fingerprints)
 
     def max_hamming(self) -> int | None:
-        return self.config.max_hamming
+        return self.config.simhash.max_hamming
 
     def signature_similarity(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
         """1 - Hamming distance / 64 (a pair from the tables is already within
         ``max_hamming``; against a published fingerprint that is the only evidence)."""
         distance = np.bitwise_count(np.asarray(left, np.uint64) ^ np.asarray(right, np.uint64))
-        return np.where(distance <= self.config.max_hamming, 1.0, 0.0) * (1.0 - distance / 64)
+        return np.where(distance <= self.config.simhash.max_hamming, 1.0, 0.0) * (
+            1.0 - distance / 64
+        )

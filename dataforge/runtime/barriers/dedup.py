@@ -253,11 +253,11 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         # Only candidate records are read back and shingled (the planner holds their keys).
         needed = _needed(backend)
         stats["candidate_docs"] = len(needed)
-        if op.config.template_docs and len(copies):
+        if op.config.verify.template_docs and len(copies):
             needed = np.union1d(needed, _send_group_sizes(backend, copies))
         calls_of = functools.partial(payload_calls, needed=needed)
         _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text=True)
-        if op.config.template_docs:  # the candidates' template, counted on the shards
+        if op.config.verify.template_docs:  # the candidates' template, counted on the shards
             stats["template_ngrams"] = sum(backend.exchange("template_counts", "count_template"))
             backend.exchange("template_share", "receive_template")
         _hook("signatures", attempt, backend)
