@@ -30,7 +30,7 @@ A record that cannot be trusted (warcio cannot parse it; it is cut short; its
 ``Content-Length`` is missing or lies; its headers pass the cap; its content coding is
 damaged) is one row ``warc:malformed`` at its number, with the event
 ``warc_malformed:<why>``. Reading resumes at the next place past it where a record may
-start (a gzip member header, a ``WARC/1.`` line), so one bad record costs only itself, and
+start (a gzip member header, ``WARC/1.``), so one bad record costs only itself, and
 bytes that are left unparsed at the end (a cut gzip member) are one ``warc:malformed``
 too. A whole-file gzip, one stream without offsets, ends at a bad record.
 """
@@ -241,11 +241,11 @@ def _blank_after(path: str, start: int, end: int | None) -> bool:
 
 
 def _next_record(path: str, after: int, end: int | None) -> int | None:
-    """Offset of the first place where a record may start (a gzip member header or a
-    ``WARC/1.`` line) past the first non-blank byte from ``after`` (where the bad record
-    or the unparsed bytes begin); None: none before ``end``."""
-    marker = b"\x1f\x8b\x08" if path.endswith(".gz") else b"\nWARC/1."
-    skip = 0 if marker.startswith(b"\x1f") else 1
+    """Offset of the first place where a record may start (a gzip member header or
+    ``WARC/1.``, at a line's start or not: lost bytes may have taken the line end before
+    it) past the first non-blank byte from ``after`` (where the bad record or the unparsed
+    bytes begin); None: none before ``end``."""
+    marker = b"\x1f\x8b\x08" if path.endswith(".gz") else b"WARC/1."
     with open_input_file(path) as raw:
         raw.seek(after)
         pos, tail, started = after, b"", False
@@ -262,7 +262,7 @@ def _next_record(path: str, after: int, end: int | None) -> int | None:
                 block, started = stripped[1:], True
             found = (tail + block).find(marker)
             if found >= 0:
-                start = pos - len(tail) + found + skip
+                start = pos - len(tail) + found
                 return start if end is None or start < end else None
             tail = block[-len(marker) :]
             pos += len(block)
