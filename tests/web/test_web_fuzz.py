@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from webkit import page_bytes, write_warc, write_wet
 
+from dataforge.io.formats.warc import WARC_TYPES
 from dataforge.io.input_config import InputConfig, ReadConfig
 from dataforge.io.readers import InputTask, TaskReader
-from dataforge.io.web_readers import WARC_TYPES
 from dataforge.ops.extract import Extract
 
 MUTANTS_PER_BASE = 180
