@@ -26,7 +26,6 @@ wrong codec is reported by name.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import re
 from collections import Counter
@@ -129,7 +128,7 @@ class TaskReader:
         return np.arange(first, first + n, dtype=np.int64)
 
     # -- one row per physical record ---------------------------------------------------
-    def open_text(self, raw: BinaryIO) -> io.TextIOBase:
+    def open_text(self, raw: BinaryIO) -> TextIO:
         """``raw`` decoded as the source's ``encoding`` decides for this file."""
         text, self.decision = open_decoded(raw, self.source.encoding)
         transcoded = self.decision.transcoded

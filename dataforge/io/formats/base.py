@@ -2,7 +2,7 @@
 and how a task's bytes become rows.
 
 A format reads through the public hook of :class:`~dataforge.io.readers.TaskReader`
-(``new_row``, ``with_text``, ``finish_row``, ``row_batches``, ``lines``...), which keeps
+(:class:`RowReader`: ``new_row``, ``with_text``, ``finish_row``, ``row_batches``...), which keeps
 what every format shares: ids, the ``drop`` accounting, decoding, duplicate ids. A new
 format is a subclass in its own module and one line in
 :data:`dataforge.io.formats.registry.FORMATS`.
@@ -10,18 +10,23 @@ format is a subclass in its own module and one line in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO, ClassVar, Protocol, TextIO
 
 import pyarrow as pa
 
+from dataforge.io.decoding import Decision
 from dataforge.io.tasks import InputTask
 
-if TYPE_CHECKING:  # the reader drives a format; a format only calls the reader's hook
-    from dataforge.io.input_config import InputConfig, ReadConfig
-    from dataforge.io.readers import TaskReader
-
-__all__ = ["COMPRESSED_SUFFIXES", "InputFormat", "ReadError"]
+__all__ = [
+    "COMPRESSED_SUFFIXES",
+    "InputFormat",
+    "ReadError",
+    "ReadLimits",
+    "RowReader",
+    "Source",
+]
 
 COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd")
 """Suffixes of files that are one compressed stream, read only from its start."""
@@ -29,6 +34,58 @@ COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd")
 
 class ReadError(RuntimeError):
     """An input file that cannot be read to the end (truncated or corrupt stream)."""
+
+
+class Source(Protocol):
+    """What a format reads of its ``inputs[]`` entry
+    (:class:`~dataforge.io.input_config.InputConfig`, which validates ``format`` against
+    the registry: formats see it through this protocol, so nothing imports in a circle)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def lang(self) -> str: ...
+    @property
+    def encoding(self) -> str: ...
+    @property
+    def text_key(self) -> str: ...
+    @property
+    def id_key(self) -> str | None: ...
+    @property
+    def meta_keys(self) -> tuple[str, ...]: ...
+    @property
+    def txt_unit(self) -> str: ...
+
+
+class ReadLimits(Protocol):
+    """What a format reads of ``read:`` (:class:`~dataforge.io.input_config.ReadConfig`)."""
+
+    @property
+    def batch_rows(self) -> int: ...
+    @property
+    def max_doc_chars(self) -> int: ...
+
+
+class RowReader(Protocol):
+    """The hook of :class:`~dataforge.io.readers.TaskReader` a format reads through."""
+
+    task: InputTask
+    source: Source
+    read: ReadLimits
+    events: Counter[str]
+    decision: Decision | None
+
+    def new_row(self, record_id: str, drop: str | None = None) -> dict[str, Any]: ...
+    def with_text(self, row: dict[str, Any], text: str) -> dict[str, Any]: ...
+    def object_row(self, row: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]: ...
+    def finish_row(self, row: dict[str, Any]) -> dict[str, Any]: ...
+    def repaired(self, text: str) -> tuple[str, str | None]: ...
+    def open_text(self, raw: BinaryIO) -> TextIO: ...
+    def line_limit(self) -> int: ...
+    def lines(self) -> Iterator[tuple[int, str, bool]]: ...
+    def lines_of(self, text: TextIO, lineno: int) -> Iterator[tuple[int, str, bool]]: ...
+    def line_row(self, lineno: int, line: str, too_long: bool) -> dict[str, Any]: ...
+    def row_batches(self, rows: Iterable[dict[str, Any]]) -> Iterator[pa.Table]: ...
 
 
 class InputFormat:
@@ -42,18 +99,18 @@ class InputFormat:
     keyed: ClassVar[bool] = True
     """Whether records have keys (``text_key``, ``id_key``, ``meta_keys`` apply)."""
 
-    def check_source(self, source: InputConfig) -> None:
+    def check_source(self, source: Source) -> None:
         """Rules between this format and the source's other keys (``ValueError``)."""
 
-    def line_limit(self, read: ReadConfig) -> int:
+    def line_limit(self, read: ReadLimits) -> int:
         """Characters of a line read at once (longer lines are ``too_long``)."""
         return read.max_doc_chars + 2
 
-    def unsplittable_reason(self, task: InputTask, source: InputConfig) -> str | None:
+    def unsplittable_reason(self, task: InputTask, source: Source) -> str | None:
         """Why this file can only be one task (None: :meth:`split` may cut it)."""
         return f"format: {self.name} (read whole)"
 
-    def split(self, task: InputTask, source: InputConfig, split_bytes: int) -> list[InputTask]:
+    def split(self, task: InputTask, source: Source, split_bytes: int) -> list[InputTask]:
         """The splits of a file larger than ``split_bytes`` that may be split."""
         return [task]
 
@@ -61,15 +118,15 @@ class InputFormat:
         """Tasks a splittable file becomes, without reading it (``validate``'s summary)."""
         return -(-task.bytes // split_bytes)
 
-    def batches(self, reader: TaskReader) -> Iterator[pa.Table]:
+    def batches(self, reader: RowReader) -> Iterator[pa.Table]:
         """The task's rows in batches (:meth:`rows`, batched by the reader)."""
         return reader.row_batches(self.rows(reader))
 
-    def rows(self, reader: TaskReader) -> Iterator[dict[str, Any]]:
+    def rows(self, reader: RowReader) -> Iterator[dict[str, Any]]:
         """One row per physical record, each built by ``reader.new_row`` and passed
         through ``reader.finish_row``."""
         raise NotImplementedError(f"format {self.name!r} writes rows() or batches()")
 
-    def line_row(self, reader: TaskReader, row: dict[str, Any], line: str) -> dict[str, Any]:
+    def line_row(self, reader: RowReader, row: dict[str, Any], line: str) -> dict[str, Any]:
         """The row of one line (its bytes already repaired) for line formats."""
         raise NotImplementedError(f"format {self.name!r} is not read by lines")

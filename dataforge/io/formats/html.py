@@ -11,14 +11,12 @@ import zlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from dataforge.io.formats.base import InputFormat
+from dataforge.io.formats.base import InputFormat, RowReader, Source
 from dataforge.io.formats.web import decoded_page, malformed_row
 from dataforge.io.streams import open_binary
 from dataforge.io.web_pages import canonical_url
 
 if TYPE_CHECKING:
-    from dataforge.io.input_config import InputConfig
-    from dataforge.io.readers import TaskReader
     from dataforge.io.tasks import InputTask
 
 __all__ = ["HtmlFormat"]
@@ -27,10 +25,10 @@ __all__ = ["HtmlFormat"]
 class HtmlFormat(InputFormat):
     name = "html"
 
-    def unsplittable_reason(self, task: InputTask, source: InputConfig) -> str | None:
+    def unsplittable_reason(self, task: InputTask, source: Source) -> str | None:
         return "format: html (one page per file)"
 
-    def rows(self, reader: TaskReader) -> Iterator[dict[str, Any]]:
+    def rows(self, reader: RowReader) -> Iterator[dict[str, Any]]:
         max_bytes = reader.read.max_doc_chars * 4
         try:
             with open_binary(reader.task.path) as raw:
@@ -46,7 +44,7 @@ class HtmlFormat(InputFormat):
         yield reader.finish_row(_page_row(reader, row, body))
 
 
-def _page_row(reader: TaskReader, row: dict[str, Any], body: bytes) -> dict[str, Any]:
+def _page_row(reader: RowReader, row: dict[str, Any], body: bytes) -> dict[str, Any]:
     decoded = decoded_page(reader, body, None)
     if decoded is None:
         row["drop"] = "invalid_encoding"

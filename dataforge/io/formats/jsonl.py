@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
 from dataforge.io import jsonl_fast
+from dataforge.io.formats.base import ReadLimits, RowReader, Source
 from dataforge.io.formats.lines import LineFormat
 from dataforge.io.tasks import open_task
-
-if TYPE_CHECKING:
-    from dataforge.io.input_config import InputConfig, ReadConfig
-    from dataforge.io.readers import TaskReader
 
 __all__ = ["JsonlFormat"]
 
@@ -32,10 +29,10 @@ class JsonlFormat(LineFormat):
     name = "jsonl"
     suffixes = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".json")
 
-    def line_limit(self, read: ReadConfig) -> int:
+    def line_limit(self, read: ReadLimits) -> int:
         return read.max_doc_chars * _JSON_ESCAPE_WORST + _JSON_LINE_OVERHEAD
 
-    def line_row(self, reader: TaskReader, row: dict[str, Any], line: str) -> dict[str, Any]:
+    def line_row(self, reader: RowReader, row: dict[str, Any], line: str) -> dict[str, Any]:
         if not line.strip():
             row["drop"] = "error:json_blank_line"
             return row
@@ -51,7 +48,7 @@ class JsonlFormat(LineFormat):
             return row
         return reader.object_row(row, obj)
 
-    def batches(self, reader: TaskReader) -> Iterator[pa.Table]:
+    def batches(self, reader: RowReader) -> Iterator[pa.Table]:
         """UTF-8 files through :mod:`dataforge.io.jsonl_fast` where it is built, the others
         (and sources whose ``meta_keys`` name the text or id key) line by line."""
         with open_task(reader.task) as raw:
@@ -70,7 +67,7 @@ class JsonlFormat(LineFormat):
             )
 
 
-def _fast(source: InputConfig, reader: TaskReader) -> bool:
+def _fast(source: Source, reader: RowReader) -> bool:
     meta_keys = set(source.meta_keys)
     return (
         jsonl_fast.available()
@@ -80,7 +77,7 @@ def _fast(source: InputConfig, reader: TaskReader) -> bool:
     )
 
 
-def _scan_keys(reader: TaskReader) -> jsonl_fast.ScanKeys:
+def _scan_keys(reader: RowReader) -> jsonl_fast.ScanKeys:
     source = reader.source
     return jsonl_fast.ScanKeys(
         text_key=source.text_key.encode(),

@@ -14,14 +14,10 @@ from __future__ import annotations
 import codecs
 import dataclasses
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dataforge.io.formats.base import COMPRESSED_SUFFIXES, InputFormat
+from dataforge.io.formats.base import COMPRESSED_SUFFIXES, InputFormat, RowReader, Source
 from dataforge.io.tasks import InputTask
-
-if TYPE_CHECKING:
-    from dataforge.io.input_config import InputConfig
-    from dataforge.io.readers import TaskReader
 
 __all__ = ["LineFormat", "named_split"]
 
@@ -31,7 +27,7 @@ _SCAN_BYTES = 8 << 20
 class LineFormat(InputFormat):
     """A record per line of decoded text (:meth:`line_row` makes its row)."""
 
-    def unsplittable_reason(self, task: InputTask, source: InputConfig) -> str | None:
+    def unsplittable_reason(self, task: InputTask, source: Source) -> str | None:
         if task.path.endswith(COMPRESSED_SUFFIXES):
             return "compressed single stream"
         if codecs.lookup(source.encoding).name != "utf-8":
@@ -40,10 +36,10 @@ class LineFormat(InputFormat):
             return f"encoding: {source.encoding}"
         return None
 
-    def split(self, task: InputTask, source: InputConfig, split_bytes: int) -> list[InputTask]:
+    def split(self, task: InputTask, source: Source, split_bytes: int) -> list[InputTask]:
         return _line_splits(task, split_bytes)
 
-    def rows(self, reader: TaskReader) -> Iterator[dict[str, Any]]:
+    def rows(self, reader: RowReader) -> Iterator[dict[str, Any]]:
         for line in reader.lines():
             yield reader.line_row(*line)
 

@@ -6,18 +6,14 @@ before)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow.parquet as pq
 
-from dataforge.io.formats.base import COMPRESSED_SUFFIXES, InputFormat, ReadError
+from dataforge.io.formats.base import COMPRESSED_SUFFIXES, InputFormat, ReadError, RowReader, Source
 from dataforge.io.formats.lines import named_split
 from dataforge.io.fs import open_input_file
 from dataforge.io.tasks import InputTask
-
-if TYPE_CHECKING:
-    from dataforge.io.input_config import InputConfig
-    from dataforge.io.readers import TaskReader
 
 __all__ = ["ParquetFormat"]
 
@@ -26,22 +22,22 @@ class ParquetFormat(InputFormat):
     name = "parquet"
     suffixes = (".parquet",)
 
-    def check_source(self, source: InputConfig) -> None:
+    def check_source(self, source: Source) -> None:
         if source.encoding != "utf-8":
             raise ValueError(
                 f"encoding {source.encoding!r} applies to jsonl and txt; parquet strings are UTF-8"
             )
 
-    def unsplittable_reason(self, task: InputTask, source: InputConfig) -> str | None:
+    def unsplittable_reason(self, task: InputTask, source: Source) -> str | None:
         return "compressed single stream" if task.path.endswith(COMPRESSED_SUFFIXES) else None
 
-    def split(self, task: InputTask, source: InputConfig, split_bytes: int) -> list[InputTask]:
+    def split(self, task: InputTask, source: Source, split_bytes: int) -> list[InputTask]:
         return _parquet_splits(task, split_bytes)
 
     def estimated_splits(self, task: InputTask, split_bytes: int) -> int:
         return len(_parquet_splits(task, split_bytes))
 
-    def rows(self, reader: TaskReader) -> Iterator[dict[str, Any]]:
+    def rows(self, reader: RowReader) -> Iterator[dict[str, Any]]:
         source, task = reader.source, reader.task
         pf = pq.ParquetFile(open_input_file(task.path))
         names = set(pf.schema_arrow.names)
@@ -67,7 +63,7 @@ class ParquetFormat(InputFormat):
                 yield reader.finish_row(_object_row(reader, row, obj))
 
 
-def _object_row(reader: TaskReader, row: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+def _object_row(reader: RowReader, row: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
     text = obj.get(reader.source.text_key)
     if isinstance(text, str):
         obj[reader.source.text_key], bad = reader.repaired(text)

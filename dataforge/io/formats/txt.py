@@ -6,13 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from dataforge.io.formats.base import COMPRESSED_SUFFIXES
+from dataforge.io.formats.base import COMPRESSED_SUFFIXES, RowReader, Source
 from dataforge.io.formats.lines import LineFormat
 from dataforge.io.streams import open_binary
 
 if TYPE_CHECKING:
-    from dataforge.io.input_config import InputConfig
-    from dataforge.io.readers import TaskReader
     from dataforge.io.tasks import InputTask
 
 __all__ = ["TxtFormat"]
@@ -23,15 +21,15 @@ class TxtFormat(LineFormat):
     suffixes = (".txt",)
     keyed = False
 
-    def unsplittable_reason(self, task: InputTask, source: InputConfig) -> str | None:
+    def unsplittable_reason(self, task: InputTask, source: Source) -> str | None:
         if source.txt_unit != "line" and not task.path.endswith(COMPRESSED_SUFFIXES):
             return f"txt_unit: {source.txt_unit}"
         return super().unsplittable_reason(task, source)
 
-    def line_row(self, reader: TaskReader, row: dict[str, Any], line: str) -> dict[str, Any]:
+    def line_row(self, reader: RowReader, row: dict[str, Any], line: str) -> dict[str, Any]:
         return reader.with_text(row, line)
 
-    def rows(self, reader: TaskReader) -> Iterator[dict[str, Any]]:
+    def rows(self, reader: RowReader) -> Iterator[dict[str, Any]]:
         unit = reader.source.txt_unit
         if unit == "file":
             return _file_row(reader)
@@ -40,7 +38,7 @@ class TxtFormat(LineFormat):
         return super().rows(reader)
 
 
-def _file_row(reader: TaskReader) -> Iterator[dict[str, Any]]:
+def _file_row(reader: RowReader) -> Iterator[dict[str, Any]]:
     max_chars = reader.read.max_doc_chars
     with open_binary(reader.task.path) as raw:
         data = reader.open_text(raw).read(max_chars + 1)
@@ -57,7 +55,7 @@ def _file_row(reader: TaskReader) -> Iterator[dict[str, Any]]:
     yield reader.finish_row(reader.with_text(row, text))
 
 
-def _paragraph_rows(reader: TaskReader) -> Iterator[dict[str, Any]]:
+def _paragraph_rows(reader: RowReader) -> Iterator[dict[str, Any]]:
     para: list[str] = []
     start = 0
     for lineno, line, too_long in reader.lines():

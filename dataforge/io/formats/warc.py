@@ -36,19 +36,15 @@ import json
 import re
 import zlib
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
-from dataforge.io.formats.base import InputFormat
+from dataforge.io.formats.base import InputFormat, RowReader, Source
 from dataforge.io.formats.web import decoded_page, malformed_row
 from dataforge.io.fs import open_input_file, open_input_stream
 from dataforge.io.http_payload import PayloadError, read_payload
 from dataforge.io.streams import open_binary, open_byte_range
 from dataforge.io.tasks import InputTask
 from dataforge.io.warc_stream import MAX_HEADER_BYTES, MalformedRecord, WarcRecords
-
-if TYPE_CHECKING:
-    from dataforge.io.input_config import InputConfig
-    from dataforge.io.readers import TaskReader
 
 __all__ = ["WARC_TYPES", "WarcFormat", "record_type_drop", "warc_record_bounds", "warc_splits"]
 
@@ -70,13 +66,13 @@ class WarcFormat(InputFormat):
     record_type = "response"
     """The ``WARC-Type`` of the records that can be kept."""
 
-    def unsplittable_reason(self, task: InputTask, source: InputConfig) -> str | None:
+    def unsplittable_reason(self, task: InputTask, source: Source) -> str | None:
         return None  # a whole-file gzip is found while splitting, and stays whole
 
-    def split(self, task: InputTask, source: InputConfig, split_bytes: int) -> list[InputTask]:
+    def split(self, task: InputTask, source: Source, split_bytes: int) -> list[InputTask]:
         return warc_splits(task, split_bytes)
 
-    def rows(self, reader: TaskReader) -> Iterator[dict[str, Any]]:
+    def rows(self, reader: RowReader) -> Iterator[dict[str, Any]]:
         return _warc_rows(self, reader)
 
     def early_drop(self, record: Any) -> str | None:
@@ -91,7 +87,7 @@ class WarcFormat(InputFormat):
             return "warc:not_html"
         return None
 
-    def page(self, reader: TaskReader, record: Any, body: bytes) -> tuple[str, dict] | None:
+    def page(self, reader: RowReader, record: Any, body: bytes) -> tuple[str, dict] | None:
         """(text, its ``meta`` keys) of a kept record's payload; None: ``invalid_encoding``."""
         decoded = decoded_page(reader, body, record.http_headers.get_header("Content-Type"))
         if decoded is None:
@@ -200,7 +196,7 @@ def _whole_file_gzip(path: str) -> bool:
         return not _gzip_per_record(probe)
 
 
-def _warc_rows(fmt: WarcFormat, reader: TaskReader) -> Iterator[dict[str, Any]]:
+def _warc_rows(fmt: WarcFormat, reader: RowReader) -> Iterator[dict[str, Any]]:
     """The rows of one WARC or WET task."""
     task = reader.task
     if task.length is None and _whole_file_gzip(task.path):
@@ -297,7 +293,7 @@ def _next_record(path: str, after: int, end: int | None) -> int | None:
 
 
 def _records(
-    fmt: WarcFormat, reader: TaskReader, stream: BinaryIO, number: int, base: int
+    fmt: WarcFormat, reader: RowReader, stream: BinaryIO, number: int, base: int
 ) -> Generator[dict[str, Any], None, tuple[int, int, bool]]:
     """Rows of the records in ``stream`` (which starts at file offset ``base``), numbered
     after ``number``; returns (the last number, the file offset where the last good record
@@ -327,7 +323,7 @@ def _records(
 
 def _record_row(
     fmt: WarcFormat,
-    reader: TaskReader,
+    reader: RowReader,
     record: Any,
     number: int,
     reason: str | None,

@@ -3,26 +3,24 @@ bytes that cannot be trusted, and a page decoded with its event counted."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from dataforge.io.formats.base import RowReader
 from dataforge.io.web_pages import decode_page
-
-if TYPE_CHECKING:
-    from dataforge.io.readers import TaskReader
 
 __all__ = ["MALFORMED", "decoded_page", "malformed_row"]
 
 MALFORMED = "warc:malformed"
 
 
-def malformed_row(reader: TaskReader, number: int, kind: str) -> dict[str, Any]:
+def malformed_row(reader: RowReader, number: int, kind: str) -> dict[str, Any]:
     """The ``warc:malformed`` row at record ``number``, counting ``warc_malformed:<kind>``."""
     reader.events[f"warc_malformed:{kind}"] += 1
     return reader.finish_row(reader.new_row(str(number), drop=MALFORMED))
 
 
 def decoded_page(
-    reader: TaskReader, body: bytes, content_type: str | None
+    reader: RowReader, body: bytes, content_type: str | None
 ) -> tuple[str, str] | None:
     """(text, charset) of a page (:func:`~dataforge.io.web_pages.decode_page`); a page
     decoded with U+FFFD counts the event ``charset_replaced``; None: no codec can be

@@ -4,12 +4,10 @@ reader (:mod:`dataforge.io.formats.warc`: splits, damage, bounded memory) this i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from dataforge.io.formats.base import RowReader
 from dataforge.io.formats.warc import WarcFormat, record_type_drop
-
-if TYPE_CHECKING:
-    from dataforge.io.readers import TaskReader
 
 __all__ = ["WetFormat"]
 
@@ -21,5 +19,5 @@ class WetFormat(WarcFormat):
     def early_drop(self, record: Any) -> str | None:
         return record_type_drop(record, self.record_type)
 
-    def page(self, reader: TaskReader, record: Any, body: bytes) -> tuple[str, dict] | None:
+    def page(self, reader: RowReader, record: Any, body: bytes) -> tuple[str, dict] | None:
         return body.decode("utf-8", errors="replace"), {"charset": "utf-8", "content": "text"}
