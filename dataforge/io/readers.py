@@ -76,7 +76,8 @@ class TaskReader:
         return self._seen_ids.difference(self.task.known_ids)
 
     def decoding_report(self) -> dict[str, Any] | None:
-        """How this task's file was decoded (None for parquet); see :func:`file_report`."""
+        """How this task's file was decoded (None where its format decodes no text: parquet,
+        the web formats); see :func:`file_report`."""
         if self.decision is None:
             return None
         return file_report(self.decision, self._ord_counter + 1, self._repaired_records)
