@@ -29,6 +29,7 @@ import re
 import reprlib
 import types
 import typing
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,6 +43,7 @@ __all__ = [
     "YamlLoader",
     "apply_overrides",
     "check_choices",
+    "choice_field",
     "from_mapping",
     "load_yaml",
     "read_yaml_file",
@@ -364,12 +366,19 @@ def _coerce_scalar(tp: Any, value: Any, where: str) -> Any:
     return value
 
 
-def check_choices(obj: Any) -> None:
-    """Check every ``Literal`` field of dataclass instance ``obj`` against its choices.
+def choice_field(default: str, choices: Callable[[], Iterable[str]]) -> Any:
+    """A ``str`` dataclass field whose valid values are a registry's names, read when
+    :func:`check_choices` runs (so that a name registered later is valid too)."""
+    return dataclasses.field(default=default, metadata={"choices": choices})
 
-    For ``__post_init__``: :func:`from_mapping` already checks choices when a config is
-    loaded, and this keeps code that builds a config directly to the same rule, so the
-    choices are written once, in the ``Literal``.
+
+def check_choices(obj: Any) -> None:
+    """Check every ``Literal`` field of dataclass instance ``obj`` against its choices, and
+    every :func:`choice_field` against its registry.
+
+    For ``__post_init__``: :func:`from_mapping` already checks a ``Literal`` when a config
+    is loaded, and this keeps code that builds a config directly to the same rule, so the
+    choices are written once, in the ``Literal`` (or the registry).
 
     Raises:
         ValueError: a value is not one of its field's choices (the message lists them).
@@ -378,10 +387,15 @@ def check_choices(obj: Any) -> None:
     for field in dataclasses.fields(obj):
         tp = hints[field.name]
         if typing.get_origin(tp) is Literal:
-            value = getattr(obj, field.name)
-            if value not in typing.get_args(tp):
-                choices = ", ".join(map(repr, typing.get_args(tp)))
-                raise ValueError(f"{field.name}={short_repr(value)} is not valid; valid: {choices}")
+            valid = typing.get_args(tp)
+        elif "choices" in field.metadata:
+            valid = tuple(field.metadata["choices"]())
+        else:
+            continue
+        value = getattr(obj, field.name)
+        if value not in valid:
+            choices = ", ".join(map(repr, valid))
+            raise ValueError(f"{field.name}={short_repr(value)} is not valid; valid: {choices}")
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str], where: str) -> dict[str, Any]:

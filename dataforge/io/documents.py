@@ -2,7 +2,7 @@
 
 What ``lm train`` and ``tokenizer train`` read. Files are found and named by
 :mod:`dataforge.io.files` (the same rule as a pipeline's inputs), their format follows the
-suffix, and each file is read by the pipeline's own :class:`~dataforge.io.readers.TaskReader`,
+suffix (a format's ``suffixes``), and each file is read by the pipeline's own :class:`~dataforge.io.readers.TaskReader`,
 so ids and repairs (invalid UTF-8, lone surrogates) match a ``dataforge run`` of the same
 files. Records the reader would drop (malformed, empty, missing text or id) are skipped.
 """
@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dataforge.io.files import format_for_suffix, match_files
+from dataforge.io.files import match_files
+from dataforge.io.formats.registry import FORMATS, format_for_suffix
 from dataforge.io.input_config import InputConfig, ReadConfig
 from dataforge.io.readers import InputTask, TaskReader
 
@@ -53,7 +54,7 @@ def iter_documents(
             path=file.path,
             format=fmt,
             text_key=text_key,
-            id_key=id_key if fmt != "txt" else None,
+            id_key=id_key if FORMATS[fmt].keyed else None,
         )
         task = InputTask(
             task_id=file.relpath,

@@ -1,4 +1,4 @@
-"""Which files an input path names, what each one's id prefix is, and its format by suffix.
+"""Which files an input path names, and what each one's id prefix is.
 
 One rule for every reader of documents (the pipeline's planner, ``lm train``,
 ``tokenizer train``): a path or glob (``**`` recursive) expands to its regular files in
@@ -23,20 +23,11 @@ from dataforge.io.fs import glob_uri, is_uri
 from dataforge.io.globbing import expand_glob
 
 __all__ = [
-    "FORMAT_SUFFIXES",
     "MatchedFile",
-    "format_for_suffix",
     "glob_root",
     "match_files",
     "printable_name",
 ]
-
-FORMAT_SUFFIXES: dict[str, tuple[str, ...]] = {
-    "jsonl": (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".json"),
-    "parquet": (".parquet",),
-    "txt": (".txt",),
-}
-"""Input format -> the file name suffixes (lower case) that imply it."""
 
 
 @dataclass(frozen=True)
@@ -92,17 +83,3 @@ def match_files(pattern: str) -> list[MatchedFile]:
         )
         matched.append(MatchedFile(real, printable_name(relpath), stat.st_size, stat.st_mtime_ns))
     return matched
-
-
-def format_for_suffix(path: str) -> str:
-    """The input format a file name implies (see :data:`FORMAT_SUFFIXES`).
-
-    Raises:
-        ValueError: no known suffix; the message lists the valid ones.
-    """
-    name = path.lower()
-    for fmt, suffixes in FORMAT_SUFFIXES.items():
-        if name.endswith(suffixes):
-            return fmt
-    valid = ", ".join(s for suffixes in FORMAT_SUFFIXES.values() for s in suffixes)
-    raise ValueError(f"{path}: unknown input format; valid suffixes: {valid}")

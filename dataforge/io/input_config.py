@@ -8,16 +8,16 @@ them from YAML with the rest of the pipeline.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from typing import Literal
 
 from dataforge.io.decoding import check_encoding
-from dataforge.typed_config import check_choices, check_range
+from dataforge.io.formats.registry import FORMATS
+from dataforge.typed_config import check_choices, check_range, choice_field
 
 __all__ = ["INPUT_FORMATS", "MIN_SPLIT_BYTES", "InputConfig", "ReadConfig"]
 
-InputFormat = Literal["jsonl", "parquet", "txt", "warc", "wet", "html"]
-INPUT_FORMATS: tuple[str, ...] = typing.get_args(InputFormat)
+INPUT_FORMATS: tuple[str, ...] = tuple(FORMATS)
+"""The formats this package registers (:data:`dataforge.io.formats.registry.FORMATS`)."""
 MIN_SPLIT_BYTES = 1024
 
 
@@ -32,9 +32,10 @@ class InputConfig:
     name: str
     path: str
     """File path or glob; relative paths resolve against the pipeline file's directory."""
-    format: InputFormat = "jsonl"
-    """``jsonl`` also reads ``.jsonl.gz`` and ``.jsonl.zst`` (by suffix); ``warc``, ``wet``
-    and ``html``: web pages (:mod:`dataforge.io.web_readers`)."""
+    format: str = choice_field("jsonl", lambda: FORMATS)
+    """A name in :data:`dataforge.io.formats.registry.FORMATS`. ``jsonl`` also reads
+    ``.jsonl.gz`` and ``.jsonl.zst`` (by suffix); ``warc``, ``wet`` and ``html``: web pages
+    (:mod:`dataforge.io.formats.warc`)."""
     lang: str = "en"
     text_key: str = "text"
     id_key: str | None = None
@@ -57,10 +58,7 @@ class InputConfig:
             )
         check_choices(self)
         check_encoding(self.encoding)
-        if self.format == "parquet" and self.encoding != "utf-8":
-            raise ValueError(
-                f"encoding {self.encoding!r} applies to jsonl and txt; parquet strings are UTF-8"
-            )
+        FORMATS[self.format].check_source(self)
 
 
 MAX_BATCH_ROWS = 1 << 22

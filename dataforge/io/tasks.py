@@ -3,15 +3,13 @@ and resume), planned from the pipeline's sources, and the bytes each one reads."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO, Protocol
 
 from dataforge.io.files import match_files
 from dataforge.io.streams import open_binary, open_byte_range
 from dataforge.typed_config import ConfigError
-
-if TYPE_CHECKING:  # the pipeline config sits above io; only its type is used here
-    from dataforge.config import PipelineConfig
 
 __all__ = ["InputTask", "open_task", "plan_input_tasks"]
 
@@ -42,7 +40,23 @@ class InputTask:
     """Ids that an earlier split of the file holds: records with them are ``duplicate_id``."""
 
 
-def plan_input_tasks(config: PipelineConfig) -> list[InputTask]:
+class _NamedPath(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+
+
+class PlannedInputs(Protocol):
+    """What planning reads of the pipeline config (:class:`dataforge.config.PipelineConfig`,
+    which sits above io)."""
+
+    @property
+    def inputs(self) -> Sequence[_NamedPath]: ...
+    def locate(self, path: str) -> str: ...
+
+
+def plan_input_tasks(config: PlannedInputs) -> list[InputTask]:
     """Expand every source's path/glob (local or a URI) into sorted tasks
     (:func:`~dataforge.io.files.match_files`).
 

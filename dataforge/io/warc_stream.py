@@ -10,7 +10,9 @@ wraps its :class:`~warcio.archiveiterator.ArchiveIterator` so that
 * the header lines of one record (WARC and HTTP, and the blank lines before them) are at
   most :data:`MAX_HEADER_BYTES` (:class:`MalformedRecord` past it), whatever the
   inflation ratio of the gzip member holding them;
-* a record whose ``Content-Length`` is missing or not a decimal number, whose block ends
+* a record whose headers repeat a field a record has once (two records spliced into one
+  header block by lost bytes: the first ``WARC-Type`` would hide the second record),
+  whose ``Content-Length`` is missing or not a decimal number, whose block ends
   before that length, that is not followed by a blank line, or whose block holds the
   start of another record (``\r\n\r\nWARC/1.``) while what follows it is not one (its
   length lies), raises :class:`MalformedRecord` instead of being read with a wrong end.
@@ -36,6 +38,11 @@ MAX_HEADER_BYTES = 1 << 20
 """Header bytes one record may use: real WARC + HTTP headers are under 64 KB."""
 _DECIMAL = re.compile(r"[0-9]{1,18}")  # 18 digits: past any real file, inside an int64
 _RECORD_START = b"\r\n\r\nWARC/1."
+_ONCE_PER_RECORD = (
+    "warc-type", "warc-record-id", "warc-date", "content-length", "content-type",
+    "warc-target-uri", "warc-block-digest", "warc-payload-digest",
+)  # fmt: skip
+"""Fields WARC 1.1 does not let a record repeat (unlike ``WARC-Concurrent-To``)."""
 
 
 class MalformedRecord(ValueError):
@@ -120,6 +127,7 @@ class WarcRecords:
             self._lines.budget = None
         self._record = record
         if record is not None:
+            _check_once_per_record(record.rec_headers.headers)
             length = record.rec_headers.get_header("Content-Length")
             if length is None or not _DECIMAL.fullmatch(length.strip()):
                 raise MalformedRecord("content_length", f"Content-Length {length!r:.40}")
@@ -151,3 +159,10 @@ class WarcRecords:
         if start < 0 or length <= 0:
             raise MalformedRecord("content_length", f"record at {start} of length {length}")
         return start, start + length
+
+
+def _check_once_per_record(headers: list[tuple[str, str]]) -> None:
+    names = [name.strip().lower() for name, _ in headers]
+    for name in _ONCE_PER_RECORD:
+        if names.count(name) > 1:
+            raise MalformedRecord("repeated_header", f"{name} {names.count(name)} times")

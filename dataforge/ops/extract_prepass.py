@@ -30,6 +30,7 @@ DocBook's ``note`` tables) with the navigation they are meant for.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import lxml.etree
@@ -107,6 +108,9 @@ _NAV_XPATH = (
 )
 _MAIN_XPATH = "//main | //*[@role='main']"
 _INVISIBLE = "//script | //style | //noscript | //template"
+# lxml's HTML parser keeps control characters in text, then refuses them when text is set
+# (drop_tree joins a tail onto its neighbour's): they go before parsing.
+_NOT_XML_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _PARSER = lxml.html.HTMLParser(
     remove_comments=True,
     remove_pis=True,
@@ -143,7 +147,7 @@ def _measure(root: lxml.html.HtmlElement) -> tuple[int, int]:
 
 def parse_page(html: str) -> PageTree:
     """The page's tree (comments and processing instructions removed) and measures."""
-    data = html.encode("utf-8", errors="replace")
+    data = _NOT_XML_TEXT.sub(" ", html).encode("utf-8", errors="replace")
     if not data.strip():
         return PageTree(None)
     try:

@@ -9,7 +9,8 @@ import pytest
 
 from dataforge.config import InputConfig, OutputConfig, PipelineConfig
 from dataforge.io.documents import iter_documents
-from dataforge.io.files import format_for_suffix, match_files
+from dataforge.io.files import match_files
+from dataforge.io.formats.registry import format_for_suffix
 from dataforge.io.readers import TaskReader, plan_input_tasks
 from dataforge.lm.corpus import read_documents
 from dataforge.tokenization.corpus import iter_records

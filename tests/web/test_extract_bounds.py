@@ -71,3 +71,15 @@ def test_lost_text_is_counted():
     assert op.events["extract:chars_out"] == len("".join(text.split()))
     assert op.events["extract:chars_in"] > 3 * op.events["extract:chars_out"]
     assert op.events["extract:short_output"] == 1
+
+
+@pytest.mark.parametrize("engine", ["trafilatura", "resiliparse"])
+def test_control_characters_in_a_page_are_no_error(engine):
+    # lxml keeps the \x15 in the <p>'s tail, then refused it when the navigation dropped
+    # after it joined its own tail onto that one
+    page = f"<html><body><p>{SENTENCE}</p>\x15<nav><a href='/'>首页</a></nav> 完。</body></html>"
+    op = Extract(Extract.Config(engine=engine))
+    out = op(html_batch([page]))
+    assert out.column("drop").to_pylist() == [None]
+    assert out.column("text").to_pylist() == [f"{SENTENCE}\n完。"]
+    assert op.events["extract:navigation_removed"] == 1

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from webkit import page_bytes, write_warc, write_wet
 
+from dataforge.io.formats.warc import WARC_TYPES
 from dataforge.io.input_config import InputConfig, ReadConfig
 from dataforge.io.readers import InputTask, TaskReader
-from dataforge.io.web_readers import WARC_TYPES
 from dataforge.ops.extract import Extract
 
 MUTANTS_PER_BASE = 180
@@ -76,7 +76,7 @@ def bases(tmp_path_factory, pages) -> list[Base]:
     return [
         Base("a.warc.gz", warc_gz, "warc", member_spans(warc_gz)),
         Base("a.warc", warc, "warc", plain_spans(warc)),
-        Base("b.warc.gz", gzip.compress(warc), "warc", None),  # whole-file gzip
+        Base("b.warc.gz", gzip.compress(warc, mtime=0), "warc", None),  # whole-file gzip
         Base("a.warc.wet.gz", write_wet(tmp / "w.gz", few).read_bytes(), "wet", None),
         Base("a.warc.wet", wet, "wet", plain_spans(wet)),
         Base("a.html", page_bytes(pages[0]), "html", None),
@@ -135,6 +135,17 @@ def mutate(base: Base, rng: random.Random) -> tuple[bytes, int, int]:
     return record_edit(base, data, rng)
 
 
+def whole_records_cut(base: Base, lo: int, hi: int) -> bool:
+    """Whether a mutant is ``base`` cut where a record ends (a gzip member's end, or inside
+    the blank lines after a plain record): a shorter file no reader can tell from a whole
+    one, so the records past the cut are lost without a row."""
+    if hi != len(base.data) or base.fmt == "html":
+        return False
+    if base.name.endswith(".gz"):
+        return lo in {end for _, end in member_spans(base.data)}
+    return base.spans is not None and any(end - 4 <= lo <= end for _, end in base.spans)
+
+
 def read_rows(path: Path, fmt: str) -> tuple[list[dict], TaskReader]:
     source = InputConfig(name="web", path=str(path), format=fmt)
     task = InputTask("000-000000", "web", str(path), path.name, path.stat().st_size)
@@ -174,9 +185,10 @@ def check_mutant(base: Base, original: list[dict], rows: list[dict], reader, lo,
                 record_id = json.loads(row["meta"])["warc_record_id"]
                 got = by_record_id.get(record_id)
                 assert got is not None and (got["text"], got["drop"]) == (row["text"], None)
-        assert len(rows) >= touched.count(False) + (1 if any(touched) else 0)
+        if not whole_records_cut(base, lo, hi):
+            assert len(rows) >= touched.count(False) + (1 if any(touched) else 0)
     lost = len(faithful - {row_key(r) for r in rows})
-    if lost:  # something is gone: a row says so
+    if lost and not whole_records_cut(base, lo, hi):  # something is gone: a row says so
         assert any(row_key(r) not in faithful for r in rows)
 
 

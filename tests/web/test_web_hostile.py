@@ -259,6 +259,33 @@ def test_a_content_length_lie_in_a_gzip_member_costs_that_record_only(tmp_path, 
     assert reader.events.total() == 1
 
 
+def test_two_records_spliced_into_one_header_block_are_one_malformed_drop(tmp_path):
+    """Lost bytes join record 1's headers to record 2's: read by its first ``WARC-Type``
+    and ``WARC-Target-URI``, it would be page 2 under page 1's address."""
+    records = plain_records(write(tmp_path / "x.warc", PAGES, gz=False))
+    head, tail = records[1], records[2]
+    records[1:3] = [head[: head.index(b"Content-Type:")] + tail[tail.index(b"WARC-Date:") :]]
+    path = tmp_path / "x.warc"
+    path.write_bytes(b"".join(records))
+    rows, reader = read(path)
+    assert drops(rows) == [None, "warc:malformed", None]
+    assert urls(rows) == [PAGE_URLS[0], PAGE_URLS[3]]
+    assert reader.events == {"warc_malformed:repeated_header": 1}
+
+
+def test_a_record_whose_line_break_before_it_is_lost_is_still_read(tmp_path):
+    """Record 1 loses its last bytes and the blank lines after it: record 2 starts
+    mid-line, where the search for the next record still finds it."""
+    records = plain_records(write(tmp_path / "x.warc", PAGES, gz=False))
+    records[1] = records[1][:-10]
+    path = tmp_path / "x.warc"
+    path.write_bytes(b"".join(records))
+    rows, reader = read(path)
+    assert drops(rows) == [None, "warc:malformed", None, None]
+    assert urls(rows) == [PAGE_URLS[0], *PAGE_URLS[2:]]
+    assert reader.events.total() == 1
+
+
 def record_ends(data: bytes, gz: bool) -> list[int]:
     """Where each record's bytes end (a plain record's 4 blank bytes after it excluded),
     after a 0 for the file's start."""

@@ -23,7 +23,7 @@ from webkit import (
 from dataforge.io.input_config import InputConfig
 from dataforge.io.readers import InputTask
 from dataforge.io.splits import split_task, unsplittable_reason
-from dataforge.io.web_readers import decode_page
+from dataforge.io.web_pages import decode_page
 
 
 def rows(table):

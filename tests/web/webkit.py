@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import html as html_lib
 import io
-from collections.abc import Sequence
+import random
+import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +40,9 @@ COOKIE = {
     "en": "We use cookies to improve your experience. By continuing you accept our cookie policy.",
 }
 RELATED = {"zh": "相关阅读", "en": "Related articles"}
+# warcio stamps records with uuid4 ids and the clock; fixed stamps give a file the same bytes
+# on every run, so tests that mutate those bytes (test_web_fuzz) meet the same mutants.
+WRITTEN_AT = "2024-03-01T08:00:00Z"
 
 
 @dataclass
@@ -117,6 +122,31 @@ def make_pages(
     return pages
 
 
+def record_ids(filename: str) -> Iterator[str]:
+    """``WARC-Record-ID``s drawn from a generator seeded by the file's name."""
+    rng = random.Random(filename)
+    while True:
+        yield f"<urn:uuid:{uuid.UUID(int=rng.getrandbits(128), version=4)}>"
+
+
+def warcinfo_record(writer: WARCWriter, filename: str, record_id: str):
+    """warcio's ``create_warcinfo_record`` with a fixed id and date."""
+    payload = b"software: test\r\n"
+    headers = StatusAndHeaders(
+        "",
+        [
+            ("WARC-Type", "warcinfo"),
+            ("WARC-Record-ID", record_id),
+            ("WARC-Filename", filename),
+            ("WARC-Date", WRITTEN_AT),
+        ],
+        protocol=writer.warc_version,
+    )
+    return writer.create_warc_record(
+        "", "warcinfo", warc_headers=headers, payload=io.BytesIO(payload), length=len(payload)
+    )
+
+
 def write_warc(
     path: Path,
     pages: Sequence[Page],
@@ -127,15 +157,19 @@ def write_warc(
 ) -> Path:
     """A WARC of one ``response`` per page, each after its ``request``; with ``extras`` a
     ``warcinfo`` first and an image response in the middle."""
+    ids = record_ids(path.name)
     with open(path, "wb") as f:
         writer = WARCWriter(f, gzip=gzip, warc_version=version)
         if extras:
-            writer.write_record(writer.create_warcinfo_record(path.name, {"software": "test"}))
+            writer.write_record(warcinfo_record(writer, path.name, next(ids)))
         for i, page in enumerate(pages):
+            stamp = {"WARC-Record-ID": next(ids), "WARC-Date": page.date}
             ctype = f"text/html; charset={page.charset}" if page.header_charset else "text/html"
             request = StatusAndHeaders("GET / HTTP/1.1", [("Host", "x")], is_http_request=True)
             writer.write_record(
-                writer.create_warc_record(page.url, "request", http_headers=request)
+                writer.create_warc_record(
+                    page.url, "request", http_headers=request, warc_headers_dict=stamp
+                )
             )
             headers = StatusAndHeaders("200 OK", [("Content-Type", ctype)], protocol="HTTP/1.1")
             record = writer.create_warc_record(
@@ -143,7 +177,7 @@ def write_warc(
                 "response",
                 payload=io.BytesIO(page_bytes(page)),
                 http_headers=headers,
-                warc_headers_dict={"WARC-Date": page.date},
+                warc_headers_dict={**stamp, "WARC-Record-ID": next(ids)},
             )
             writer.write_record(record)
             if extras and i == len(pages) // 2:
@@ -156,6 +190,7 @@ def write_warc(
                         "response",
                         payload=io.BytesIO(b"\x89PNG...."),
                         http_headers=image,
+                        warc_headers_dict={"WARC-Record-ID": next(ids), "WARC-Date": WRITTEN_AT},
                     )
                 )
     return path
@@ -176,14 +211,19 @@ def write_wet(
     """Common Crawl style WET: a warcinfo, then one ``conversion`` record per page."""
     with open(path, "wb") as f:
         writer = WARCWriter(f, gzip=gzip, warc_version="1.0")
-        writer.write_record(writer.create_warcinfo_record(path.name, {"software": "test"}))
+        ids = record_ids(path.name)
+        writer.write_record(warcinfo_record(writer, path.name, next(ids)))
         for page in pages:
             text = wet_text(page, boilerplate).encode()
             record = writer.create_warc_record(
                 page.url,
                 "conversion",
                 payload=io.BytesIO(text),
-                warc_headers_dict={"Content-Type": "text/plain", "WARC-Date": page.date},
+                warc_headers_dict={
+                    "Content-Type": "text/plain",
+                    "WARC-Date": page.date,
+                    "WARC-Record-ID": next(ids),
+                },
             )
             writer.write_record(record)
     return path

@@ -1,13 +1,9 @@
-"""Web inputs: WARC, WET and HTML files -> one row per record, HTML decoded to text.
-
-* ``format: warc``: HTTP ``response`` records whose content type is HTML become rows whose
-  text is the page's decoded HTML (the ``extract`` op turns it into main text). Other
-  record types (``request``, ``metadata``, ``warcinfo``...) are dropped as
-  ``warc:record_type:<type>`` (``<type>`` one of :data:`WARC_TYPES`, else ``other``),
-  responses of another content type as ``warc:not_html``.
-* ``format: wet``: ``conversion`` records (Common Crawl's extracted text, UTF-8) become rows
-  of plain text; other record types are dropped as for WARC.
-* ``format: html``: every file is one page (``.html``/``.htm``, optionally ``.gz``).
+"""``format: warc``: HTTP ``response`` records whose content type is HTML become rows whose
+text is the page's decoded HTML (the ``extract`` op turns it into main text). Other record
+types (``request``, ``metadata``, ``warcinfo``...) are dropped as
+``warc:record_type:<type>`` (``<type>`` one of :data:`WARC_TYPES`, else ``other``),
+responses of another content type as ``warc:not_html``. ``format: wet``
+(:mod:`dataforge.io.formats.wet`) reads the same files' ``conversion`` records.
 
 WARC and WET files are parsed by ``warcio`` (WARC/1.0 and 1.1), gzip per record (Common
 Crawl) or whole-file gzip (inflated as one stream, see :func:`_gzip_per_record`).
@@ -16,9 +12,7 @@ so they do not depend on splits (:func:`warc_record_bounds` plans splits at reco
 boundaries). Rows carry ``meta.url`` (``WARC-Target-URI``; for HTML files the page's
 canonical link when it has one), ``meta.warc_date``, ``meta.warc_record_id``,
 ``meta.charset`` and ``meta.content`` (``html`` or ``text``, what ``extract`` reads).
-Pages are decoded by :func:`dataforge.io.web_pages.decode_page`; a page decoded with
-U+FFFD counts the event ``charset_replaced``, one no codec can be decided for is
-``invalid_encoding``.
+Pages are decoded by :func:`dataforge.io.formats.web.decoded_page`.
 
 Every record costs bounded memory: its headers are at most
 :data:`~dataforge.io.warc_stream.MAX_HEADER_BYTES`; a payload is read (transfer and content
@@ -30,7 +24,7 @@ A record that cannot be trusted (warcio cannot parse it; it is cut short; its
 ``Content-Length`` is missing or lies; its headers pass the cap; its content coding is
 damaged) is one row ``warc:malformed`` at its number, with the event
 ``warc_malformed:<why>``. Reading resumes at the next place past it where a record may
-start (a gzip member header, a ``WARC/1.`` line), so one bad record costs only itself, and
+start (a gzip member header, ``WARC/1.``), so one bad record costs only itself, and
 bytes that are left unparsed at the end (a cut gzip member) are one ``warc:malformed``
 too. A whole-file gzip, one stream without offsets, ends at a bad record.
 """
@@ -38,33 +32,22 @@ too. A whole-file gzip, one stream without offsets, ends at a bad record.
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import re
 import zlib
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
+from dataforge.io.formats.base import InputFormat, RowReader, Source
+from dataforge.io.formats.web import decoded_page, malformed_row
 from dataforge.io.fs import open_input_file, open_input_stream
 from dataforge.io.http_payload import PayloadError, read_payload
 from dataforge.io.streams import open_binary, open_byte_range
 from dataforge.io.tasks import InputTask
 from dataforge.io.warc_stream import MAX_HEADER_BYTES, MalformedRecord, WarcRecords
-from dataforge.io.web_pages import canonical_url, decode_page
 
-if TYPE_CHECKING:
-    from dataforge.io.readers import TaskReader
+__all__ = ["WARC_TYPES", "WarcFormat", "record_type_drop", "warc_record_bounds", "warc_splits"]
 
-__all__ = [
-    "WARC_TYPES",
-    "WEB_FORMATS",
-    "decode_page",
-    "warc_record_bounds",
-    "warc_splits",
-    "web_rows",
-]
-
-WEB_FORMATS = ("warc", "wet", "html")
 WARC_TYPES = frozenset(
     ("warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion",
      "continuation")
@@ -74,7 +57,50 @@ _HTML_TYPES = ("text/html", "application/xhtml+xml")
 _BLANK_LINES_SLACK = 64  # bytes a writer may put after a record in its member
 _CONTENT_LENGTH = re.compile(rb"\r\nContent-Length:[ \t]*([0-9]{1,18})[ \t]*\r\n", re.IGNORECASE)
 _BLANK_TAIL_BYTES = 1 << 16
-_MALFORMED = "warc:malformed"
+
+
+class WarcFormat(InputFormat):
+    """WARC files: one row per record, HTML ``response`` records kept."""
+
+    name = "warc"
+    record_type = "response"
+    """The ``WARC-Type`` of the records that can be kept."""
+
+    def unsplittable_reason(self, task: InputTask, source: Source) -> str | None:
+        return None  # a whole-file gzip is found while splitting, and stays whole
+
+    def split(self, task: InputTask, source: Source, split_bytes: int) -> list[InputTask]:
+        return warc_splits(task, split_bytes)
+
+    def rows(self, reader: RowReader) -> Iterator[dict[str, Any]]:
+        return _warc_rows(self, reader)
+
+    def early_drop(self, record: Any) -> str | None:
+        """The drop reason of a record known from its headers, before its payload is read."""
+        reason = record_type_drop(record, self.record_type)
+        if reason is not None:
+            return reason
+        content_type = (
+            record.http_headers.get_header("Content-Type") if record.http_headers else None
+        )
+        if not content_type or content_type.split(";")[0].strip().lower() not in _HTML_TYPES:
+            return "warc:not_html"
+        return None
+
+    def page(self, reader: RowReader, record: Any, body: bytes) -> tuple[str, dict] | None:
+        """(text, its ``meta`` keys) of a kept record's payload; None: ``invalid_encoding``."""
+        decoded = decoded_page(reader, body, record.http_headers.get_header("Content-Type"))
+        if decoded is None:
+            return None
+        text, charset = decoded
+        return text, {"charset": charset, "content": "html"}
+
+
+def record_type_drop(record: Any, wanted: str) -> str | None:
+    """``warc:record_type:<type>`` for a record of another type than ``wanted``."""
+    if record.rec_type == wanted:
+        return None
+    return f"warc:record_type:{record.rec_type if record.rec_type in WARC_TYPES else 'other'}"
 
 
 def warc_record_bounds(path: str) -> list[int]:
@@ -170,26 +196,23 @@ def _whole_file_gzip(path: str) -> bool:
         return not _gzip_per_record(probe)
 
 
-def web_rows(reader: TaskReader) -> Iterator[dict[str, Any]]:
-    """The rows of one WARC, WET or HTML task."""
-    if reader.source.format == "html":
-        yield from _html_file_rows(reader)
-        return
+def _warc_rows(fmt: WarcFormat, reader: RowReader) -> Iterator[dict[str, Any]]:
+    """The rows of one WARC or WET task."""
     task = reader.task
     if task.length is None and _whole_file_gzip(task.path):
         with open_binary(task.path) as stream:  # inflated: no offsets to resume from
-            yield from _records(reader, _Unswallowed(stream), task.first_record, 0)
+            yield from _records(fmt, reader, _Unswallowed(stream), task.first_record, 0)
         return
     offset, end = task.offset, task.offset + task.length if task.length is not None else None
     number = task.first_record
     while True:
         with _open_from(task.path, offset, end) as stream:
-            number, good_end, failed = yield from _records(reader, stream, number, offset)
+            number, good_end, failed = yield from _records(fmt, reader, stream, number, offset)
         if not failed and _blank_after(task.path, good_end, end):
             return
         if not failed:  # warcio ended quietly before the end (a cut gzip member)
             number += 1
-            yield _malformed_row(reader, number, "unparsed_bytes")
+            yield malformed_row(reader, number, "unparsed_bytes")
         next_offset = _next_record(task.path, good_end, end)
         if next_offset is None:
             return
@@ -241,11 +264,11 @@ def _blank_after(path: str, start: int, end: int | None) -> bool:
 
 
 def _next_record(path: str, after: int, end: int | None) -> int | None:
-    """Offset of the first place where a record may start (a gzip member header or a
-    ``WARC/1.`` line) past the first non-blank byte from ``after`` (where the bad record
-    or the unparsed bytes begin); None: none before ``end``."""
-    marker = b"\x1f\x8b\x08" if path.endswith(".gz") else b"\nWARC/1."
-    skip = 0 if marker.startswith(b"\x1f") else 1
+    """Offset of the first place where a record may start (a gzip member header or
+    ``WARC/1.``, at a line's start or not: lost bytes may have taken the line end before
+    it) past the first non-blank byte from ``after`` (where the bad record or the unparsed
+    bytes begin); None: none before ``end``."""
+    marker = b"\x1f\x8b\x08" if path.endswith(".gz") else b"WARC/1."
     with open_input_file(path) as raw:
         raw.seek(after)
         pos, tail, started = after, b"", False
@@ -262,7 +285,7 @@ def _next_record(path: str, after: int, end: int | None) -> int | None:
                 block, started = stripped[1:], True
             found = (tail + block).find(marker)
             if found >= 0:
-                start = pos - len(tail) + found + skip
+                start = pos - len(tail) + found
                 return start if end is None or start < end else None
             tail = block[-len(marker) :]
             pos += len(block)
@@ -270,7 +293,7 @@ def _next_record(path: str, after: int, end: int | None) -> int | None:
 
 
 def _records(
-    reader: TaskReader, stream: BinaryIO, number: int, base: int
+    fmt: WarcFormat, reader: RowReader, stream: BinaryIO, number: int, base: int
 ) -> Generator[dict[str, Any], None, tuple[int, int, bool]]:
     """Rows of the records in ``stream`` (which starts at file offset ``base``), numbered
     after ``number``; returns (the last number, the file offset where the last good record
@@ -284,7 +307,7 @@ def _records(
             record = records.next()
             if record is None:
                 return number - 1, good_end, False
-            reason = _early_drop(reader.source.format, record)
+            reason = fmt.early_drop(record)
             body = None if reason else read_payload(record, reader.read.max_doc_chars * 4)
             start, end = records.finish()
             if base + start < good_end:
@@ -292,86 +315,35 @@ def _records(
         except Exception as exc:  # noqa: BLE001 - warcio raises whatever hostile bytes make it
             kind = exc.kind if isinstance(exc, MalformedRecord) else type(exc).__name__
             kind = "content_encoding" if isinstance(exc, PayloadError) else kind
-            yield _malformed_row(reader, number, kind)
+            yield malformed_row(reader, number, kind)
             return number, good_end, True
         good_end = base + end
-        yield reader._finish(_record_row(reader, record, number, reason, body))
-
-
-def _malformed_row(reader: TaskReader, number: int, kind: str) -> dict[str, Any]:
-    reader.events[f"warc_malformed:{kind}"] += 1
-    return reader._finish(reader._base_row(str(number), drop=_MALFORMED))
-
-
-def _early_drop(fmt: str, record: Any) -> str | None:
-    """The drop reason of a record known from its headers, before its payload is read."""
-    wanted = "response" if fmt == "warc" else "conversion"
-    if record.rec_type != wanted:
-        return f"warc:record_type:{record.rec_type if record.rec_type in WARC_TYPES else 'other'}"
-    if fmt == "warc":
-        content_type = (
-            record.http_headers.get_header("Content-Type") if record.http_headers else None
-        )
-        if not content_type or content_type.split(";")[0].strip().lower() not in _HTML_TYPES:
-            return "warc:not_html"
-    return None
+        yield reader.finish_row(_record_row(fmt, reader, record, number, reason, body))
 
 
 def _record_row(
-    reader: TaskReader, record: Any, number: int, reason: str | None, body: bytes | None
+    fmt: WarcFormat,
+    reader: RowReader,
+    record: Any,
+    number: int,
+    reason: str | None,
+    body: bytes | None,
 ) -> dict[str, Any]:
-    row = reader._base_row(str(number))
+    row = reader.new_row(str(number))
     if reason is not None or body is None:
         row["drop"] = reason or "too_long"
         return row
+    page = fmt.page(reader, record, body)
+    if page is None:
+        row["drop"] = "invalid_encoding"
+        return row
+    text, page_meta = page
     headers = record.rec_headers
     meta = {
         "url": headers.get_header("WARC-Target-URI"),
         "warc_date": headers.get_header("WARC-Date"),
         "warc_record_id": headers.get_header("WARC-Record-ID"),
+        **page_meta,
     }
-    if reader.source.format == "wet":
-        meta.update(charset="utf-8", content="text")
-        text = body.decode("utf-8", errors="replace")
-    else:
-        decoded = _decoded(reader, body, record.http_headers.get_header("Content-Type"))
-        if decoded is None:
-            row["drop"] = "invalid_encoding"
-            return row
-        text, meta["charset"] = decoded
-        meta["content"] = "html"
     row["meta"] = json.dumps(meta, ensure_ascii=False, sort_keys=True)
-    return reader._with_text(row, text)
-
-
-def _decoded(reader: TaskReader, body: bytes, content_type: str | None) -> tuple[str, str] | None:
-    decoded = decode_page(body, content_type, reader.source.encoding)
-    if decoded is not None and decoded[1].endswith(":replaced"):
-        reader.events["charset_replaced"] += 1
-    return decoded
-
-
-def _html_file_rows(reader: TaskReader) -> Iterator[dict[str, Any]]:
-    try:
-        with open_binary(reader.task.path) as raw:
-            body = raw.read(reader.read.max_doc_chars * 4 + 1)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:  # a cut or corrupt .gz page
-        yield _malformed_row(reader, 0, type(exc).__name__)
-        return
-    row = reader._base_row("0")
-    if len(body) > reader.read.max_doc_chars * 4:
-        row["drop"] = "too_long"
-        yield reader._finish(row)
-        return
-    decoded = _decoded(reader, body, None)
-    if decoded is None:
-        row["drop"] = "invalid_encoding"
-        yield reader._finish(row)
-        return
-    text, charset = decoded
-    meta: dict[str, Any] = {"charset": charset, "content": "html", "path": reader.task.relpath}
-    url = canonical_url(text)
-    if url is not None:
-        meta["url"] = url
-    row["meta"] = json.dumps(meta, ensure_ascii=False, sort_keys=True)
-    yield reader._finish(reader._with_text(row, text))
+    return reader.with_text(row, text)
