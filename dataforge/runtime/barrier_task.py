@@ -13,12 +13,13 @@ half-way leaves nothing that looks complete and the rerun plans again.
 from __future__ import annotations
 
 import contextlib
+import socket
 from typing import Any
 
 from dataforge.config import PipelineConfig, StageConfig
 from dataforge.io import fs
 from dataforge.rundir.store import RunStore
-from dataforge.runtime.barriers import BarrierContext, run_planner
+from dataforge.runtime.barriers import WORK_NODES, BarrierContext, run_planner
 from dataforge.runtime.segments import make_op
 
 __all__ = ["plan_barrier"]
@@ -60,9 +61,19 @@ def plan_barrier(
         op = make_op(stage, config)
         op.setup()
         summary = run_planner(op, ctx)
+        summary[WORK_NODES] = [_this_node(ray_available), *summary.get(WORK_NODES, [])]
         store.commit_dir(tmp, decision)
         store.commit_dir(audit_dir, stage.op)
     return summary
+
+
+def _this_node(ray_available: bool) -> str:
+    """This worker's node, named as the executor's placement names it."""
+    if not ray_available:
+        return socket.gethostname()
+    from dataforge.runtime.cluster import node_name  # deferred: it imports ray
+
+    return node_name()
 
 
 def _source_stats(config: PipelineConfig, prev_stats: list[dict[str, Any]]) -> dict:

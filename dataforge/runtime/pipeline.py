@@ -26,6 +26,7 @@ from dataforge.rundir.lock import RunDirError
 from dataforge.rundir.ownership import acquire_lock, claim_run_dir, describe_takeover
 from dataforge.rundir.store import RunStore
 from dataforge.runtime.barrier_task import plan_barrier
+from dataforge.runtime.barriers import WORK_NODES
 from dataforge.runtime.commit import RunState, commit_output
 from dataforge.runtime.failures import (
     RunFailed,
@@ -260,5 +261,6 @@ def _run_barrier(config, store, prev_seg, stage_index, stage, prev_stats, execut
         config, store, prev_seg, stage_index, stage, prev_stats,
         executor.num_cpus, executor.ray_available,
     )  # fmt: skip
+    executor.placement.barrier_ran(summary.pop(WORK_NODES, []))
     store.write_json(marker, summary)
     return summary

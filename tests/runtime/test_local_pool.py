@@ -84,6 +84,7 @@ def test_workers_run_every_task_with_the_in_process_output(
     assert manifest["runtime"] == {
         "executor": "local", "num_cpus": 2, "nodes": 1, "tasks_on_driver": 0,
         "tasks_by_node": {os.uname().nodename: 2 * tasks},
+        "barrier_work_by_node": {os.uname().nodename: 1 + 2},  # the planner, 2 index shards
     }  # fmt: skip
     monkeypatch.setattr(SegmentRunner, "run_task", run_task)
     reference = run_pipeline(config, tmp_path / "ref", LocalExecutor(), log=lambda m: None)

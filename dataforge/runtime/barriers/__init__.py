@@ -14,7 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BarrierContext", "planner_of", "run_planner"]
+__all__ = ["WORK_NODES", "BarrierContext", "planner_of", "run_planner"]
+
+WORK_NODES = "_work_nodes"
+"""Summary key under which a planner lists the nodes its parallel work ran on (dedup: one
+entry per index shard); the driver moves it out of the stage summary into the manifest's
+``runtime.barrier_work_by_node``, so the summary stays the same whatever the placement."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,12 +2,13 @@
 
 Both expose the same calls: ``call_one(shard, method, *args)`` (returns a ref or future),
 ``call_all(method)`` (results), ``broadcast(method, *args)`` (the same arguments to all), ``wait(pending)``, ``exchange(send, receive)`` (every
-shard's ``send`` output slot i goes to shard i's ``receive``; returns the receive results)
-and ``close()``. ``failures`` lists the exceptions that mean "a shard died: retry".
+shard's ``send`` output slot i goes to shard i's ``receive``; returns the receive results),
+``nodes()`` (where each shard runs, as the manifest's ``runtime`` names nodes) and ``close()``. ``failures`` lists the exceptions that mean "a shard died: retry".
 """
 
 from __future__ import annotations
 
+import socket
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -61,6 +62,9 @@ class LocalShards:
             if isinstance(call, Future):
                 call.result()
 
+    def nodes(self) -> list[str]:
+        return [socket.gethostname()] * self.count  # as the local executor names its node
+
     def exchange(self, send: str, receive: str) -> list[Any]:
         sent = self.call_all(send)
         return self._on_each([(receive, tuple(out[i] for out in sent)) for i in range(self.count)])
@@ -85,7 +89,7 @@ class RayShards:
         self.count = count
         # num_cpus=0: the shards run after the actor pools drained; asking for CPUs here
         # could wait forever behind pools that hold them. SPREAD puts them on all nodes.
-        remote = ray.remote(IndexShard).options(
+        remote = ray.remote(_PlacedShard).options(
             num_cpus=0, max_restarts=0, max_task_retries=0, scheduling_strategy="SPREAD"
         )
         # Not waited for: they start while the caller prepares its first calls.
@@ -104,6 +108,9 @@ class RayShards:
     def wait(self, pending: list[Any]) -> None:
         self._ray.get(pending)
 
+    def nodes(self) -> list[str]:
+        return self._ray.get([a.node.remote() for a in self.actors])
+
     def exchange(self, send: str, receive: str) -> list[Any]:
         """Every shard's ``send`` output slot i goes to shard i's ``receive`` (refs only: the
         data moves actor to actor through the object store, never through the driver)."""
@@ -119,3 +126,12 @@ class RayShards:
         for actor in self.actors:
             self._ray.kill(actor)
         self.actors = []
+
+
+class _PlacedShard(IndexShard):
+    """An index shard that can say which Ray node it runs on (SPREAD places them)."""
+
+    def node(self) -> str:
+        from dataforge.runtime.cluster import node_name  # deferred: it imports ray
+
+        return node_name()

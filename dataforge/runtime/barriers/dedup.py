@@ -66,7 +66,7 @@ from dataforge.ops.dedup import DECISION_REASON, Dedup
 from dataforge.ops.dedup.copies import join_heads
 from dataforge.ops.dedup.star import star_clusters
 from dataforge.records import ORD
-from dataforge.runtime.barriers import BarrierContext
+from dataforge.runtime.barriers import WORK_NODES, BarrierContext
 from dataforge.runtime.barriers._dedup_calls import (
     Calls,
     index_calls,
@@ -122,6 +122,7 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
             edges, sims, copies, stats = _cluster(
                 op, ctx, tasks, keys, previous_table, backend, attempt
             )
+            shard_nodes = backend.nodes()
             break
         except backend.failures as exc:
             last_error = exc
@@ -137,6 +138,7 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
     stars = join_heads(star_clusters(edges, sims, fixed_representatives=n_prev), copies)
     summary = _write_outputs(op, ctx, tasks, keys, n_prev, stars)
     summary.update(stats, attempts=attempt, index_shards=shards, against_docs=n_prev)
+    summary[WORK_NODES] = shard_nodes
     return summary
 
 
