@@ -33,15 +33,18 @@ def plan_barrier(
     prev_stats: list[dict[str, Any]],
     num_cpus: int,
     ray_available: bool,
+    memory_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Plan barrier ``stage`` over the parts of segment ``prev_seg``; commit its decision
     (``_work/barrier<stage_index>``) and audit (``<op>/``) directories; return the
-    planner's summary."""
+    planner's summary. ``memory_bytes``: what the planner may hold before it spills, into
+    ``_work/.barrier<stage_index>.spill.tmp-*`` (removed after, whatever happens)."""
     fs.configure(config.storage)
     decision = f"_work/barrier{stage_index}"
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(store.staging(decision))
         audit_dir = stack.enter_context(store.staging(stage.op))
+        spill_dir = stack.enter_context(store.staging(f"{decision}.spill"))
         parts = {}
         for stats in prev_stats:
             live = f"_work/seg{prev_seg}/{stats['task_id']}/live.parquet"
@@ -56,6 +59,8 @@ def plan_barrier(
             source_stats=_source_stats(config, prev_stats),
             sources={s.name: s.lang for s in config.inputs},
             ray_available=ray_available,
+            memory_bytes=memory_bytes,
+            spill_dir=spill_dir,
         )
         op = make_op(stage, config)
         op.setup()
