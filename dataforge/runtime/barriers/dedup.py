@@ -163,7 +163,7 @@ def _stream(
         pending.extend(backend.call_one(shard, method, *args) for shard, method, args in calls)
 
     if previous is not None:
-        prev_keys = np.arange(previous.num_rows, dtype=np.int64)
+        prev_keys = keys.of_previous()
         send(calls_of(backend.count, op, previous.column(column).combine_chunks(), prev_keys))
         count += previous.num_rows
 
@@ -175,7 +175,7 @@ def _stream(
         task, table = part
         sigs = table.column(column).combine_chunks()
         extra = {"texts": table.select(["text", "lang"])} if with_text else {}
-        calls = calls_of(backend.count, op, sigs, keys.per_task[task], **extra)
+        calls = calls_of(backend.count, op, sigs, keys.of_task(task), **extra)
         return len(sigs) - sigs.null_count, calls
 
     threads = max(1, min(_PREPARE_THREADS, ctx.num_cpus))
@@ -236,7 +236,7 @@ def _send_group_sizes(backend: Any, copies: np.ndarray) -> np.ndarray:
 
 def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
     copies = _copies(op, ctx, tasks, keys, backend)
-    is_copy = np.zeros(len(keys.ids), dtype=bool)
+    is_copy = np.zeros(keys.count, dtype=bool)
     is_copy[copies[:, 0]] = True
     heads_only = functools.partial(index_calls, copies=is_copy)
     indexed = _stream(backend, heads_only, op, ctx, tasks, keys, previous) - len(copies)
@@ -313,7 +313,7 @@ def _write_outputs(op, ctx, tasks, keys, n_prev, stars) -> dict[str, Any]:
     ):
         for task in tasks:
             table = pq.read_table(ctx.parts[task], columns=["id", "source", ORD, column])
-            task_keys = keys.per_task[task]
+            task_keys = keys.of_task(task)
             pos = np.clip(np.searchsorted(nodes, task_keys), 0, max(len(nodes) - 1, 0))
             in_cluster = (nodes[pos] == task_keys) if len(nodes) else np.zeros(len(task_keys), bool)
             root = np.where(in_cluster, reps[pos] if len(nodes) else 0, task_keys)
@@ -333,7 +333,7 @@ def _write_outputs(op, ctx, tasks, keys, n_prev, stars) -> dict[str, Any]:
                         {
                             "id": table.column("id").take(sel),
                             "source": table.column("source").take(sel),
-                            "cluster": keys.ids.take(pa.array(root[in_cluster])),
+                            "cluster": keys.ids_of(root[in_cluster]),
                             "kept": pa.array(~dropped[in_cluster]),
                             "similarity": pa.array(
                                 similarity[in_cluster], pa.float32(), mask=~dropped[in_cluster]
