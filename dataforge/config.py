@@ -108,7 +108,7 @@ class RayConfig:
     over ``cpus_per_actor``)."""
     cpus_per_actor: float = 1.0
     max_task_retries: int = 2
-    memory_per_worker: int | str | None = None
+    memory_per_worker: int | float | str | None = None
     """Memory a worker's share of a global stage may hold (its planner's record keys)
     before it spills to disk: bytes, or a size like ``1.5GB``, ``512MB``, ``2GiB`` (kept
     as bytes). Default, when the run starts: ``executor: local``, half this machine's

@@ -87,15 +87,17 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
 SIZE_FORMAT = "a number of bytes or a number and a unit, like 512MB, 1.5GB or 2GiB"
 
 
-def parse_size(key: str, value: int | str) -> int:
-    """Bytes of a size written as an integer (bytes) or a number and a unit of
-    :data:`SIZE_UNITS` (``1.5GB``, ``512MB``, ``2GiB``), rounded down to whole bytes.
+def parse_size(key: str, value: int | float | str) -> int:
+    """Bytes of a size written as a whole number of bytes (``1e9`` too) or a number and a
+    unit of :data:`SIZE_UNITS` (``1.5GB``, ``512MB``, ``2GiB``), rounded down to bytes.
 
     Raises:
         ValueError: anything else, naming ``key`` and the format.
     """
     if isinstance(value, int) and not isinstance(value, bool):
         return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     match = _SIZE.match(value) if isinstance(value, str) else None
     unit = match.group(2).upper() or "B" if match else ""
     if not match or unit not in SIZE_UNITS:

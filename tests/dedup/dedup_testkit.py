@@ -39,14 +39,16 @@ def run_dedup(
     batch: int = 1000,
     ray_available: bool = False,
     num_cpus: int = 2,
+    memory_bytes: int | None = None,
     **config,
 ) -> tuple[dict, pa.Table, Path]:
-    """prepare per batch -> plan -> apply per task; returns (summary, output, OUT dir)."""
+    """prepare per batch -> plan -> apply per task; returns (summary, output, OUT dir).
+    ``memory_bytes``: the planner's budget, spilling to ``<work>/spill``."""
     from dataforge.runtime.barriers import dedup as planner
 
     op = Dedup(Dedup.Config(**config), OpContext(base_dir=str(tmp)))
     op.setup()
-    name = f"{batch}-{num_cpus}-{json.dumps(config, sort_keys=True, default=str)}"
+    name = f"{batch}-{num_cpus}-{memory_bytes}-{json.dumps(config, sort_keys=True, default=str)}"
     work = tmp / f"work-{name}"
     work.mkdir(parents=True)
     parts, batches = {}, {}
@@ -67,7 +69,11 @@ def run_dedup(
         source_stats={},
         sources={},
         ray_available=ray_available,
+        memory_bytes=memory_bytes,
+        spill_dir=None if memory_bytes is None else work / "spill",
     )
+    if ctx.spill_dir is not None:
+        ctx.spill_dir.mkdir()
     summary = planner.plan(op, ctx)
     outputs = []
     for task in sorted(batches):

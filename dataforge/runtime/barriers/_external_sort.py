@@ -49,11 +49,19 @@ class ExternalSort:
         return bool(self.runs)
 
     def add(self, table: pa.Table) -> None:
-        """Buffer ``table``; spill the buffer as a sorted run once it passes the budget."""
-        self.buffer.append(table)
-        self.buffered += table.nbytes
-        if self.run_bytes is not None and self.buffered > self.run_bytes:
-            self._spill()
+        """Buffer ``table``; spill the buffer as a sorted run each time it fills the
+        budget (a table larger than what is left is split)."""
+        if self.run_bytes is None:
+            self.buffer.append(table)
+            return
+        row_bytes = max(1, table.nbytes // max(1, table.num_rows))
+        while table.num_rows:
+            room = max(1, (self.run_bytes - self.buffered) // row_bytes)
+            self.buffer.append(table.slice(0, room))
+            self.buffered += min(room, table.num_rows) * row_bytes
+            table = table.slice(room)
+            if self.buffered >= self.run_bytes:
+                self._spill()
 
     def sorted_tables(self) -> Iterator[pa.Table]:
         """Every row added, in sort order, as consecutive tables."""

@@ -137,6 +137,7 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
     stars = join_heads(star_clusters(edges, sims, fixed_representatives=n_prev), copies)
     summary = _write_outputs(op, ctx, tasks, keys, n_prev, stars)
     summary.update(stats, attempts=attempt, index_shards=shards, against_docs=n_prev)
+    summary.update(key_runs=keys.spilled_runs)  # 0: the keys were sorted in memory
     return summary
 
 
