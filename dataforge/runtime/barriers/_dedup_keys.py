@@ -32,7 +32,9 @@ KEY_SHARE = 4
 """The key sort's runs take this fraction (1/4) of the planner's budget: sorting a run
 holds it, its order and its sorted copy at once, and the index shards share the process."""
 _READ_ROWS = 65_536
-"""Rows of a part read at a time (a part may be larger than a run)."""
+"""Rows of a part read at a time at most (a part may be larger than a run); within a
+budget, at most a 256th of a run's bytes in rows (a row takes more than 256 bytes only
+with ids of hundreds of characters), so that reading adds little to the run."""
 _SORT_KEYS = ["origin", "rank", "id", "task", "ord", "row"]
 
 
@@ -81,7 +83,8 @@ def assign_keys(
     rows = n_prev
     for t, task in enumerate(tasks):
         start = rows
-        for table in _part_rows(ctx.parts[task], t, op.config.keep.prefer_source, rows):
+        read = _READ_ROWS if run_bytes is None else max(1024, min(_READ_ROWS, run_bytes // 256))
+        for table in _part_rows(ctx.parts[task], t, op.config.keep.prefer_source, rows, read):
             sorter.add(table)
             rows += table.num_rows
         bounds[task] = (start, rows)
@@ -129,11 +132,11 @@ def _previous_rows(previous: pa.Table) -> pa.Table:
 
 
 def _part_rows(
-    path: Path, task: int, prefer_source: tuple[str, ...], first_row: int
+    path: Path, task: int, prefer_source: tuple[str, ...], first_row: int, read_rows: int
 ) -> Iterator[pa.Table]:
-    """Sort rows of a part's records, :data:`_READ_ROWS` at a time."""
+    """Sort rows of a part's records, ``read_rows`` at a time."""
     prefer = pa.array(list(prefer_source), pa.string())
-    for batch in pq.ParquetFile(path).iter_batches(_READ_ROWS, columns=["id", "source", ORD]):
+    for batch in pq.ParquetFile(path).iter_batches(read_rows, columns=["id", "source", ORD]):
         # a source's place in prefer_source; the sources not listed after all of them
         rank = pc.fill_null(pc.index_in(batch.column("source"), value_set=prefer), len(prefer))
         ords = batch.column(ORD).to_numpy()
