@@ -1,9 +1,10 @@
 """A barrier's planning as one unit of work that the run's executor runs on one of its
 workers (a Ray actor of the run's pool, or a local worker process), never in the driver.
 
-A planner reads every prepared part and holds per-record state (dedup: record keys,
-signatures, the shingles of candidate records; its index shards are Ray actors or threads
-of that worker), so the driver's memory stays independent of the input's size: it sends
+A planner reads every prepared part and may hold per-record state (dedup: record keys,
+within the worker's memory budget, spilled past it to ``_work/.barrier<i>.spill.tmp-*``;
+the shingles of candidate records; its index shards are Ray actors or threads of that
+worker), so the driver's memory stays independent of the input's size: it sends
 the stage and the parts' task stats (one dict per task) and receives the summary, then
 writes the barrier's marker. The worker stages the decision and audit directories, plans,
 and commits both directories; without the marker neither counts, so a worker killed

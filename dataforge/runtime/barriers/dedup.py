@@ -7,7 +7,9 @@ driver. Steps (``plan``):
    ``(origin, prefer_source rank, id, task, _ord)``, where records published by the runs
    listed in ``against`` come first (origin 0). Keys depend only on the records, never on
    batch sizes, task boundaries or actor counts, and the smallest key of a cluster is its
-   representative. (The planner holds ids and source ranks for this sort, not signatures.)
+   representative. (The sort reads ids and sources, not signatures; past a quarter of
+   ``ctx.memory_bytes`` it runs in runs spilled to ``ctx.spill_dir`` and merged, and the
+   keys and ids are memory-mapped files there: :mod:`._dedup_keys`.)
 2. **Exact copies.** Verified methods (MinHash, SimHash) first group the records by the
    exact hash of their normalized text (``_text_hash``; :mod:`dataforge.ops.dedup.copies`),
    on the shards by hash: only the head (smallest key) of each group goes on to steps 3-4,
