@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from dataforge.config import PipelineConfig
+from dataforge.config import MIN_WORKER_MEMORY, PipelineConfig
 
 __all__ = ["MemoryBudget", "local_memory_budget", "machine_memory", "ray_memory_budget"]
 
@@ -39,21 +39,24 @@ def _set(config: PipelineConfig) -> MemoryBudget | None:
 
 
 def local_memory_budget(config: PipelineConfig, workers: int) -> MemoryBudget:
-    """``ray.memory_per_worker``, else half this machine's memory over ``workers``."""
+    """``ray.memory_per_worker``, else half this machine's memory over ``workers`` (at
+    least the setting's minimum)."""
     workers = max(1, workers)
     total = machine_memory()
+    share = max(MIN_WORKER_MEMORY, total // 2 // workers)
     return _set(config) or MemoryBudget(
-        total // 2 // workers,
-        f"memory per worker: {_size(total // 2 // workers)} (default: half this machine's "
+        share,
+        f"memory per worker: {_size(share)} (default: half this machine's "
         f"{_size(total)} over {workers} worker process{'es' if workers > 1 else ''}; "
         "set ray.memory_per_worker to change it)",
     )
 
 
 def ray_memory_budget(config: PipelineConfig, cluster_memory: float, actors: int) -> MemoryBudget:
-    """``ray.memory_per_worker``, else the cluster's ``memory`` resource over ``actors``."""
+    """``ray.memory_per_worker``, else the cluster's ``memory`` resource over ``actors``
+    (at least the setting's minimum: a cluster may report none)."""
     actors = max(1, actors)
-    share = int(cluster_memory) // actors
+    share = max(MIN_WORKER_MEMORY, int(cluster_memory) // actors)
     return _set(config) or MemoryBudget(
         share,
         f"memory per worker: {_size(share)} (default: the Ray cluster's memory resource "
