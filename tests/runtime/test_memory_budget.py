@@ -112,6 +112,7 @@ def test_defaults_divide_the_machine_or_the_cluster(tmp_path, monkeypatch):
         assert budget.bytes == 512 * 2**20
         assert budget.why == "memory per worker: 536.9 MB (ray.memory_per_worker)"
     assert LocalExecutor(3).memory_budget(set_).bytes == 512 * 2**20
+    assert ray_memory_budget(config, 0, 8).bytes == 2**20  # no memory resource: the minimum
 
 
 def _spill_dirs(out: Path) -> list[str]:
