@@ -25,6 +25,7 @@ from dataforge.typed_config import (
     check_choices,
     check_range,
     from_mapping,
+    parse_size,
     read_yaml_file,
     to_plain,
 )
@@ -86,6 +87,11 @@ def _check_compression(fmt: str, compression: str | None) -> None:
         raise ValueError(f"output.compression={compression!r}; valid for mds: {choices}, or null")
 
 
+MIN_WORKER_MEMORY = 1 << 20
+"""Smallest ``ray.memory_per_worker`` (1 MiB): below it a spilled run would hold a few
+hundred records and a merge would be mostly file overhead."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RayConfig:
     """Where and how wide to run."""
@@ -102,9 +108,23 @@ class RayConfig:
     over ``cpus_per_actor``)."""
     cpus_per_actor: float = 1.0
     max_task_retries: int = 2
+    memory_per_worker: int | float | str | None = None
+    """Memory a worker's share of a global stage may hold (its planner's record keys)
+    before it spills to disk: bytes, or a size like ``1.5GB``, ``512MB``, ``2GiB`` (kept
+    as bytes). Default, when the run starts: ``executor: local``, half this machine's
+    memory over its worker processes; Ray, the cluster's ``memory`` resource over the
+    pool's actors."""
 
     def __post_init__(self) -> None:
         check_choices(self)
+        if self.memory_per_worker is not None:
+            size = parse_size("ray.memory_per_worker", self.memory_per_worker)
+            if size < MIN_WORKER_MEMORY:
+                raise ValueError(
+                    f"ray.memory_per_worker={self.memory_per_worker!r} is {size} bytes; "
+                    f"valid: at least 1MiB ({MIN_WORKER_MEMORY} bytes)"
+                )
+            object.__setattr__(self, "memory_per_worker", size)  # frozen: normalised once
         check_range("ray.num_cpus", self.num_cpus, 1)
         # Ray refuses an object store under 75 MiB.
         check_range("ray.object_store_memory", self.object_store_memory, 75 * 1024 * 1024)

@@ -46,6 +46,7 @@ __all__ = [
     "choice_field",
     "from_mapping",
     "load_yaml",
+    "parse_size",
     "read_yaml_file",
     "short_repr",
     "to_plain",
@@ -79,6 +80,33 @@ def check_range(key: str, value: float | None, low: float, high: float | None = 
         return
     valid = f"{low} to {high}" if high is not None else f">= {low}"
     raise ValueError(f"{key}={short_repr(value)}; valid range: {valid}")
+
+
+SIZE_UNITS = {
+    "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
+}  # fmt: skip
+"""Units of a size (case-insensitive): decimal (``KB`` = 1000 bytes) and binary (``KiB``)."""
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
+SIZE_FORMAT = "a number of bytes or a number and a unit, like 512MB, 1.5GB or 2GiB"
+
+
+def parse_size(key: str, value: int | float | str) -> int:
+    """Bytes of a size written as a whole number of bytes (``1e9`` too) or a number and a
+    unit of :data:`SIZE_UNITS` (``1.5GB``, ``512MB``, ``2GiB``), rounded down to bytes.
+
+    Raises:
+        ValueError: anything else, naming ``key`` and the format.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    match = _SIZE.match(value) if isinstance(value, str) else None
+    unit = match.group(2).upper() or "B" if match else ""
+    if not match or unit not in SIZE_UNITS:
+        raise ValueError(f"{key}={short_repr(value)} is not a size; valid: {SIZE_FORMAT}")
+    return int(float(match.group(1)) * SIZE_UNITS[unit])
 
 
 class ConfigError(ValueError):

@@ -1,9 +1,10 @@
 """A barrier's planning as one unit of work that the run's executor runs on one of its
 workers (a Ray actor of the run's pool, or a local worker process), never in the driver.
 
-A planner reads every prepared part and holds per-record state (dedup: record keys,
-signatures, the shingles of candidate records; its index shards are Ray actors or threads
-of that worker), so the driver's memory stays independent of the input's size: it sends
+A planner reads every prepared part and may hold per-record state (dedup: record keys,
+within the worker's memory budget, spilled past it to ``_work/.barrier<i>.spill.tmp-*``;
+the shingles of candidate records; its index shards are Ray actors or threads of that
+worker), so the driver's memory stays independent of the input's size: it sends
 the stage and the parts' task stats (one dict per task) and receives the summary, then
 writes the barrier's marker. The worker stages the decision and audit directories, plans,
 and commits both directories; without the marker neither counts, so a worker killed
@@ -34,15 +35,18 @@ def plan_barrier(
     prev_stats: list[dict[str, Any]],
     num_cpus: int,
     ray_available: bool,
+    memory_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Plan barrier ``stage`` over the parts of segment ``prev_seg``; commit its decision
     (``_work/barrier<stage_index>``) and audit (``<op>/``) directories; return the
-    planner's summary."""
+    planner's summary. ``memory_bytes``: what the planner may hold before it spills, into
+    ``_work/.barrier<stage_index>.spill.tmp-*`` (removed after, whatever happens)."""
     fs.configure(config.storage)
     decision = f"_work/barrier{stage_index}"
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(store.staging(decision))
         audit_dir = stack.enter_context(store.staging(stage.op))
+        spill_dir = stack.enter_context(store.staging(f"{decision}.spill"))
         parts = {}
         for stats in prev_stats:
             live = f"_work/seg{prev_seg}/{stats['task_id']}/live.parquet"
@@ -57,6 +61,8 @@ def plan_barrier(
             source_stats=_source_stats(config, prev_stats),
             sources={s.name: s.lang for s in config.inputs},
             ray_available=ray_available,
+            memory_bytes=memory_bytes,
+            spill_dir=spill_dir,
         )
         op = make_op(stage, config)
         op.setup()

@@ -259,7 +259,7 @@ def _run_barrier(config, store, prev_seg, stage_index, stage, prev_stats, execut
     summary = executor.run_call(
         config, store.location("_work"), plan_barrier,
         config, store, prev_seg, stage_index, stage, prev_stats,
-        executor.num_cpus, executor.ray_available,
+        executor.num_cpus, executor.ray_available, executor.memory_budget(config).bytes,
     )  # fmt: skip
     executor.placement.barrier_ran(summary.pop(WORK_NODES, []))
     store.write_json(marker, summary)

@@ -41,16 +41,18 @@ def run_dedup(
     batch: int = 1000,
     ray_available: bool = False,
     num_cpus: int = 2,
+    memory_bytes: int | None = None,
     **config,
 ) -> tuple[dict, pa.Table, Path]:
     """prepare per batch -> plan -> apply per task; returns (summary, output, OUT dir).
-    ``config`` is the stage's keys as in YAML (``minhash={"num_perm": 64}``)."""
+    ``config`` is the stage's keys as in YAML (``minhash={"num_perm": 64}``);
+    ``memory_bytes``: the planner's budget, spilling to ``<work>/spill``."""
     from dataforge.runtime.barriers import dedup as planner
 
     op = Dedup(from_mapping(Dedup.Config, config, "dedup"), OpContext(base_dir=str(tmp)))
     op.setup()
     settings = json.dumps(config, sort_keys=True, default=str).encode()
-    name = f"{batch}-{num_cpus}-{hashlib.sha256(settings).hexdigest()[:16]}"
+    name = f"{batch}-{num_cpus}-{memory_bytes}-{hashlib.sha256(settings).hexdigest()[:16]}"
     work = tmp / f"work-{name}"
     work.mkdir(parents=True)
     parts, batches = {}, {}
@@ -71,7 +73,11 @@ def run_dedup(
         source_stats={},
         sources={},
         ray_available=ray_available,
+        memory_bytes=memory_bytes,
+        spill_dir=None if memory_bytes is None else work / "spill",
     )
+    if ctx.spill_dir is not None:
+        ctx.spill_dir.mkdir()
     summary = planner.plan(op, ctx)
     outputs = []
     for task in sorted(batches):

@@ -38,6 +38,10 @@ class BarrierContext:
         sources: source name -> language code, in YAML order.
         ray_available: the run's executor is Ray: the planner runs its parallel work on
             Ray actors (else in the planning worker's process).
+        memory_bytes: what the planner may hold for per-record state before it spills
+            to ``spill_dir`` (:mod:`dataforge.runtime.memory_budget`); None: no bound.
+        spill_dir: an empty local directory of the run's work dir for spilled runs,
+            removed after the stage whatever happens; required with ``memory_bytes``.
     """
 
     parts: dict[str, Path]
@@ -48,6 +52,12 @@ class BarrierContext:
     source_stats: dict[str, dict[str, int]]
     sources: dict[str, str]
     ray_available: bool
+    memory_bytes: int | None = None
+    spill_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.memory_bytes is not None and self.spill_dir is None:
+            raise ValueError("BarrierContext: memory_bytes needs a spill_dir to spill to")
 
 
 def planner_of(op: Any) -> Callable[[Any, BarrierContext], dict[str, Any]]:

@@ -7,7 +7,9 @@ driver. Steps (``plan``):
    ``(origin, prefer_source rank, id, task, _ord)``, where records published by the runs
    listed in ``against`` come first (origin 0). Keys depend only on the records, never on
    batch sizes, task boundaries or actor counts, and the smallest key of a cluster is its
-   representative. (The planner holds ids and source ranks for this sort, not signatures.)
+   representative. (The sort reads ids and sources, not signatures; past a quarter of
+   ``ctx.memory_bytes`` it runs in runs spilled to ``ctx.spill_dir`` and merged, and the
+   keys and ids are memory-mapped files there: :mod:`._dedup_keys`.)
 2. **Exact copies.** Verified methods (MinHash, SimHash) first group the records by the
    exact hash of their normalized text (``_text_hash``; :mod:`dataforge.ops.dedup.copies`),
    on the shards by hash: only the head (smallest key) of each group goes on to steps 3-4,
@@ -138,6 +140,7 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
     stars = join_heads(star_clusters(edges, sims, fixed_representatives=n_prev), copies)
     summary = _write_outputs(op, ctx, tasks, keys, n_prev, stars)
     summary.update(stats, attempts=attempt, index_shards=shards, against_docs=n_prev)
+    summary.update(key_runs=keys.spilled_runs)  # 0: the keys were sorted in memory
     summary[WORK_NODES] = shard_nodes
     return summary
 
@@ -165,7 +168,7 @@ def _stream(
         pending.extend(backend.call_one(shard, method, *args) for shard, method, args in calls)
 
     if previous is not None:
-        prev_keys = np.arange(previous.num_rows, dtype=np.int64)
+        prev_keys = keys.of_previous()
         send(calls_of(backend.count, op, previous.column(column).combine_chunks(), prev_keys))
         count += previous.num_rows
 
@@ -177,7 +180,7 @@ def _stream(
         task, table = part
         sigs = table.column(column).combine_chunks()
         extra = {"texts": table.select(["text", "lang"])} if with_text else {}
-        calls = calls_of(backend.count, op, sigs, keys.per_task[task], **extra)
+        calls = calls_of(backend.count, op, sigs, keys.of_task(task), **extra)
         return len(sigs) - sigs.null_count, calls
 
     threads = max(1, min(_PREPARE_THREADS, ctx.num_cpus))
@@ -238,7 +241,7 @@ def _send_group_sizes(backend: Any, copies: np.ndarray) -> np.ndarray:
 
 def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
     copies = _copies(op, ctx, tasks, keys, backend)
-    is_copy = np.zeros(len(keys.ids), dtype=bool)
+    is_copy = np.zeros(keys.count, dtype=bool)
     is_copy[copies[:, 0]] = True
     heads_only = functools.partial(index_calls, copies=is_copy)
     indexed = _stream(backend, heads_only, op, ctx, tasks, keys, previous) - len(copies)
@@ -315,7 +318,7 @@ def _write_outputs(op, ctx, tasks, keys, n_prev, stars) -> dict[str, Any]:
     ):
         for task in tasks:
             table = pq.read_table(ctx.parts[task], columns=["id", "source", ORD, column])
-            task_keys = keys.per_task[task]
+            task_keys = keys.of_task(task)
             pos = np.clip(np.searchsorted(nodes, task_keys), 0, max(len(nodes) - 1, 0))
             in_cluster = (nodes[pos] == task_keys) if len(nodes) else np.zeros(len(task_keys), bool)
             root = np.where(in_cluster, reps[pos] if len(nodes) else 0, task_keys)
@@ -335,7 +338,7 @@ def _write_outputs(op, ctx, tasks, keys, n_prev, stars) -> dict[str, Any]:
                         {
                             "id": table.column("id").take(sel),
                             "source": table.column("source").take(sel),
-                            "cluster": keys.ids.take(pa.array(root[in_cluster])),
+                            "cluster": keys.ids_of(root[in_cluster]),
                             "kept": pa.array(~dropped[in_cluster]),
                             "similarity": pa.array(
                                 similarity[in_cluster], pa.float32(), mask=~dropped[in_cluster]

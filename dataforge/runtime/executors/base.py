@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from dataforge.config import PipelineConfig
 from dataforge.io.readers import InputTask
+from dataforge.runtime.memory_budget import MemoryBudget
 from dataforge.runtime.placement import Placement
 from dataforge.runtime.segments import Segment
 
@@ -23,6 +24,10 @@ class Executor(Protocol):
     num_cpus: int
     ray_available: bool
     placement: Placement
+
+    def memory_budget(self, config: PipelineConfig) -> MemoryBudget:
+        """What each worker may hold for a global stage before it spills
+        (:mod:`dataforge.runtime.memory_budget`)."""
 
     def check_paths(
         self, config: PipelineConfig, work: Path | None, tasks: list[InputTask]

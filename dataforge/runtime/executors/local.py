@@ -17,6 +17,7 @@ from typing import Any
 from dataforge.config import PipelineConfig
 from dataforge.runtime.executors.base import ExecutorSpec
 from dataforge.runtime.local_pool import WorkerPool, exit_on_sigterm
+from dataforge.runtime.memory_budget import MemoryBudget, local_memory_budget
 from dataforge.runtime.pipeline import log_line, run_pipeline
 from dataforge.runtime.placement import Placement
 from dataforge.runtime.progress import RunProgress
@@ -49,6 +50,10 @@ class LocalExecutor:
         if self._placement is None:
             self._placement = Placement("local", self.num_cpus, socket.gethostname())
         return self._placement
+
+    def memory_budget(self, config: PipelineConfig) -> MemoryBudget:
+        """What each worker process may hold for a global stage."""
+        return local_memory_budget(config, self.num_cpus)
 
     def check_paths(self, config, work, tasks) -> None:
         """Workers run on this machine, which sees what the driver sees."""
@@ -122,6 +127,7 @@ def run_local(
     def start() -> LocalExecutor:
         executors.append(LocalExecutor(local_workers(config)))
         log(f"running on {executors[0].workers} local worker processes")
+        log(executors[0].memory_budget(config).why)
         return executors[0]
 
     restore = exit_on_sigterm()

@@ -33,6 +33,7 @@ from dataforge.runtime.cluster import (
 )
 from dataforge.runtime.executors.base import ExecutorSpec
 from dataforge.runtime.local_pool import exit_on_sigterm
+from dataforge.runtime.memory_budget import MemoryBudget, ray_memory_budget
 from dataforge.runtime.pipeline import run_pipeline
 from dataforge.runtime.placement import Placement
 from dataforge.runtime.progress import RunProgress
@@ -100,10 +101,20 @@ class RayExecutor:
         self.placement = Placement("ray", self.num_cpus, node_name(), _alive_nodes())
         self.actors: list[Any] = []
 
+    def _pool_size(self, config: PipelineConfig) -> int:
+        return config.ray.actors or max(1, int(self.num_cpus // config.ray.cpus_per_actor))
+
+    def memory_budget(self, config: PipelineConfig) -> MemoryBudget:
+        """What each actor of the pool may hold for a global stage."""
+        import ray  # deferred
+
+        memory = ray.cluster_resources().get("memory", 0)
+        return ray_memory_budget(config, memory, self._pool_size(config))
+
     def _pool(self, config: PipelineConfig, work_dir: Path, wanted: int) -> list[Any]:
         import ray  # deferred
 
-        size = config.ray.actors or max(1, int(self.num_cpus // config.ray.cpus_per_actor))
+        size = self._pool_size(config)
         missing = min(size, wanted) - len(self.actors)
         if missing > 0:
             retries = config.ray.max_task_retries
@@ -232,6 +243,8 @@ def run_on_ray(
 
         progress.listeners = (*progress.listeners, RayMetrics(config))
         executors.append(RayExecutor(config, cluster=cluster is not None))
+        if log:
+            log(executors[0].memory_budget(config).why)
         return executors[0]
 
     try:
