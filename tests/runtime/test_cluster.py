@@ -237,3 +237,56 @@ def test_two_nodes_path_check_then_node_loss(ray_start_cluster, tmp_path: Path) 
     run_pipeline(load_pipeline(pipeline), reference, LocalExecutor(), log=lambda m: None)
     assert fingerprint(out) == fingerprint(reference)
     assert fingerprint(out)[1]["total"]["input"] == 20000
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_three_nodes_dedup_a_duplicate_heavy_corpus_as_embedded_ray(
+    ray_start_cluster, tmp_path: Path
+) -> None:
+    """A crawl-shaped corpus (30% near-copies of Zipf-drawn originals) on three ``ray start``
+    nodes: the same shards as embedded Ray, with the tasks and the dedup index shards on
+    every node."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from recipe_corpus import pipeline_yaml  # noqa: PLC0415
+    from scale import NEAR_COPY_SHARE, build_corpus, demo_texts  # noqa: PLC0415
+
+    if not (DEMO / ".done").is_file():
+        pytest.fail(f"demo corpus not built ({DEMO}/.done missing): run `make demo-data`")
+    corpus = tmp_path / "corpus"
+    docs = build_corpus(demo_texts(DEMO), corpus, 3 << 20, dup_share=NEAR_COPY_SHARE)
+    pipeline = tmp_path / "dup-heavy.yaml"
+    text = pipeline_yaml("dupheavy", corpus, tmp_path / "out", 3).replace(
+        "ray: {num_cpus: 3}", "ray: {num_cpus: 3}\nread: {split_bytes: 262144}"
+    )
+    pipeline.write_text(text)
+    head = ray_start_cluster(num_cpus=1)
+    nodes = [head, ray_start_cluster(num_cpus=1), ray_start_cluster(num_cpus=1)]
+    assert len(nodes) == 3
+
+    embedded = run_cli("run", str(pipeline), "-o", str(tmp_path / "embedded"), env=head.env)
+    assert embedded.returncode == 0, embedded.stderr[-3000:]
+    joined = run_cli("run", str(pipeline), "-o", str(tmp_path / "joined"), "--address",
+                     head.address, env=head.env)  # fmt: skip
+    assert joined.returncode == 0, joined.stderr[-3000:]
+    assert "(3 nodes, 3 CPUs)" in joined.stderr
+
+    def outcome(out: Path) -> tuple:
+        files = sorted((out / "jsonl").glob("*/*.jsonl"))
+        records = [line for f in files for line in f.read_text().splitlines()]
+        manifest = json.loads((out / "manifest.json").read_text())
+        return records, manifest["counts"]
+
+    reference = outcome(tmp_path / "embedded")
+    assert reference[1]["total"]["input"] == docs
+    total = reference[1]["total"]
+    assert len(reference[0]) == total["kept"] > 0
+    assert total["dropped"]["dedup:minhash"] > 0.1 * (
+        total["kept"] + total["dropped"]["dedup:minhash"]
+    )
+    assert outcome(tmp_path / "joined") == reference
+    runtime = json.loads((tmp_path / "joined" / "manifest.json").read_text())["runtime"]
+    assert runtime["nodes"] == 3
+    assert len(runtime["tasks_by_node"]) == 3, runtime
+    assert len(runtime["barrier_work_by_node"]) == 3, runtime  # index shards SPREAD
+    assert sum(runtime["barrier_work_by_node"].values()) == 1 + 3  # the planner, 3 shards

@@ -88,12 +88,16 @@ class RayShards:
         self.failures = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
         self.count = count
         # num_cpus=0: the shards run after the actor pools drained; asking for CPUs here
-        # could wait forever behind pools that hold them. SPREAD puts them on all nodes.
-        remote = ray.remote(_PlacedShard).options(
-            num_cpus=0, max_restarts=0, max_task_retries=0, scheduling_strategy="SPREAD"
-        )
+        # could wait forever behind pools that hold them. Zero-CPU actors are not spread by
+        # "SPREAD", so each shard asks for a node in turn (soft: elsewhere if it is gone).
+        remote = ray.remote(_PlacedShard)
         # Not waited for: they start while the caller prepares its first calls.
-        self.actors = [remote.remote(count, method, fixed, texts_of) for _ in range(count)]
+        self.actors = [
+            remote.options(
+                num_cpus=0, max_restarts=0, max_task_retries=0, scheduling_strategy=where
+            ).remote(count, method, fixed, texts_of)
+            for where in _round_robin(ray, count)
+        ]
 
     def call_one(self, shard: int, method: str, *args: Any) -> Any:
         return getattr(self.actors[shard], method).remote(*args)
@@ -126,6 +130,22 @@ class RayShards:
         for actor in self.actors:
             self._ray.kill(actor)
         self.actors = []
+
+
+def _round_robin(ray: Any, count: int) -> list[Any]:
+    """Scheduling strategies placing ``count`` actors on the alive nodes that offer CPUs,
+    in turn (node ids sorted, so the same cluster gets the same placement)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = sorted(
+        n["NodeID"] for n in ray.nodes() if n["Alive"] and n.get("Resources", {}).get("CPU", 0)
+    )
+    if not nodes:
+        return ["SPREAD"] * count
+    return [
+        NodeAffinitySchedulingStrategy(node_id=nodes[i % len(nodes)], soft=True)
+        for i in range(count)
+    ]
 
 
 class _PlacedShard(IndexShard):
