@@ -28,7 +28,9 @@ of its main text), ``extract:short_output`` (pages whose main text keeps less th
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import json
 from typing import Any, ClassVar, Literal
 
@@ -46,28 +48,37 @@ from dataforge.ops.extract_prepass import (
 )
 from dataforge.typed_config import check_choices, check_range
 
-__all__ = ["Extract", "main_text", "resiliparse_text"]
+__all__ = ["Extract", "main_text", "resiliparse_text", "trafilatura_options"]
 
 
-def main_text(html: Any, url: str | None, favor: str, tables: bool, fast: bool) -> str | None:
-    """trafilatura's plain-text main content of ``html`` (a string or an lxml tree, which
-    trafilatura may change; None: none found)."""
-    import trafilatura
+def trafilatura_options(favor: str, tables: bool, fast: bool) -> Any:
+    """trafilatura's ``Extractor`` for plain-text main content (no comments, links, images,
+    metadata or deduplication), built once per op: ``trafilatura.extract`` called with
+    keywords reads its settings file's values again for every page."""
+    from trafilatura.settings import Extractor
 
-    return trafilatura.extract(
-        html,
-        url=url,
+    return Extractor(
         output_format="txt",
-        include_comments=False,
-        include_tables=tables,
-        include_images=False,
-        include_links=False,
-        favor_precision=favor == "precision",
-        favor_recall=favor == "recall",
-        deduplicate=False,
         fast=fast,
+        precision=favor == "precision",
+        recall=favor == "recall",
+        comments=False,
+        links=False,
+        images=False,
+        tables=tables,
+        dedup=False,
         with_metadata=False,
     )
+
+
+def main_text(html: Any, url: str | None, options: Any) -> str | None:
+    """trafilatura's main content of ``html`` (a string or an lxml tree, which trafilatura
+    may change; None: none found) with ``options`` (:func:`trafilatura_options`)."""
+    import trafilatura
+
+    page_options = copy.copy(options)  # the page's URL, as trafilatura's own CLI sets it
+    page_options.url = page_options.source = url
+    return trafilatura.extract(html, options=page_options)
 
 
 def resiliparse_text(html: str, main_content: bool = True) -> str:
@@ -135,11 +146,15 @@ class Extract(Mapper):
             check_range("extract.max_elements", self.max_elements, 100)
             check_range("extract.min_kept_fraction", self.min_kept_fraction, 0.0, 1.0)
 
-    def _engine_text(self, root: lxml.html.HtmlElement, url: str | None) -> str:
+    @functools.cached_property
+    def _trafilatura_options(self) -> Any:
         cfg = self.config
-        if cfg.engine == "resiliparse":
+        return trafilatura_options(cfg.favor, cfg.include_tables, cfg.fast)
+
+    def _engine_text(self, root: lxml.html.HtmlElement, url: str | None) -> str:
+        if self.config.engine == "resiliparse":
             return resiliparse_text(lxml.html.tostring(root, encoding="unicode"))
-        return main_text(root, url, cfg.favor, cfg.include_tables, cfg.fast) or ""
+        return main_text(root, url, self._trafilatura_options) or ""
 
     def page_text(self, html: str, url: str | None) -> tuple[str, str | None]:
         """(main text, drop reason or None) of one page; counts the events."""

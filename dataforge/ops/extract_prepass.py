@@ -107,12 +107,23 @@ _NAV_XPATH = (
 )
 _MAIN_XPATH = "//main | //*[@role='main']"
 _INVISIBLE = "//script | //style | //noscript | //template"
-_PARSER = lxml.html.HTMLParser(
+_PARSER = lxml.etree.HTMLParser(
     remove_comments=True,
     remove_pis=True,
     collect_ids=False,
     default_doctype=False,
     encoding="utf-8",  # the page is a decoded str, encoded back below
+)
+# Every element an ``HtmlElement`` (``drop_tree``, ``text_content``...), chosen in C:
+# ``lxml.html``'s own parser asks a Python method for each element the pre-pass and the
+# engine touch, to give form fields their own classes, which neither uses.
+_PARSER.set_element_class_lookup(
+    lxml.etree.ElementDefaultClassLookup(
+        element=lxml.html.HtmlElement,
+        comment=lxml.html.HtmlComment,
+        pi=lxml.html.HtmlProcessingInstruction,
+        entity=lxml.html.HtmlEntity,
+    )
 )
 
 
@@ -131,13 +142,15 @@ class PageTree:
 
 
 def _measure(root: lxml.html.HtmlElement) -> tuple[int, int]:
-    depth, count = 0, 0
-    stack = [(root, 1)]
-    while stack:
-        el, level = stack.pop()
+    # lxml's own walk, one event per node boundary: no Python stack of (node, level) pairs
+    depth, count, level = 0, 0, 0
+    for event, _ in lxml.etree.iterwalk(root, events=("start", "end")):
+        if event == "end":
+            level -= 1
+            continue
         count += 1
+        level += 1
         depth = max(depth, level)
-        stack.extend((child, level + 1) for child in el)
     return depth, count
 
 
