@@ -39,6 +39,7 @@ __all__ = [
     "NAV_NAMES",
     "PARSER_MAX_DEPTH",
     "PageTree",
+    "main_element",
     "repeated_link_blocks",
     "INLINE_FORMATTING",
     "parse_page",
@@ -179,7 +180,9 @@ def _is_nav_name(el: lxml.html.HtmlElement) -> bool:
     return any(token in NAV_NAMES for token in tokens)
 
 
-def _main_element(root: lxml.html.HtmlElement) -> lxml.html.HtmlElement | None:
+def main_element(root: lxml.html.HtmlElement) -> lxml.html.HtmlElement | None:
+    """The page's declared main content: its single ``<main>`` (or ``role=main``), failing
+    that its single ``<article>``; None when there is none or several."""
     for xpath in (_MAIN_XPATH, "//article"):
         found = root.xpath(xpath)
         if len(found) == 1:
@@ -192,7 +195,7 @@ def _main_element(root: lxml.html.HtmlElement) -> lxml.html.HtmlElement | None:
 def strip_navigation(root: lxml.html.HtmlElement) -> int:
     """Remove the navigation of the page (see the module docstring); returns the number of
     subtrees removed."""
-    main = _main_element(root)
+    main = main_element(root)
     keep = set(main.iterancestors()) | {main} if main is not None else set()
     removed = 0
     if main is not None:
