@@ -3,7 +3,9 @@ datatrove 0.10.1's FineWeb-style pipeline, on the same WARC files, same machine.
 
 - dataforge: the shipped recipe (extract -> url_filter -> lang_id -> clean -> quality_filter
   -> line_dedup -> MinHash dedup -> pii -> tokenize into MDS), only its inputs and output
-  moved, as ``dataforge run`` (embedded Ray, ``ray.num_cpus`` = ``--cpus``);
+  moved, as ``dataforge run`` with ``ray.num_cpus`` = ``--cpus``, on ``--executor`` (``ray``:
+  embedded Ray, whose start and stop, about 6 s, weigh on small runs; ``local``: forked
+  worker processes);
 - datatrove: ``WarcReader`` -> ``Trafilatura`` (favour_precision, as dataforge's extract) ->
   ``FTFYFormatter`` -> ``GopherRepetitionFilter`` -> ``GopherQualityFilter`` ->
   ``FineWebQualityFilter`` -> ``MinhashDedupSignature``, then its buckets, clusters and
@@ -20,7 +22,8 @@ ratio are printed. Extraction quality on real pages is ``benchmarks/extract_qual
 (its ``trafilatura precision`` row is what datatrove's extractor does). Not part of
 ``make test``.
 
-    .venv/bin/python benchmarks/web_recipe_peers.py [--pages 1200] [--rounds 3] [--cpus 2]
+    .venv/bin/python benchmarks/web_recipe_peers.py [--pages 1200] [--rounds 3] [--cpus 2] \
+        [--executor ray|local]
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ def main() -> int:
     parser.add_argument("--dup-share", type=float, default=0.3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--executor", choices=("ray", "local"), default="ray")
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "web_recipe_bench")
     parser.add_argument("--venv", type=Path, default=ROOT / "build" / "web-peers-venv")
     args = parser.parse_args()
@@ -127,12 +131,14 @@ def main() -> int:
     stop_words.write_text(json.dumps([*load_stopwords("en"), *load_stopwords("zh")]))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     runs = {
-        "dataforge": [sys.executable, "-m", "dataforge.cli", "run", str(pipeline), "--overwrite"],
+        "dataforge": [sys.executable, "-m", "dataforge.cli", "run", str(pipeline), "--overwrite",
+                      "--executor", args.executor],
         "datatrove": [str(python), str(args.work / "datatrove_web.py"), str(corpus),
                       str(out / "datatrove"), str(args.cpus), str(stop_words)],
     }  # fmt: skip
     print(f"{n} pages ({args.dup_share:.0%} near-copies) in {args.files} WARC files "
-          f"({mbytes:.1f} MB gzip); {args.cpus} CPUs")  # fmt: skip
+          f"({mbytes:.1f} MB gzip); {args.cpus} CPUs; "
+          f"dataforge executor {args.executor}")  # fmt: skip
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     for round_ in range(args.rounds):
         for name, cmd in runs.items():

@@ -23,12 +23,15 @@ fewer than ``min_chars`` characters). Events: ``extract:pages`` (pages extracted
 ``extract:chars_in`` and ``extract:chars_out`` (non-space characters of the pruned page and
 of its main text), ``extract:short_output`` (pages whose main text keeps less than
 ``min_kept_fraction`` of the pruned page's characters: body text an engine may have lost),
-``extract:navigation_removed`` (subtrees removed by the pre-pass).
+``extract:navigation_removed`` (subtrees removed by the pre-pass),
+``extract:fallbacks_skipped`` (pages extracted without trafilatura's fallbacks, ``fast``).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import json
 from typing import Any, ClassVar, Literal
 
@@ -39,6 +42,7 @@ import pyarrow as pa
 from dataforge.ops.base import Mapper, set_drop_reasons
 from dataforge.ops.extract_prepass import (
     PARSER_MAX_DEPTH,
+    main_element,
     parse_page,
     simplify_markup,
     strip_navigation,
@@ -46,28 +50,37 @@ from dataforge.ops.extract_prepass import (
 )
 from dataforge.typed_config import check_choices, check_range
 
-__all__ = ["Extract", "main_text", "resiliparse_text"]
+__all__ = ["Extract", "main_text", "resiliparse_text", "trafilatura_options"]
 
 
-def main_text(html: Any, url: str | None, favor: str, tables: bool, fast: bool) -> str | None:
-    """trafilatura's plain-text main content of ``html`` (a string or an lxml tree, which
-    trafilatura may change; None: none found)."""
-    import trafilatura
+def trafilatura_options(favor: str, tables: bool, fast: bool) -> Any:
+    """trafilatura's ``Extractor`` for plain-text main content (no comments, links, images,
+    metadata or deduplication), built once per op: ``trafilatura.extract`` called with
+    keywords reads its settings file's values again for every page."""
+    from trafilatura.settings import Extractor
 
-    return trafilatura.extract(
-        html,
-        url=url,
+    return Extractor(
         output_format="txt",
-        include_comments=False,
-        include_tables=tables,
-        include_images=False,
-        include_links=False,
-        favor_precision=favor == "precision",
-        favor_recall=favor == "recall",
-        deduplicate=False,
         fast=fast,
+        precision=favor == "precision",
+        recall=favor == "recall",
+        comments=False,
+        links=False,
+        images=False,
+        tables=tables,
+        dedup=False,
         with_metadata=False,
     )
+
+
+def main_text(html: Any, url: str | None, options: Any) -> str | None:
+    """trafilatura's main content of ``html`` (a string or an lxml tree, which trafilatura
+    may change; None: none found) with ``options`` (:func:`trafilatura_options`)."""
+    import trafilatura
+
+    page_options = copy.copy(options)  # the page's URL, as trafilatura's own CLI sets it
+    page_options.url = page_options.source = url
+    return trafilatura.extract(html, options=page_options)
 
 
 def resiliparse_text(html: str, main_content: bool = True) -> str:
@@ -110,8 +123,11 @@ class Extract(Mapper):
         include_tables: bool = True
         """Keep the text of tables inside the body (trafilatura)."""
         fast: bool = False
-        """Skip trafilatura's fallback extractors (readability, jusText): faster, and
-        the fallbacks only run when its own result is short."""
+        """On a page whose markup declares its main content (a single ``<main>``,
+        ``role=main`` or ``<article>``, to which the pre-pass cuts the page), skip
+        trafilatura's comparison with its fallback extractors (readability, jusText), which
+        exist to find the main content in pages that do not say where it is (counted:
+        ``extract:fallbacks_skipped``); other pages get them. Needs ``strip_navigation``."""
         strip_navigation: bool = True
         """Remove declared navigation and repeated link bars, unwrap inline formatting and
         turn text-holding ``<div>``s into paragraphs before the engine runs
@@ -134,12 +150,22 @@ class Extract(Mapper):
             check_range("extract.max_depth", self.max_depth, 8, PARSER_MAX_DEPTH - 1)
             check_range("extract.max_elements", self.max_elements, 100)
             check_range("extract.min_kept_fraction", self.min_kept_fraction, 0.0, 1.0)
+            if self.fast and not self.strip_navigation:
+                raise ValueError(
+                    "extract.fast needs extract.strip_navigation: true (the fallbacks are "
+                    "skipped only on pages the pre-pass cut to their declared main content)"
+                )
 
-    def _engine_text(self, root: lxml.html.HtmlElement, url: str | None) -> str:
+    @functools.cached_property
+    def _trafilatura_options(self) -> tuple[Any, Any]:
+        """(with its fallbacks, without them)."""
         cfg = self.config
-        if cfg.engine == "resiliparse":
+        return tuple(trafilatura_options(cfg.favor, cfg.include_tables, f) for f in (False, True))
+
+    def _engine_text(self, root: lxml.html.HtmlElement, url: str | None, fast: bool) -> str:
+        if self.config.engine == "resiliparse":
             return resiliparse_text(lxml.html.tostring(root, encoding="unicode"))
-        return main_text(root, url, cfg.favor, cfg.include_tables, cfg.fast) or ""
+        return main_text(root, url, self._trafilatura_options[fast]) or ""
 
     def page_text(self, html: str, url: str | None) -> tuple[str, str | None]:
         """(main text, drop reason or None) of one page; counts the events."""
@@ -153,11 +179,14 @@ class Extract(Mapper):
             return "", "extract:budget"
         if not visible_text(page.root).strip():
             return "", "extract:no_text"
+        fast = cfg.fast and cfg.engine == "trafilatura" and main_element(page.root) is not None
+        if fast:
+            self.events["extract:fallbacks_skipped"] += 1
         if cfg.strip_navigation:
             self.events["extract:navigation_removed"] += strip_navigation(page.root)
             simplify_markup(page.root)
         chars_in = _non_space(visible_text(page.root))
-        body = self._engine_text(page.root, url).strip()
+        body = self._engine_text(page.root, url, fast).strip()
         chars_out = _non_space(body)
         self.events["extract:chars_in"] += chars_in
         self.events["extract:chars_out"] += chars_out

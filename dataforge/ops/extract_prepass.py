@@ -40,6 +40,7 @@ __all__ = [
     "NAV_NAMES",
     "PARSER_MAX_DEPTH",
     "PageTree",
+    "main_element",
     "repeated_link_blocks",
     "INLINE_FORMATTING",
     "parse_page",
@@ -111,12 +112,23 @@ _INVISIBLE = "//script | //style | //noscript | //template"
 # lxml's HTML parser keeps control characters in text, then refuses them when text is set
 # (drop_tree joins a tail onto its neighbour's): they go before parsing.
 _NOT_XML_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-_PARSER = lxml.html.HTMLParser(
+_PARSER = lxml.etree.HTMLParser(
     remove_comments=True,
     remove_pis=True,
     collect_ids=False,
     default_doctype=False,
     encoding="utf-8",  # the page is a decoded str, encoded back below
+)
+# Every element an ``HtmlElement`` (``drop_tree``, ``text_content``...), chosen in C:
+# ``lxml.html``'s own parser asks a Python method for each element the pre-pass and the
+# engine touch, to give form fields their own classes, which neither uses.
+_PARSER.set_element_class_lookup(
+    lxml.etree.ElementDefaultClassLookup(
+        element=lxml.html.HtmlElement,
+        comment=lxml.html.HtmlComment,
+        pi=lxml.html.HtmlProcessingInstruction,
+        entity=lxml.html.HtmlEntity,
+    )
 )
 
 
@@ -135,13 +147,15 @@ class PageTree:
 
 
 def _measure(root: lxml.html.HtmlElement) -> tuple[int, int]:
-    depth, count = 0, 0
-    stack = [(root, 1)]
-    while stack:
-        el, level = stack.pop()
+    # lxml's own walk, one event per node boundary: no Python stack of (node, level) pairs
+    depth, count, level = 0, 0, 0
+    for event, _ in lxml.etree.iterwalk(root, events=("start", "end")):
+        if event == "end":
+            level -= 1
+            continue
         count += 1
+        level += 1
         depth = max(depth, level)
-        stack.extend((child, level + 1) for child in el)
     return depth, count
 
 
@@ -170,7 +184,9 @@ def _is_nav_name(el: lxml.html.HtmlElement) -> bool:
     return any(token in NAV_NAMES for token in tokens)
 
 
-def _main_element(root: lxml.html.HtmlElement) -> lxml.html.HtmlElement | None:
+def main_element(root: lxml.html.HtmlElement) -> lxml.html.HtmlElement | None:
+    """The page's declared main content: its single ``<main>`` (or ``role=main``), failing
+    that its single ``<article>``; None when there is none or several."""
     for xpath in (_MAIN_XPATH, "//article"):
         found = root.xpath(xpath)
         if len(found) == 1:
@@ -183,7 +199,7 @@ def _main_element(root: lxml.html.HtmlElement) -> lxml.html.HtmlElement | None:
 def strip_navigation(root: lxml.html.HtmlElement) -> int:
     """Remove the navigation of the page (see the module docstring); returns the number of
     subtrees removed."""
-    main = _main_element(root)
+    main = main_element(root)
     keep = set(main.iterancestors()) | {main} if main is not None else set()
     removed = 0
     if main is not None:

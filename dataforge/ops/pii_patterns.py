@@ -130,6 +130,30 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     "ipv4": re.compile(r"(?<![0-9A-Za-z.])(?:[0-9]{1,3}\.){3}[0-9]{1,3}(?![0-9A-Za-z]|\.[0-9])"),
 }
 
+# What every candidate of a kind contains (read off its pattern above): a text without it
+# holds no candidate, so the kind's pattern, with its look-behinds tried at every
+# position, is not run on it. Most web text has no ``@`` and few long digit runs.
+_REQUIRED: dict[str, re.Pattern[str]] = {
+    "email": re.compile(r"@"),
+    "ipv6": re.compile(r":[0-9A-Fa-f]{0,4}:"),  # its first two groups
+    "id_cn": re.compile(r"[0-9]{17}"),
+    "bank_card": re.compile(r"[0-9]{4}"),  # the first group of either form
+    "phone_cn": re.compile(r"[0-9]{3}"),  # a mobile's 1[3-9]x, an area code's or 400/800's
+    "phone_intl": re.compile(r"\+[1-9]|[0-9]{3}"),
+    "ipv4": re.compile(r"[0-9]\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]"),
+}
+_ANY_DIGIT = re.compile(r"[0-9]")
+_DIGIT_FREE_KINDS = frozenset({"email", "ipv6"})
+"""Kinds whose candidates may hold no ASCII digit."""
+
+
+def _candidate_kinds(text: str, kinds: Sequence[str]) -> list[str]:
+    """The kinds of ``kinds`` (in :data:`PII_KINDS` order) whose :data:`_REQUIRED` piece
+    ``text`` holds: the others cannot match it."""
+    if not _ANY_DIGIT.search(text):
+        kinds = [kind for kind in kinds if kind in _DIGIT_FREE_KINDS]
+    return [kind for kind in PII_KINDS if kind in kinds and _REQUIRED[kind].search(text)]
+
 
 # -- context: what the words around a candidate say it is ------------------------------
 _BEFORE = 40
@@ -263,9 +287,8 @@ def find_pii(text: str, kinds: Sequence[str] = PII_KINDS, validate: bool = True)
     """
     checks = _VALIDATORS if validate else _SHAPE_ONLY
     found: list[tuple[int, int, int, str]] = []
-    for rank, kind in enumerate(PII_KINDS):
-        if kind not in kinds:
-            continue
+    for kind in _candidate_kinds(text, kinds):
+        rank = PII_KINDS.index(kind)
         check = checks.get(kind)
         for m in _PATTERNS[kind].finditer(text):
             if (check is None or check(m.group())) and (not validate or _in_context(kind, text, m)):
