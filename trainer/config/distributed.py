@@ -4,14 +4,15 @@ imposes (:func:`check_mesh`)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from dataforge.typed_config import ConfigError
 
 if TYPE_CHECKING:
-    from trainer.config import TrainerConfig
+    from trainer.config.model import LoRAConfig, ModelConfig
+    from trainer.config.train import EvalConfig, TrainConfig
 
-__all__ = ["DistributedConfig", "check_mesh"]
+__all__ = ["DistributedConfig", "MeshChecked", "check_mesh"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +94,18 @@ class DistributedConfig:
         return self.tp > 1 or self.pp > 1
 
 
-def check_mesh(config: TrainerConfig) -> None:
+class MeshChecked(Protocol):
+    """The sections of a trainer config the mesh rules read (``TrainerConfig`` has them;
+    naming them here keeps this module below the package that builds the whole config)."""
+
+    distributed: DistributedConfig
+    model: ModelConfig
+    train: TrainConfig
+    lora: LoRAConfig
+    eval: EvalConfig
+
+
+def check_mesh(config: MeshChecked) -> None:
     """The model shapes and features a ``distributed.tp``/``pp`` split cannot serve."""
     dist, model = config.distributed, config.model
     tp, pp = dist.tp, dist.pp
@@ -129,7 +141,7 @@ def check_mesh(config: TrainerConfig) -> None:
             raise ValueError(f"distributed.tp={tp}/pp={pp} cannot be used with {what}; use 1")
 
 
-def _check_pipeline(config: TrainerConfig) -> None:
+def _check_pipeline(config: MeshChecked) -> None:
     """The stage counts and micro-batch counts a pipeline schedule cannot run."""
     dist, n_layers, accum = config.distributed, config.model.n_layers, config.train.grad_accum_steps
     pp, per_rank, schedule = dist.pp, dist.stages_per_rank, dist.pp_schedule
