@@ -32,9 +32,9 @@ def shop_pages(demo_reader) -> list[str]:
     return pages
 
 
-def run(tmp_path, texts, batch, **config):
+def run(tmp_path, texts, batch, memory_bytes=None, **config):
     op = LineDedup(LineDedup.Config(**config))
-    return run_barrier(tmp_path, op, planner, records(texts), batch)
+    return run_barrier(tmp_path, op, planner, records(texts), batch, memory_bytes)
 
 
 def test_footer_and_nav_removed_rare_line_kept(tmp_path, shop_pages):
@@ -73,6 +73,16 @@ def test_identical_output_for_any_task_size_and_partitions(tmp_path, shop_pages,
             k: v for k, v in base_summary.items() if k != "partitions"
         }
         assert summary["partitions"] > 1 and base_summary["partitions"] == 1
+
+
+def test_a_small_memory_budget_splits_the_count_not_the_output(tmp_path, shop_pages):
+    texts = shop_pages[:300]
+    base_summary, base = run(tmp_path, texts, 64, min_docs=5)
+    # 4,800 bytes: a quarter holds 100 entries of 12 bytes; ~1,200 line hashes -> 16 parts
+    summary, out = run(tmp_path, texts, 64, memory_bytes=4800, min_docs=5)
+    assert out.select(["id", "text", "drop"]).equals(base.select(["id", "text", "drop"]))
+    assert base_summary["partitions"] == 1 and summary.pop("partitions") == 16
+    assert summary == {k: v for k, v in base_summary.items() if k != "partitions"}
 
 
 def test_chinese_lines_compare_without_spaces_and_width():

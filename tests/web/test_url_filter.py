@@ -59,10 +59,10 @@ METAS = [
 ] + [capture(f"http://blog.example.net/p{i}", "2024-01-01T00:00:00Z") for i in range(8)]
 
 
-def run(tmp_path, batch, **config):
+def run(tmp_path, batch, memory_bytes=None, **config):
     op = UrlFilter(UrlFilter.Config(**config), OpContext(seed=3))
     table = records([f"text {i}" for i in range(len(METAS))], METAS)
-    return run_barrier(tmp_path, op, planner, table, batch)
+    return run_barrier(tmp_path, op, planner, table, batch, memory_bytes)
 
 
 def test_rules_and_counts(tmp_path):
@@ -113,6 +113,26 @@ def test_same_decisions_for_any_task_size_and_partitions(tmp_path, monkeypatch):
             )
         )
     assert all(result == results[0] for result in results)
+
+
+def test_a_small_memory_budget_splits_the_spill_not_the_decisions(tmp_path):
+    config = {"max_per_domain": 3, "blocked_domains": ("casino-example.com",)}
+    base_summary, base = run(tmp_path, 100, **config)
+    entry = planner._ROW.itemsize
+    summary, out = run(tmp_path, 100, memory_bytes=4 * entry * 2, **config)  # 2 rows a part
+    assert base_summary.pop("partitions") == 1 and summary.pop("partitions") > 1
+    assert summary == base_summary
+    assert out.select(["id", "drop"]).equals(base.select(["id", "drop"]))
+
+
+def test_a_tiny_budget_opens_at_most_2_to_the_9_partition_files(tmp_path):
+    from dataforge.runtime.barriers import MAX_PARTITION_BITS, BarrierContext, partition_bits
+
+    ctx = BarrierContext({}, tmp_path, tmp_path, 1, 0, {}, {}, False, 1, tmp_path)
+    assert partition_bits(ctx, 10**12, 48, 1 << 23) == MAX_PARTITION_BITS == 9
+    assert partition_bits(ctx, 0, 48, 1 << 23) == 0
+    unbounded = BarrierContext({}, tmp_path, tmp_path, 1, 0, {}, {}, False)
+    assert partition_bits(unbounded, 3 << 23, 48, 1 << 23) == 2  # 3 parts' worth -> 4 files
 
 
 def test_seam_op_and_planner_found_by_name():

@@ -248,9 +248,12 @@ def read_file(path: Path, fmt: str, **source) -> tuple[pa.Table, TaskReader]:
     return pa.concat_tables(list(reader.batches())), reader
 
 
-def run_barrier(tmp: Path, op, planner, table: pa.Table, batch: int) -> tuple[dict, pa.Table]:
+def run_barrier(
+    tmp: Path, op, planner, table: pa.Table, batch: int, memory_bytes: int | None = None
+) -> tuple[dict, pa.Table]:
     """A barrier as the runtime runs it: ``prepare`` per task of ``batch`` rows, ``plan``
-    over the parts, ``apply`` to each prepared part with its decision."""
+    over the parts (within ``memory_bytes``, spilling to ``<work>/spill``), ``apply`` to
+    each prepared part with its decision."""
     import tempfile
 
     import numpy as np
@@ -275,6 +278,8 @@ def run_barrier(tmp: Path, op, planner, table: pa.Table, batch: int) -> tuple[di
         source_stats={},
         sources={},
         ray_available=False,
+        memory_bytes=memory_bytes,
+        spill_dir=None if memory_bytes is None else work / "spill",
     )
     summary = planner.plan(op, ctx)
     outputs = []

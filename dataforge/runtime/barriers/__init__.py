@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WORK_NODES", "BarrierContext", "planner_of", "run_planner"]
+__all__ = [
+    "MAX_PARTITION_BITS",
+    "WORK_NODES",
+    "BarrierContext",
+    "partition_bits",
+    "planner_of",
+    "run_planner",
+]
 
 WORK_NODES = "_work_nodes"
 """Summary key under which a planner lists the nodes its parallel work ran on (dedup: one
@@ -58,6 +66,22 @@ class BarrierContext:
     def __post_init__(self) -> None:
         if self.memory_bytes is not None and self.spill_dir is None:
             raise ValueError("BarrierContext: memory_bytes needs a spill_dir to spill to")
+
+
+MAX_PARTITION_BITS = 9
+"""A hash-partitioned spill writes at most 2**9 files at once, well under the 1,024
+descriptors many systems allow a process."""
+
+
+def partition_bits(ctx: BarrierContext, total: int, entry_bytes: int, per_partition: int) -> int:
+    """Top key bits that split ``total`` spilled entries into partitions loaded one at a
+    time: about ``per_partition`` entries each, fewer where a quarter of
+    ``ctx.memory_bytes`` holds fewer (loading and sorting a partition takes a few times its
+    bytes); at most :data:`MAX_PARTITION_BITS`. Decisions never depend on it."""
+    if ctx.memory_bytes is not None:
+        per_partition = min(per_partition, max(1, ctx.memory_bytes // (4 * entry_bytes)))
+    bits = math.ceil(math.log2(max(1, total / per_partition)))
+    return min(MAX_PARTITION_BITS, max(0, bits))
 
 
 def planner_of(op: Any) -> Callable[[Any, BarrierContext], dict[str, Any]]:

@@ -6,7 +6,8 @@ each document.
    threshold is ``max(site_min_docs, ceil(site_fraction * its documents))``.
 1. **Spill.** The parts' ``_line_hashes`` (each document's distinct hashes) are streamed
    in task order and appended to ``2**bits`` partition files by their top bits, ``bits``
-   chosen so that a partition holds about :data:`PARTITION_HASHES` hashes; each entry
+   chosen so that a partition holds about :data:`PARTITION_HASHES` hashes, fewer within
+   the planner's memory budget (:func:`~dataforge.runtime.barriers.partition_bits`); each entry
    carries the count it must reach. Per-site counting spills (domain, hash) keys
    (:func:`~dataforge.ops.line_dedup.site_keys`) the same way, with the domain's threshold.
 2. **Count.** Each partition is loaded alone; ``np.unique`` counts the documents per key
@@ -21,7 +22,6 @@ The result depends only on the set of documents, never on tasks, batches or work
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -42,7 +42,7 @@ from dataforge.ops.line_dedup import (
     site_keys,
 )
 from dataforge.records import ORD
-from dataforge.runtime.barriers import BarrierContext
+from dataforge.runtime.barriers import BarrierContext, partition_bits
 
 __all__ = ["PARTITION_HASHES", "plan"]
 
@@ -93,7 +93,7 @@ def _frequent(
     """(sorted keys that reach their threshold, distinct keys, partitions); ``entries_of``
     gives a batch's (keys, thresholds), threshold ``_NEVER`` entries are not spilled."""
     total = sum(len(_flat(b)) for _, b in _batches(ctx, [HASHES]))
-    bits = max(0, math.ceil(math.log2(max(1, total / PARTITION_HASHES))))
+    bits = partition_bits(ctx, total, _ENTRY.itemsize, PARTITION_HASHES)
     paths = [spill / f"p{k:05d}.bin" for k in range(1 << bits)]
     files = [open(p, "wb") for p in paths]  # noqa: SIM115 - closed below
     try:

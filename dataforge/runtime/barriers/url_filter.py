@@ -4,7 +4,8 @@ per-domain cap, over every prepared part, with bounded memory.
 1. **Spill by URL.** The parts' hashed columns (``_url_key``, ``_url_domain``,
    ``_url_date``, ``_url_rank``; no strings) of the records no blocklist dropped are
    streamed in task order into ``2**bits`` disk partitions by the top bits of the URL key,
-   ``bits`` chosen so that a partition holds about :data:`PARTITION_ROWS` records.
+   ``bits`` chosen so that a partition holds about :data:`PARTITION_ROWS` records, fewer
+   within the planner's memory budget (:func:`~dataforge.runtime.barriers.partition_bits`).
 2. **Dedup.** Each partition alone: sorted by (key, capture time descending, rank), the
    first record of each key is kept; the others are ``url:duplicate``. With a cap, the
    survivors are spilled again, by the top bits of the domain.
@@ -18,7 +19,6 @@ functions of the records alone, never of parts, partitions or workers.
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 from collections import Counter
@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from dataforge.ops.url_filter import BLOCK, DATE, DOMAIN, KEY, RANK, REASON, UrlFilter
 from dataforge.records import ORD
-from dataforge.runtime.barriers import BarrierContext
+from dataforge.runtime.barriers import BarrierContext, partition_bits
 
 __all__ = ["PARTITION_ROWS", "plan"]
 
@@ -97,7 +97,7 @@ def _spill_records(
     total = 0
     for _, table, _ in _eligible(ctx, tasks):
         total += table.num_rows
-    bits = max(0, math.ceil(math.log2(max(1, total / PARTITION_ROWS))))
+    bits = partition_bits(ctx, total, _ROW.itemsize, PARTITION_ROWS)
     spill = _Spill(root, "url", bits, "key")
     blocked: Counter[str] = Counter()
     for t, table, block in _eligible(ctx, tasks):
