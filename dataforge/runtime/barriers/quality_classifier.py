@@ -3,8 +3,11 @@
 With ``keep_top``, each source keeps its ``round(keep_top * n)`` documents with the highest
 (score, id hash) keys, the hash keyed by the pipeline seed (``_qc_tie``), so equal scores are
 cut by a property of the document, never by the task or batch it came in. The parts are read
-twice: once for the keys of every live document (two 8-byte numbers each), once per task to
-write the ``_ord`` of its dropped rows. Without ``keep_top`` nothing is written: ``apply``
+once for the keys of every live document (two 8-byte numbers each), once per task to write
+the ``_ord`` of its dropped rows. Where the keys pass a quarter of the planner's memory budget
+they are not held: each source's cut is found by a radix selection over the parts (a pass
+counts the next 16 bits of the keys that share the cut's prefix, until the keys left fit;
+:mod:`dataforge.runtime.barriers._rank_select`), the same cut as the in-memory sort. Without ``keep_top`` nothing is written: ``apply``
 judges each row by its own score. Rows of a language no model serves (score NaN) are
 kept and left out of the ranking; the summary counts them per source and language
 (``unscored``). Ray is not needed.
@@ -23,6 +26,7 @@ import pyarrow.parquet as pq
 from dataforge.ops.quality_classifier import SCORE, TIE, QualityClassifier
 from dataforge.records import ORD
 from dataforge.runtime.barriers import BarrierContext
+from dataforge.runtime.barriers._rank_select import KEY_BYTES, key_at_rank
 
 __all__ = ["plan"]
 
@@ -39,7 +43,10 @@ def _read(path) -> pa.Table | None:
 def plan(op: QualityClassifier, ctx: BarrierContext) -> dict[str, Any]:
     """Write per-task drop decisions for ``keep_top``; return per-source counts and cuts."""
     cfg = op.config
-    keys: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    held = None if ctx.memory_bytes is None else ctx.memory_bytes // 4 // KEY_BYTES
+    keys: dict[str, list[tuple[np.ndarray, np.ndarray]]] | None = {}
+    counts: Counter[str] = Counter()
+    sums: dict[str, float] = {}
     unscored: dict[str, Counter] = {}
     for task in sorted(ctx.parts):
         table = _read(ctx.parts[task])
@@ -47,34 +54,58 @@ def plan(op: QualityClassifier, ctx: BarrierContext) -> dict[str, Any]:
             continue
         for source, score, tie, langs in _by_source(table):
             scored = ~np.isnan(score)
-            keys.setdefault(source, []).append((score[scored], tie[scored]))
+            counts[source] += int(scored.sum())
+            sums[source] = sums.get(source, 0.0) + float(score[scored].sum())
+            if keys is not None:
+                keys.setdefault(source, []).append((score[scored], tie[scored]))
             if not scored.all():
                 unscored.setdefault(source, Counter()).update(langs[~scored].tolist())
+        if keys is not None and held is not None and counts.total() > held:
+            keys = None  # past the budget: cuts by radix selection over the parts
     cuts: dict[str, tuple[float, int, int]] = {}  # source -> (score, tie, kept docs)
     summary: dict[str, Any] = {"name": cfg.name, "keep_top": cfg.keep_top, "sources": {}}
-    for source in sorted(keys):
-        score = np.concatenate([s for s, _ in keys[source]])
-        tie = np.concatenate([t for _, t in keys[source]])
-        n = len(score)
+    for source in sorted(sums):
+        n = counts[source]
         summary["sources"][source] = {
             "scored_docs": n,
-            "mean_score": float(score.mean()) if n else None,
+            # rounded: the sum's last bits depend on how the parts split the records
+            "mean_score": round(sums[source] / n, 9) if n else None,
         }
         if source in unscored:
             summary["sources"][source]["unscored"] = dict(sorted(unscored[source].items()))
         if cfg.keep_top is None:
             continue
         keep = int(round(cfg.keep_top * n))
-        order = np.lexsort((tie, score))[::-1]  # descending (score, tie)
         if keep == 0:
             cuts[source] = (np.inf, 0, 0)
-        else:
-            last = order[keep - 1]
+        elif keys is not None:
+            score = np.concatenate([s for s, _ in keys[source]])
+            tie = np.concatenate([t for _, t in keys[source]])
+            last = np.lexsort((tie, score))[::-1][keep - 1]  # descending (score, tie)
             cuts[source] = (float(score[last]), int(tie[last]), keep)
+        else:
+            score, tie = key_at_rank(_source_keys(ctx, source), n - keep, held or 1)
+            cuts[source] = (score, tie, keep)
         summary["sources"][source] |= {"kept_docs": keep, "cut_score": cuts[source][0]}
     if cfg.keep_top is not None:
         _write_decisions(ctx, cuts)
     return summary
+
+
+def _source_keys(ctx: BarrierContext, source: str):
+    """A reader of ``source``'s scored (score, tie) keys, part by part in task order."""
+
+    def parts():
+        for task in sorted(ctx.parts):
+            table = _read(ctx.parts[task])
+            if table is None:
+                continue
+            for name, score, tie, _ in _by_source(table):
+                if name == source:
+                    scored = ~np.isnan(score)
+                    yield score[scored], tie[scored]
+
+    return parts
 
 
 def _by_source(table: pa.Table):
