@@ -312,11 +312,29 @@ class IndexShard:
         self._pool = (nodes, order, sigs, texts.with_residue(cut))
         return len(cut.hashes)
 
-    def forward(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Texts]]:
+    def payload_bytes(self) -> int:
+        """Bytes of the received candidates' signatures and texts (what :meth:`forward`
+        copies, over its rounds)."""
+        nodes, order, sigs, texts = self._payload()
+        return nodes.nbytes + order.nbytes + (0 if sigs is None else sigs.nbytes) + texts.nbytes
+
+    def forward(
+        self, round_: int = 0, rounds: int = 1
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Texts]]:
         """``(pairs (u, v) with u < v, their distinct u, sig(u), texts(u))`` routed to the
-        owner of ``v`` (each ``u`` travels once per destination, not once per pair)."""
+        owner of ``v`` (each ``u`` travels once per destination, not once per pair). In
+        ``rounds`` rounds, round ``round_`` forwards the pairs of the ``round_``-th of
+        ``rounds`` equal slices of the distinct ``u`` in key order: a round copies a
+        ``1 / rounds`` share of the texts, and every pair goes in exactly one round."""
         nodes, order, sigs, texts = self._payload()
         edges = self.pairs()
+        if rounds > 1:
+            firsts = np.unique(edges[:, 0])
+            lo, hi = (len(firsts) * r // rounds for r in (round_, round_ + 1))
+            mine = (edges[:, 0] >= firsts[lo]) if lo < len(firsts) else np.zeros(len(edges), bool)
+            if hi < len(firsts):
+                mine &= edges[:, 0] < firsts[hi]
+            edges = edges[mine]
         owner = edges[:, 1] % self.shards
         out = []
         for i in range(self.shards):

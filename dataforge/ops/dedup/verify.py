@@ -121,6 +121,13 @@ class Texts:
             residue,
         )
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays held."""
+        sets = [self.shingles, self.chars] + ([self.residue] if self.residue else [])
+        rules = [r for r in (self.blocks, self.max_owns, self.templated) if r is not None]
+        return sum(s.hashes.nbytes + s.offsets.nbytes for s in sets) + sum(r.nbytes for r in rules)
+
     def with_residue(self, residue: ShingleSet) -> Texts:
         return dataclasses.replace(self, residue=residue)
 

@@ -65,8 +65,8 @@ class LocalShards:
     def nodes(self) -> list[str]:
         return [socket.gethostname()] * self.count  # as the local executor names its node
 
-    def exchange(self, send: str, receive: str) -> list[Any]:
-        sent = self.call_all(send)
+    def exchange(self, send: str, receive: str, *args: Any) -> list[Any]:
+        sent = self._on_each([(send, args)] * self.count)
         return self._on_each([(receive, tuple(out[i] for out in sent)) for i in range(self.count)])
 
     def close(self) -> None:
@@ -115,10 +115,11 @@ class RayShards:
     def nodes(self) -> list[str]:
         return self._ray.get([a.node.remote() for a in self.actors])
 
-    def exchange(self, send: str, receive: str) -> list[Any]:
-        """Every shard's ``send`` output slot i goes to shard i's ``receive`` (refs only: the
-        data moves actor to actor through the object store, never through the driver)."""
-        sent = [getattr(a, send).options(num_returns=self.count).remote() for a in self.actors]
+    def exchange(self, send: str, receive: str, *args: Any) -> list[Any]:
+        """Every shard's ``send(*args)`` output slot i goes to shard i's ``receive`` (refs
+        only: the data moves actor to actor through the object store, never through the
+        driver)."""
+        sent = [getattr(a, send).options(num_returns=self.count).remote(*args) for a in self.actors]
         if self.count == 1:
             sent = [[ref] for ref in sent]
         results = [

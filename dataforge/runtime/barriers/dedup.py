@@ -29,7 +29,9 @@ driver. Steps (``plan``):
    sequences going to the owning shard; each pair is scored on the shard that owns its
    second node (:mod:`dataforge.ops.dedup.verify`: exact Jaccard >= ``threshold``, and not
    two documents that each have content of their own). Memory on a shard: the shingles of
-   its candidate records, not of the corpus.
+   its candidate records, not of the corpus; the copies forwarded for the pairs go in
+   rounds of at most ``ctx.memory_bytes // VERIFY_SHARE`` (slices of the first nodes in
+   key order; the same pairs decided in any number of rounds).
 5. **Star clusters.** The decided pairs (few: near-duplicates only) come back to the
    planner, which builds star clusters in key order (:mod:`dataforge.ops.dedup.star`):
    every dropped record was verified against its representative, never chained (a copy:
@@ -79,10 +81,22 @@ from dataforge.runtime.barriers._dedup_calls import (
 from dataforge.runtime.barriers._dedup_keys import assign_keys
 from dataforge.runtime.barriers._dedup_shards import LocalShards, RayShards
 
-__all__ = ["MAX_ATTEMPTS", "SIGNATURE_META_KEY", "load_published", "plan"]
+__all__ = [
+    "MAX_ATTEMPTS",
+    "MAX_VERIFY_ROUNDS",
+    "SIGNATURE_META_KEY",
+    "VERIFY_SHARE",
+    "load_published",
+    "plan",
+]
 
 MAX_ATTEMPTS = 2
 SIGNATURE_META_KEY = b"dataforge.dedup"
+VERIFY_SHARE = 4
+"""The texts forwarded in one verification round take at most this fraction (1/4) of the
+planner's budget (the shards' own texts, and the index's other state, share it)."""
+MAX_VERIFY_ROUNDS = 64
+"""Rounds of verification at most: each one scans every shard's candidate pairs."""
 _INFLIGHT_PARTS = 8
 """Parts sent to the shards between two waits: bounds the data in flight."""
 _PREPARE_THREADS = 2
@@ -266,7 +280,9 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
             stats["template_ngrams"] = sum(backend.exchange("template_counts", "count_template"))
             backend.exchange("template_share", "receive_template")
         _hook("signatures", attempt, backend)
-        stats["verified_pairs"] = sum(backend.exchange("forward", "verify"))
+        rounds = _verify_rounds(backend, ctx)
+        verified = [sum(backend.exchange("forward", "verify", r, rounds)) for r in range(rounds)]
+        stats["verified_pairs"] = sum(verified)
     _hook("edges", attempt, backend)
     stats["shard_peak_rss_mb"] = backend.call_all("peak_rss_mb")
     decided = backend.call_all("edges")
@@ -278,6 +294,18 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         index_bytes_per_doc=round(index_bytes / indexed, 1) if indexed else 0.0,
     )
     return edges, sims, copies, stats
+
+
+def _verify_rounds(backend: Any, ctx: BarrierContext) -> int:
+    """Rounds of the pairs' verification: each forwards a ``1 / rounds`` share of the
+    candidates' texts (copies, beside the shards' own), at most ``memory_bytes //
+    VERIFY_SHARE`` where that allows (1 without a budget; at most
+    :data:`MAX_VERIFY_ROUNDS`). The pairs decided do not depend on it."""
+    if ctx.memory_bytes is None:
+        return 1
+    held = sum(backend.call_all("payload_bytes"))
+    share = max(1, ctx.memory_bytes // VERIFY_SHARE)
+    return int(min(MAX_VERIFY_ROUNDS, max(1, -(-held // share))))
 
 
 def _hook(phase: str, attempt: int, backend: Any) -> None:

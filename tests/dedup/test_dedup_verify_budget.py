@@ -1,0 +1,109 @@
+"""Within a budget smaller than its candidates' texts, the dedup planner verifies the pairs
+in rounds (each forwarding a slice of the texts) and decides, audits and writes what one
+round does, byte for byte: one big cluster of near-copies, near-duplicate pairs and
+distinct texts, for MinHash and SimHash."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from dedup_testkit import make_table, run_dedup
+
+from dataforge.ops.dedup.index import IndexShard
+from dataforge.runtime.barriers.dedup import MAX_VERIFY_ROUNDS
+
+BIG_CLUSTER = 300
+TINY = 4096
+"""Bytes: far below the candidates' texts, so verification takes the most rounds."""
+
+
+def _corpus(seed: int = 5) -> pa.Table:
+    """``BIG_CLUSTER`` near-copies of one text (one word replaced in each), 200 distinct
+    texts and a near-duplicate of every fourth, rows and ids in unrelated orders."""
+    rng = np.random.default_rng(seed)
+    vocab = [f"w{i}x" for i in range(4000)]
+    base = list(rng.choice(vocab, 80))
+    variants = []
+    for i in range(BIG_CLUSTER):
+        words = base.copy()
+        words[i % len(words)] = f"edit{i}"
+        variants.append(" ".join(words))
+    distinct = [" ".join(rng.choice(vocab, 40)) for _ in range(200)]
+    near = [t + " tail" for t in distinct[::4]]
+    texts = variants + distinct + near
+    n = len(texts)
+    ids = [f"r{i:06d}" for i in rng.permutation(n)]
+    table = make_table(texts, ["en"] * n, sources=["web"] * n, ids=ids)
+    return table.take(pa.array(rng.permutation(n)))
+
+
+class _Forwards:
+    """Records the ``rounds`` of every ``IndexShard.forward`` call and the pairs it sent."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[int, int]] = []
+        self.pairs: list[np.ndarray] = []
+        self._lock = threading.Lock()
+        forward = IndexShard.forward
+
+        def spy(shard, round_=0, rounds=1):
+            out = forward(shard, round_, rounds)
+            with self._lock:
+                self.calls.append((round_, rounds))
+                self.pairs.extend(part[0] for part in out)
+            return out
+
+        monkeypatch.setattr(IndexShard, "forward", spy)
+
+    def sent(self) -> np.ndarray:
+        """Every pair forwarded, sorted."""
+        pairs = np.concatenate([np.zeros((0, 2), np.int64), *self.pairs])
+        return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    roots = [out.parent / "decisions", out / "dedup"]
+    return {
+        str(p.relative_to(out.parent)): p.read_bytes()
+        for root in roots
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("method", ["minhash", "simhash"])
+def test_verification_in_rounds_decides_and_writes_the_same(tmp_path, monkeypatch, method):
+    table = _corpus()
+    free_spy = _Forwards(monkeypatch)
+    free = run_dedup(tmp_path / "free", table, batch=150, method=method, index_shards=3)
+    monkeypatch.undo()
+    tiny_spy = _Forwards(monkeypatch)
+    tiny = run_dedup(
+        tmp_path / "tiny", table, batch=150, method=method, index_shards=3, memory_bytes=TINY
+    )
+    # one round without a budget; the most rounds within it, each on every shard
+    assert set(free_spy.calls) == {(0, 1)}
+    assert sorted(set(tiny_spy.calls)) == [(r, MAX_VERIFY_ROUNDS) for r in range(MAX_VERIFY_ROUNDS)]
+    assert len(tiny_spy.calls) == 3 * MAX_VERIFY_ROUNDS
+    # every pair forwarded exactly once, whatever the rounds
+    assert np.array_equal(tiny_spy.sent(), free_spy.sent())
+    assert len(free_spy.sent()) >= BIG_CLUSTER - 1
+    measured = {"shard_peak_rss_mb", "key_runs"}
+    assert {k: v for k, v in tiny[0].items() if k not in measured} == {
+        k: v for k, v in free[0].items() if k not in measured
+    }
+    assert tiny[1].equals(free[1])
+    assert _files(tiny[2]) == _files(free[2])
+    # the big cluster was found: all but one of its near-copies dropped
+    assert free[0]["dropped"] >= BIG_CLUSTER - 1
+
+
+def test_a_budget_that_holds_the_texts_verifies_in_one_round(tmp_path, monkeypatch):
+    table = _corpus()
+    spy = _Forwards(monkeypatch)
+    run_dedup(tmp_path / "big", table, batch=150, method="minhash", memory_bytes=1 << 30)
+    assert set(spy.calls) == {(0, 1)}
