@@ -89,3 +89,14 @@ def run_dedup(
 
 def kept_ids(output: pa.Table) -> set[str]:
     return {r["id"] for r in output.to_pylist() if r["drop"] is None}
+
+
+def planner_files(out: Path) -> dict[str, bytes]:
+    """Every file the planner wrote under ``run_dedup``'s OUT dir: decisions and audit."""
+    roots = [out.parent / "decisions", out / "dedup"]
+    return {
+        str(p.relative_to(out.parent)): p.read_bytes()
+        for root in roots
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }

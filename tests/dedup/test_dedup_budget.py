@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from dedup_testkit import make_table, run_dedup
+from dedup_testkit import make_table, planner_files, run_dedup
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,17 +81,6 @@ def test_the_external_sort_gives_the_order_of_one_sort(tmp_path_factory, keys, p
     assert list(spill.iterdir()) == []  # every run file removed once merged
 
 
-def _files(out: Path) -> dict[str, bytes]:
-    """Every file the planner wrote: decisions and audit (``OUT/dedup``)."""
-    roots = [out.parent / "decisions", out / "dedup"]
-    return {
-        str(p.relative_to(out.parent)): p.read_bytes()
-        for root in roots
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
-
-
 def _both(tmp_path: Path, table: pa.Table, **kw) -> tuple[tuple, tuple]:
     free = run_dedup(tmp_path / "free", table, **kw)
     tiny = run_dedup(tmp_path / "tiny", table, memory_bytes=TINY, **kw)
@@ -105,7 +94,7 @@ def _assert_same(free: tuple, tiny: tuple) -> None:
         k: v for k, v in free[0].items() if k not in measured
     }
     assert tiny[1].equals(free[1])
-    assert _files(tiny[2]) == _files(free[2])
+    assert planner_files(tiny[2]) == planner_files(free[2])
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -6,12 +6,11 @@ distinct texts, for MinHash and SimHash."""
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from dedup_testkit import make_table, run_dedup
+from dedup_testkit import make_table, planner_files, run_dedup
 
 from dataforge.ops.dedup.index import IndexShard
 from dataforge.runtime.barriers.dedup import MAX_VERIFY_ROUNDS
@@ -65,16 +64,6 @@ class _Forwards:
         return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
 
 
-def _files(out: Path) -> dict[str, bytes]:
-    roots = [out.parent / "decisions", out / "dedup"]
-    return {
-        str(p.relative_to(out.parent)): p.read_bytes()
-        for root in roots
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
-
-
 @pytest.mark.parametrize("method", ["minhash", "simhash"])
 def test_verification_in_rounds_decides_and_writes_the_same(tmp_path, monkeypatch, method):
     table = _corpus()
@@ -97,7 +86,7 @@ def test_verification_in_rounds_decides_and_writes_the_same(tmp_path, monkeypatc
         k: v for k, v in free[0].items() if k not in measured
     }
     assert tiny[1].equals(free[1])
-    assert _files(tiny[2]) == _files(free[2])
+    assert planner_files(tiny[2]) == planner_files(free[2])
     # the big cluster was found: all but one of its near-copies dropped
     assert free[0]["dropped"] >= BIG_CLUSTER - 1
 

@@ -85,11 +85,18 @@ class RayShards:
         import ray
 
         self._ray = ray
-        self.failures = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+        # ActorUnschedulableError: the node a shard was pinned to left before it started;
+        # the retry places fresh shards on the nodes alive then.
+        self.failures = (
+            ray.exceptions.RayActorError,
+            ray.exceptions.ActorUnavailableError,
+            ray.exceptions.ActorUnschedulableError,
+        )
         self.count = count
         # num_cpus=0: the shards run after the actor pools drained; asking for CPUs here
         # could wait forever behind pools that hold them. Zero-CPU actors are not spread by
-        # "SPREAD", so each shard asks for a node in turn (soft: elsewhere if it is gone).
+        # "SPREAD", nor reliably by a soft node affinity, so each shard is pinned to a node
+        # in turn.
         remote = ray.remote(_PlacedShard)
         # Not waited for: they start while the caller prepares its first calls.
         self.actors = [
@@ -134,7 +141,7 @@ class RayShards:
 
 
 def _round_robin(ray: Any, count: int) -> list[Any]:
-    """Scheduling strategies placing ``count`` actors on the alive nodes that offer CPUs,
+    """Scheduling strategies pinning ``count`` actors to the alive nodes that offer CPUs,
     in turn (node ids sorted, so the same cluster gets the same placement)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -144,13 +151,13 @@ def _round_robin(ray: Any, count: int) -> list[Any]:
     if not nodes:
         return ["SPREAD"] * count
     return [
-        NodeAffinitySchedulingStrategy(node_id=nodes[i % len(nodes)], soft=True)
+        NodeAffinitySchedulingStrategy(node_id=nodes[i % len(nodes)], soft=False)
         for i in range(count)
     ]
 
 
 class _PlacedShard(IndexShard):
-    """An index shard that can say which Ray node it runs on (SPREAD places them)."""
+    """An index shard that can say which Ray node it runs on."""
 
     def node(self) -> str:
         from dataforge.runtime.cluster import node_name  # deferred: it imports ray
