@@ -271,7 +271,7 @@ def _serve(conn: Any, config: PipelineConfig, work_dir: str, cancel: Any) -> Non
 def _picklable(exc: BaseException) -> BaseException:
     """``exc`` if it survives the pipe, else a RuntimeError with its type and message."""
     try:
-        pickle.loads(pickle.dumps(exc))
+        pickle.loads(pickle.dumps(exc))  # safe: our own exception object, made in this process
     except Exception:  # noqa: BLE001 - any pickling failure
         return RuntimeError(f"{type(exc).__name__}: {exc}")
     return exc

@@ -7,7 +7,7 @@ pickles, which can name any function to call while they load:
   with ``torch.load(weights_only=True)``, torch's allow-list of tensors and plain containers;
 * a distributed checkpoint (``model/``): ``torch.distributed.checkpoint`` reads its
   ``.metadata`` with a plain ``pickle.load`` and the non-tensor values of its ``.distcp``
-  files (the optimizer's lr, betas, flags) with ``torch.load(weights_only=False)``. This
+  files (the optimizer's lr, betas, flags) with torch's unrestricted unpickler. This
   module is the one place that wraps its public reader and planner to close both, saying why:
   :func:`read_dcp_metadata` unpickles ``.metadata`` through an allow-list of the classes torch
   writes there (checked against a real save in tests/trainer/test_checkpoint_safety.py) and
@@ -145,7 +145,7 @@ class _CheckedReader(dcp.FileSystemReader):
         super().__init__(str(folder))
         self.checked_metadata = metadata
 
-    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:  # safe: unpickles nothing
         return self.checked_metadata
 
 
