@@ -204,3 +204,22 @@ def test_a_run_at_the_smallest_budget_writes_the_same_shards(tmp_path, executor,
     # unconstrained: the keys sorted in memory; at 1 MiB: in runs spilled and merged
     (free_dedup,), (tiny_dedup,) = ([s["summary"] for s in m["stages"]] for m in (free, tiny))
     assert free_dedup["key_runs"] == 0 and tiny_dedup["key_runs"] > 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.integers(0, 6), min_size=1, max_size=8),
+    st.data(),
+)
+def test_ids_taken_chunk_by_chunk_are_a_plain_take(chunk_sizes, data) -> None:
+    from dataforge.runtime.barriers._dedup_keys import _take
+
+    n = sum(chunk_sizes)
+    values, start = [], 0
+    for size in chunk_sizes:
+        values.append(pa.array([f"id{i}" for i in range(start, start + size)], pa.string()))
+        start += size
+    chunked = pa.chunked_array(values, pa.string())
+    keys = data.draw(st.lists(st.integers(0, max(0, n - 1)), max_size=30 if n else 0))
+    taken = _take(chunked, np.array(keys, np.int64))
+    assert taken.to_pylist() == [f"id{k}" for k in keys]

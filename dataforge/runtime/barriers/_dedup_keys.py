@@ -81,9 +81,9 @@ def assign_keys(
     if previous is not None:
         sorter.add(_previous_rows(previous))
     rows = n_prev
+    read = _READ_ROWS if run_bytes is None else max(1024, min(_READ_ROWS, run_bytes // 256))
     for t, task in enumerate(tasks):
         start = rows
-        read = _READ_ROWS if run_bytes is None else max(1024, min(_READ_ROWS, run_bytes // 256))
         for table in _part_rows(ctx.parts[task], t, op.config.keep.prefer_source, rows, read):
             sorter.add(table)
             rows += table.num_rows
@@ -170,10 +170,11 @@ def _take(values: pa.Array | pa.ChunkedArray, keys: np.ndarray) -> pa.Array:
     starts = np.cumsum([0, *(len(c) for c in values.chunks)])
     chunk_of = np.searchsorted(starts, keys, side="right") - 1
     order = np.argsort(chunk_of, kind="stable")
+    by_chunk, grouped = chunk_of[order], keys[order]
     pieces = []
-    for c in np.unique(chunk_of):
-        local = keys[order][chunk_of[order] == c] - starts[c]
-        pieces.append(values.chunk(int(c)).take(pa.array(local)))
+    for c in np.unique(by_chunk):  # one slice per chunk: not a scan of every key per chunk
+        lo, hi = np.searchsorted(by_chunk, [c, c + 1])
+        pieces.append(values.chunk(int(c)).take(pa.array(grouped[lo:hi] - starts[c])))
     gathered = pa.concat_arrays(pieces)
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order))
