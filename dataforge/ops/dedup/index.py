@@ -96,6 +96,8 @@ class IndexShard:
         self._nodes: list[np.ndarray] = []
         self._fingerprints: list[np.ndarray] = []
         self._candidates = np.zeros((0, 2), dtype=np.int64)
+        self._firsts: np.ndarray | None = None
+        """The distinct ``u`` of :meth:`pairs`, for :meth:`forward`'s rounds."""
         self._parts: list[tuple[np.ndarray, np.ndarray, Texts | None]] = []
         self._screened = np.zeros((0, 2), dtype=np.int64)
         self._pool = _empty_pool()
@@ -329,7 +331,9 @@ class IndexShard:
         nodes, order, sigs, texts = self._payload()
         edges = self.pairs()
         if rounds > 1:
-            firsts = np.unique(edges[:, 0])
+            if round_ == 0 or self._firsts is None:  # the slices' bounds, once per verification
+                self._firsts = np.unique(edges[:, 0])
+            firsts = self._firsts
             lo, hi = (len(firsts) * r // rounds for r in (round_, round_ + 1))
             mine = (edges[:, 0] >= firsts[lo]) if lo < len(firsts) else np.zeros(len(edges), bool)
             if hi < len(firsts):
