@@ -219,6 +219,20 @@ class RunStore:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)  # ours: made above (unique name, mkdir)
 
+    def remove_stale_staging(self, rel: str) -> int:
+        """Remove the staging directories of ``rel`` an attempt killed before its ``finally``
+        left (``.<name>.tmp-*`` beside it; local run dirs only: elsewhere staging is scratch
+        space). For work done once at a time, like a barrier's planning; returns how many."""
+        self._check()
+        if not self.local:
+            return 0
+        dest = Path(self._path(rel))
+        stale = sorted(dest.parent.glob(f".{dest.name}.tmp-*")) if dest.parent.is_dir() else []
+        for path in stale:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)  # ours: a staging dir of the claimed run dir (name above)
+        return len(stale)
+
     def commit_dir(self, tmp: Path, rel: str) -> None:
         """Put the staged directory ``tmp`` at ``rel``, replacing what was there. On an object
         store this is not atomic: the caller's marker, written after, commits it."""

@@ -43,6 +43,8 @@ def plan_barrier(
     ``_work/.barrier<stage_index>.spill.tmp-*`` (removed after, whatever happens)."""
     fs.configure(config.storage)
     decision = f"_work/barrier{stage_index}"
+    for staged in (decision, stage.op, f"{decision}.spill"):
+        store.remove_stale_staging(staged)  # a killed attempt's leftovers (spill: up to GBs)
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(store.staging(decision))
         audit_dir = stack.enter_context(store.staging(stage.op))

@@ -148,3 +148,18 @@ def test_the_spill_dir_is_removed_after_success_and_after_failure(tmp_path, monk
         run_pipeline(config, out, LocalExecutor(), log=lambda m: None)
     spill, _, existed = seen[-1]
     assert existed and not spill.exists() and _spill_dirs(out) == []
+
+    # A planner killed mid-spill leaves its spill dir behind (no finally ran): the next
+    # attempt removes it before it plans, not only when the run completes.
+    killed = out / "_work" / ".barrier0.spill.tmp-dead0001"
+    killed.mkdir()
+    (killed / "run-000000.arrow").write_bytes(b"x" * 1000)
+    left_while_planning = []
+
+    def checking(op, ctx, *args):
+        left_while_planning.append(killed.exists())
+        return write_outputs(op, ctx, *args)
+
+    monkeypatch.setattr(dedup, "_write_outputs", checking)
+    run_pipeline(config, out, LocalExecutor(), log=lambda m: None)
+    assert left_while_planning == [False] and _spill_dirs(out) == []
