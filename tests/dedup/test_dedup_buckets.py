@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from dataforge.ops.base import OpContext
 from dataforge.ops.dedup import Dedup
+from dataforge.ops.dedup import buckets as buckets_module
 from dataforge.ops.dedup.buckets import bucket_pair_edges, packed_bucket_pair_edges
 from dataforge.ops.dedup.config import VerifyConfig
 from dataforge.ops.dedup.index import IndexShard
@@ -47,6 +48,25 @@ def test_bucket_pair_edges_match_brute_force(entries, partners):
     assert all(a > b for a, b in got)
     if all(len([1 for k, n in entries if k == key]) == len(m) for key, m in buckets.items()):
         assert got == want  # without repeated entries, exactly the partner rule
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 60)), max_size=120),
+    st.integers(1, 5),
+    st.integers(1, 9),
+)
+def test_bucket_pair_edges_do_not_depend_on_the_chunk_size(entries, partners, chunk):
+    keys = np.array([k for k, _ in entries], np.uint64)
+    nodes = np.array([n for _, n in entries], np.uint32)
+    whole = bucket_pair_edges(keys, nodes, partners)
+    original = buckets_module._PAIR_CHUNK
+    buckets_module._PAIR_CHUNK = chunk  # buckets of any size, cut into chunks of ~chunk
+    try:
+        chunked = bucket_pair_edges(keys, nodes, partners)
+    finally:
+        buckets_module._PAIR_CHUNK = original
+    assert chunked.tolist() == whole.tolist()
 
 
 @settings(max_examples=40, deadline=None)

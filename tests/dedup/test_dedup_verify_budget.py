@@ -81,7 +81,7 @@ def test_verification_in_rounds_decides_and_writes_the_same(tmp_path, monkeypatc
     # every pair forwarded exactly once, whatever the rounds
     assert np.array_equal(tiny_spy.sent(), free_spy.sent())
     assert len(free_spy.sent()) >= BIG_CLUSTER - 1
-    measured = {"shard_peak_rss_mb", "key_runs"}
+    measured = {"shard_peak_rss_mb", "key_runs", "template_rounds", "verify_rounds"}
     assert {k: v for k, v in tiny[0].items() if k not in measured} == {
         k: v for k, v in free[0].items() if k not in measured
     }
@@ -96,3 +96,43 @@ def test_a_budget_that_holds_the_texts_verifies_in_one_round(tmp_path, monkeypat
     spy = _Forwards(monkeypatch)
     run_dedup(tmp_path / "big", table, batch=150, method="minhash", memory_bytes=1 << 30)
     assert set(spy.calls) == {(0, 1)}
+
+
+def _zh_corpus(seed: int = 7) -> pa.Table:
+    """Chinese pages of one template (the template rule applies to character-shingled
+    texts): ``BIG_CLUSTER`` near-copies of one page, 100 distinct pages and an edited
+    copy of every third."""
+    rng = np.random.default_rng(seed)
+    han = [chr(c) for c in range(0x4E00, 0x4E00 + 3000)]
+    header = "".join(rng.choice(han, 30))  # every page's template line
+    base = list(rng.choice(han, 120))
+    pages = []
+    for i in range(BIG_CLUSTER):
+        body = base.copy()
+        body[i % len(body)] = han[-1 - i % 50]
+        pages.append(header + "\n" + "".join(body))
+    distinct = [header + "\n" + "".join(rng.choice(han, 100)) for _ in range(100)]
+    pages += distinct + [p[:-3] + "".join(rng.choice(han, 3)) for p in distinct[::3]]
+    n = len(pages)
+    ids = [f"z{i:05d}" for i in rng.permutation(n)]
+    return make_table(pages, ["zh"] * n, sources=["web"] * n, ids=ids)
+
+
+@pytest.mark.parametrize("method", ["minhash", "simhash"])
+def test_the_template_counted_in_rounds_is_the_same(tmp_path, method):
+    table = _zh_corpus()
+    free = run_dedup(tmp_path / "free", table, batch=120, method=method, index_shards=3)
+    tiny = run_dedup(
+        tmp_path / "tiny", table, batch=120, method=method, index_shards=3, memory_bytes=TINY
+    )
+    # one round without a budget; within it, a share of the n-grams per round
+    assert free[0]["template_rounds"] == 1
+    assert tiny[0]["template_rounds"] == MAX_VERIFY_ROUNDS
+    assert free[0]["template_ngrams"] > 0
+    measured = {"shard_peak_rss_mb", "key_runs", "template_rounds", "verify_rounds"}
+    assert {k: v for k, v in tiny[0].items() if k not in measured} == {
+        k: v for k, v in free[0].items() if k not in measured
+    }
+    assert tiny[1].equals(free[1])
+    assert planner_files(tiny[2]) == planner_files(free[2])
+    assert free[0]["dropped"] > BIG_CLUSTER // 2  # most of the big cluster found

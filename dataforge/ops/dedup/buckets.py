@@ -50,15 +50,42 @@ def bucket_pair_edges(
     if repeated.any():
         nodes, sizes = nodes[np.repeat(~repeated, sizes)], sizes[~repeated]
         starts = np.cumsum(sizes) - sizes
+    # Buckets in chunks of about _PAIR_CHUNK entries, their pairs packed one per int64 and
+    # made unique per chunk: the transient is a chunk's pairs, not max_partners copies of
+    # every entry as (k, 2) rows (3 GB for 13M entries).
+    packed = [np.zeros(0, np.int64)]
+    ends = np.cumsum(sizes)
+    cut = np.searchsorted(ends, np.arange(_PAIR_CHUNK, len(nodes), _PAIR_CHUNK)) + 1
+    bounds = np.unique(np.concatenate([[0], cut, [len(sizes)]])).tolist()
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        first, stop = int(ends[lo] - sizes[lo]), int(ends[hi - 1])
+        packed.append(_chunk_pairs(nodes[first:stop], sizes[lo:hi], max_partners))
+        pending = sum(len(p) for p in packed[1:])
+        if pending > max(_PAIR_CHUNK, len(packed[0])):  # the other bands' repeats: merged
+            packed = [np.unique(np.concatenate(packed))]
+    return _unpack(np.unique(np.concatenate(packed)))
+
+
+_PAIR_CHUNK = 1 << 20
+"""Bucket entries whose pairs are made at once (a bucket is never split)."""
+
+
+def _chunk_pairs(nodes: np.ndarray, sizes: np.ndarray, max_partners: int) -> np.ndarray:
+    """The distinct pairs of whole buckets (``nodes`` sorted within each, ``sizes``
+    entries each), packed ``larger << 32 | smaller``; no self loops."""
+    starts = np.cumsum(sizes) - sizes
     first = np.repeat(starts, sizes)
     local = np.arange(len(nodes)) - first
-    pieces = [np.stack([nodes, nodes[first]], axis=1)[local > 0]]
+    pieces = [(nodes << 32 | nodes[first])[local > 0]]
     for back in range(1, max_partners):
-        has = local > back  # partner i - back exists and is not the first member
-        idx = np.flatnonzero(has)
-        pieces.append(np.stack([nodes[idx], nodes[idx - back]], axis=1))
-    edges = np.concatenate(pieces)
-    return unique_edges(edges[edges[:, 0] != edges[:, 1]])
+        idx = np.flatnonzero(local > back)  # partner i - back exists and is not the first
+        pieces.append(nodes[idx] << 32 | nodes[idx - back])
+    pairs = np.unique(np.concatenate(pieces))
+    return pairs[(pairs >> 32) != (pairs & 0xFFFFFFFF)]
+
+
+def _unpack(packed: np.ndarray) -> np.ndarray:
+    return np.stack([packed >> 32, packed & 0xFFFFFFFF], axis=1)
 
 
 def repeated_buckets(nodes: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -125,8 +152,7 @@ def unique_edges(edges: np.ndarray) -> np.ndarray:
     ``np.unique`` is far faster than ``axis=0``)."""
     if len(edges) == 0:
         return np.zeros((0, 2), dtype=np.int64)
-    packed = np.unique((edges[:, 0].astype(np.int64) << 32) | edges[:, 1].astype(np.int64))
-    return np.stack([packed >> 32, packed & 0xFFFFFFFF], axis=1)
+    return _unpack(np.unique((edges[:, 0].astype(np.int64) << 32) | edges[:, 1].astype(np.int64)))
 
 
 def kept_key_bits(keys: np.ndarray, key_bits: int = 64) -> np.ndarray:
@@ -149,11 +175,11 @@ def key_owners(keys: np.ndarray, shards: int, key_bits: int = 64) -> np.ndarray:
 def route_edges(edges: np.ndarray, shards: int, both: bool = True) -> list[np.ndarray]:
     """Edges split by the owner of their first node; ``both``: each undirected edge in
     both directions (so each side's owner sees it)."""
-    if both and len(edges):
-        edges = np.concatenate([edges, edges[:, ::-1]])
     edges = edges.reshape(-1, 2)
-    owner = edges[:, 0] % shards
-    order = np.argsort(owner, kind="stable")
-    edges, owner = edges[order], owner[order]
-    bounds = np.searchsorted(owner, np.arange(shards + 1))
-    return [edges[bounds[i] : bounds[i + 1]] for i in range(shards)]
+    out = []
+    for shard in range(shards):  # a mask per shard: no doubled copy, no argsort
+        mine = edges[edges[:, 0] % shards == shard]
+        if both:
+            mine = np.concatenate([mine, edges[edges[:, 1] % shards == shard][:, ::-1]])
+        out.append(mine)
+    return out

@@ -271,36 +271,55 @@ class IndexShard:
 
     # -- the corpus's template (dataforge.ops.dedup.template) -------------------------------
 
-    def template_counts(self) -> list[np.ndarray]:
-        """The distinct character n-grams of each owned candidate document, routed to the
-        shards that count them."""
-        nodes, _, _, texts = self._payload()
-        if texts.templated is None:
-            return route_ngrams(np.zeros(0, np.uint32), self.shards)
-        # A head stands for its copies: its n-grams count min(size, template_docs) times
-        # (more would decide nothing: an n-gram in template_docs documents is template).
+    def _template_times(self, nodes: np.ndarray) -> np.ndarray:
+        """Per owned candidate, how many documents it counts as in the template: a head
+        stands for its copies, ``min(size, template_docs)`` times (more would decide
+        nothing: an n-gram in template_docs documents is template)."""
         heads, sizes = self._group_heads, self._group_sizes
         times = np.ones(len(nodes), np.int64)
         if len(heads):
             pos = np.minimum(np.searchsorted(heads, nodes), len(heads) - 1)
             times = np.where(heads[pos] == nodes, sizes[pos], 1)
-        times = np.minimum(times, max(self.config.verify.template_docs, 1))
-        ngrams = [
-            np.tile(doc_ngrams(texts.chars, texts.templated & (times == t)), t)
-            for t in np.unique(times).tolist()
-        ]
+        return np.minimum(times, max(self.config.verify.template_docs, 1))
+
+    def template_bytes(self) -> int:
+        """Bytes of the n-grams :meth:`template_counts` sends in one round (at most: a
+        document's positions, times its count), for the planner's rounds."""
+        nodes, _, _, texts = self._payload()
+        if texts.templated is None:
+            return 0
+        lengths = np.diff(texts.chars.offsets)
+        return int((lengths * self._template_times(nodes) * texts.templated).sum()) * 4
+
+    def template_counts(self, round_: int = 0, rounds: int = 1) -> list[np.ndarray]:
+        """The distinct character n-grams of each owned candidate document, routed to the
+        shards that count them. In ``rounds`` rounds, round ``round_`` sends the n-grams
+        ``n`` with ``(n // shards) % rounds == round_``: a share of them, each n-gram in
+        exactly one round (counted there whole)."""
+        nodes, _, _, texts = self._payload()
+        if texts.templated is None:
+            return route_ngrams(np.zeros(0, np.uint32), self.shards)
+        times = self._template_times(nodes)
+        ngrams = []
+        for t in np.unique(times).tolist():
+            mine = doc_ngrams(texts.chars, texts.templated & (times == t))
+            if rounds > 1:
+                mine = mine[(mine // np.uint32(self.shards)) % np.uint32(rounds) == round_]
+            ngrams.append(np.tile(mine, t))
         return route_ngrams(np.concatenate([np.zeros(0, np.uint32), *ngrams]), self.shards)
 
     def count_template(self, *parts: np.ndarray) -> int:
-        """Keep the n-grams of this shard's share in at least ``template_docs``
-        documents; returns how many."""
+        """Keep the n-grams of this shard's share (of this round) in at least
+        ``template_docs`` documents; returns how many so far."""
         flat = [p for p in _flatten(parts) if len(p)]
         ngrams = np.concatenate(flat) if flat else np.zeros(0, np.uint32)
-        self._template = frequent(ngrams, self.config.verify.template_docs)
+        del flat
+        found = frequent(ngrams, self.config.verify.template_docs)
+        self._template = np.concatenate([self._template, found])
         return len(self._template)
 
     def template_share(self) -> list[np.ndarray]:
-        """This shard's template n-grams, for every shard."""
+        """This shard's template n-grams (every round's), for every shard."""
         return [self._template] * self.shards
 
     def receive_template(self, *parts: np.ndarray) -> int:

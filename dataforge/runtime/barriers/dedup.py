@@ -277,11 +277,16 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         calls_of = functools.partial(payload_calls, needed=needed)
         _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text=True)
         if op.config.verify.template_docs:  # the candidates' template, counted on the shards
-            stats["template_ngrams"] = sum(backend.exchange("template_counts", "count_template"))
+            rounds = _rounds(ctx, sum(backend.call_all("template_bytes")))
+            for r in range(rounds):  # a share of the n-grams (by value) counted per round
+                counted = backend.exchange("template_counts", "count_template", r, rounds)
+            stats["template_ngrams"] = sum(counted)
+            stats["template_rounds"] = rounds
             backend.exchange("template_share", "receive_template")
         _hook("signatures", attempt, backend)
         rounds = _verify_rounds(backend, ctx)
         verified = [sum(backend.exchange("forward", "verify", r, rounds)) for r in range(rounds)]
+        stats["verify_rounds"] = rounds
         stats["verified_pairs"] = sum(verified)
     _hook("edges", attempt, backend)
     stats["shard_peak_rss_mb"] = backend.call_all("peak_rss_mb")
@@ -301,9 +306,14 @@ def _verify_rounds(backend: Any, ctx: BarrierContext) -> int:
     candidates' texts (copies, beside the shards' own), at most ``memory_bytes //
     VERIFY_SHARE`` where that allows (1 without a budget; at most
     :data:`MAX_VERIFY_ROUNDS`). The pairs decided do not depend on it."""
+    return _rounds(ctx, sum(backend.call_all("payload_bytes")) if ctx.memory_bytes else 0)
+
+
+def _rounds(ctx: BarrierContext, held: int) -> int:
+    """Rounds that move ``held`` bytes in shares of at most ``memory_bytes //
+    VERIFY_SHARE`` (1 without a budget; at most :data:`MAX_VERIFY_ROUNDS`)."""
     if ctx.memory_bytes is None:
         return 1
-    held = sum(backend.call_all("payload_bytes"))
     share = max(1, ctx.memory_bytes // VERIFY_SHARE)
     return int(min(MAX_VERIFY_ROUNDS, max(1, -(-held // share))))
 
