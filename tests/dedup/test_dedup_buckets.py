@@ -12,7 +12,11 @@ from hypothesis import strategies as st
 from dataforge.ops.base import OpContext
 from dataforge.ops.dedup import Dedup
 from dataforge.ops.dedup import buckets as buckets_module
-from dataforge.ops.dedup.buckets import bucket_pair_edges, packed_bucket_pair_edges
+from dataforge.ops.dedup.buckets import (
+    bucket_pair_edges,
+    packed_bucket_pair_edges,
+    unpack_edges,
+)
 from dataforge.ops.dedup.config import VerifyConfig
 from dataforge.ops.dedup.index import IndexShard
 from dataforge.ops.dedup.method import BucketEntries
@@ -137,10 +141,11 @@ def test_minhash_candidates_do_not_depend_on_the_shard_count(entries, partners):
         shards = [IndexShard(count, method) for _ in range(count)]
         for shard, name, args in index_calls(count, op, None, nodes):
             getattr(shards[shard], name)(*args)
-        routed = [np.zeros((0, 2), np.int64)]
+        routed = [np.zeros(0, np.int64)]
         for shard in shards:
             routed += shard.candidate_edges()
-        return sorted({tuple(sorted(e)) for e in np.concatenate(routed).tolist()})
+        edges = unpack_edges(np.concatenate(routed))
+        return sorted({tuple(sorted(e)) for e in edges.tolist()})
 
     want = candidates(1)
     assert all(candidates(count) == want for count in (2, 3, 4))

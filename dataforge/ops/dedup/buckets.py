@@ -25,6 +25,7 @@ __all__ = [
     "packed_bucket_pair_edges",
     "repeated_buckets",
     "route_edges",
+    "unpack_edges",
 ]
 
 MAX_NODE = (1 << 31) - 1
@@ -173,13 +174,21 @@ def key_owners(keys: np.ndarray, shards: int, key_bits: int = 64) -> np.ndarray:
 
 
 def route_edges(edges: np.ndarray, shards: int, both: bool = True) -> list[np.ndarray]:
-    """Edges split by the owner of their first node; ``both``: each undirected edge in
-    both directions (so each side's owner sees it)."""
+    """Edges split by the owner of their first node, each packed ``first << 32 | second``
+    in one int64 (:func:`unpack_edges`); ``both``: each undirected edge in both
+    directions (so each side's owner sees it)."""
     edges = edges.reshape(-1, 2)
     out = []
     for shard in range(shards):  # a mask per shard: no doubled copy, no argsort
         mine = edges[edges[:, 0] % shards == shard]
+        packed = [mine[:, 0] << 32 | mine[:, 1]]
         if both:
-            mine = np.concatenate([mine, edges[edges[:, 1] % shards == shard][:, ::-1]])
-        out.append(mine)
+            theirs = edges[edges[:, 1] % shards == shard]
+            packed.append(theirs[:, 1] << 32 | theirs[:, 0])
+        out.append(np.concatenate(packed).astype(np.int64, copy=False))
     return out
+
+
+def unpack_edges(packed: np.ndarray) -> np.ndarray:
+    """``(k, 2)`` rows of edges packed ``first << 32 | second`` (nodes below 2^31)."""
+    return _unpack(np.asarray(packed, np.int64))

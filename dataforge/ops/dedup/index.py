@@ -49,7 +49,7 @@ from dataforge.ops.dedup.buckets import (
     kept_key_bits,
     packed_bucket_pair_edges,
     route_edges,
-    unique_edges,
+    unpack_edges,
 )
 from dataforge.ops.dedup.copies import copy_pairs
 from dataforge.ops.dedup.method import DedupMethod
@@ -95,7 +95,9 @@ class IndexShard:
         self._keys: list[np.ndarray] = []
         self._nodes: list[np.ndarray] = []
         self._fingerprints: list[np.ndarray] = []
-        self._candidates = np.zeros((0, 2), dtype=np.int64)
+        self._candidates = np.zeros(0, dtype=np.int64)
+        """The candidate pairs of the owned nodes, both directions, packed ``u << 32 | v``
+        (one int64 each, sorted: by ``u``, then ``v``)."""
         self._firsts: np.ndarray | None = None
         """The distinct ``u`` of :meth:`pairs`, for :meth:`forward`'s rounds."""
         self._parts: list[tuple[np.ndarray, np.ndarray, Texts | None]] = []
@@ -178,22 +180,26 @@ class IndexShard:
     # -- verification ----------------------------------------------------------------------
 
     def receive_candidates(self, *parts: np.ndarray | list[np.ndarray]) -> int:
-        """Keep the candidate pairs of the owned nodes (both directions); returns how many."""
-        flat = _flatten(parts)
-        edges = np.concatenate(flat) if flat else np.zeros((0, 2), np.int64)
-        edges = unique_edges(edges[edges[:, 0] != edges[:, 1]])
+        """Keep the candidate pairs of the owned nodes (both directions, packed as
+        :func:`~dataforge.ops.dedup.buckets.route_edges` sends them); returns how many."""
+        flat = [p for p in _flatten(parts) if len(p)]
+        packed = np.unique(np.concatenate(flat)) if flat else np.zeros(0, np.int64)
+        del flat
+        u, v = packed >> 32, packed & 0xFFFFFFFF
         # Pairs between two records of against runs are never decided here.
-        self._candidates = edges[(edges[:, 0] >= self.fixed) | (edges[:, 1] >= self.fixed)]
+        self._candidates = packed[(u != v) & ((u >= self.fixed) | (v >= self.fixed))]
         return len(self._candidates)
 
     def pairs(self) -> np.ndarray:
         """The candidate pairs ``(u, v)`` with ``u < v`` held here (each pair is held by
-        the owner of its u alone)."""
-        return self._candidates[self._candidates[:, 0] < self._candidates[:, 1]]
+        the owner of its u alone), sorted."""
+        packed = self._candidates
+        return unpack_edges(packed[(packed >> 32) < (packed & 0xFFFFFFFF)])
 
     def candidate_nodes(self) -> np.ndarray:
         """The owned nodes that have a candidate pair (their payload is needed)."""
-        return np.unique(self._candidates[:, 0])
+        firsts = self._candidates >> 32  # sorted
+        return firsts[np.append(True, firsts[1:] != firsts[:-1])] if len(firsts) else firsts
 
     # -- screening on signatures (methods with a screen_floor) ----------------------------
 
@@ -389,7 +395,7 @@ class IndexShard:
         Unverified methods: every candidate pair, similarity 1.0."""
         if not self.method.verified:
             edges = self.pairs()
-            self._candidates = np.zeros((0, 2), np.int64)
+            self._candidates = np.zeros(0, np.int64)
             return edges, np.ones(len(edges))
         decided = self._decided
         self._decided, self._parts, self._pool = [], [], _empty_pool()
