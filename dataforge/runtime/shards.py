@@ -15,9 +15,10 @@ from __future__ import annotations
 import functools
 import socket
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dataforge.ops.barrier import ShardFactory
+if TYPE_CHECKING:
+    from dataforge.ops.barrier import ShardFactory
 
 __all__ = ["LocalShards", "RayShards", "shard_workers"]
 
