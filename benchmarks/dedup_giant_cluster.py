@@ -28,11 +28,11 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from dataforge.ops.barrier import BarrierContext  # noqa: E402
 from dataforge.ops.base import OpContext  # noqa: E402
 from dataforge.ops.dedup import Dedup  # noqa: E402
 from dataforge.records import BASE_SCHEMA  # noqa: E402
-from dataforge.runtime.barriers import BarrierContext  # noqa: E402
-from dataforge.runtime.barriers import dedup as planner  # noqa: E402
+from dataforge.runtime.shards import shard_workers  # noqa: E402
 
 PAGE_WORDS = 14
 
@@ -98,10 +98,10 @@ def run_case(method: str, corpus: list[str], args, tmp: Path) -> dict:
         seed=0,
         source_stats={},
         sources={},
-        ray_available=False,
+        shards=shard_workers(False, args.cpus),
     )
     t = time.perf_counter()
-    summary = planner.plan(op, ctx)
+    summary = op.plan(ctx)
     plan = time.perf_counter() - t
     return {"prepare": prepare, "plan": plan, **summary}
 

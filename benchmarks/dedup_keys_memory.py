@@ -35,10 +35,10 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from dataforge.ops.barrier import BarrierContext  # noqa: E402
 from dataforge.ops.base import OpContext  # noqa: E402
 from dataforge.ops.dedup import Dedup  # noqa: E402
-from dataforge.runtime.barriers import BarrierContext  # noqa: E402
-from dataforge.runtime.barriers._dedup_keys import assign_keys  # noqa: E402
+from dataforge.ops.dedup.keys import assign_keys  # noqa: E402
 from dataforge.typed_config import parse_size  # noqa: E402
 
 
@@ -78,7 +78,7 @@ def measure(parts_dir: Path, budget: int | None) -> dict:
         def context(parts: dict[str, Path], budget: int | None) -> BarrierContext:
             return BarrierContext(
                 parts=parts, decision_dir=Path(spill), audit_dir=Path(spill), num_cpus=1,
-                seed=0, source_stats={}, sources={}, ray_available=False,
+                seed=0, source_stats={}, sources={},
                 memory_bytes=budget, spill_dir=Path(spill) if budget else None,
             )  # fmt: skip
 

@@ -3,7 +3,7 @@
 Builds ``--size-mb`` of :mod:`scale`'s dup-heavy corpus (or reuses it) under ``--work``,
 runs the dedup stage's ``prepare`` on parts of ``--part-docs`` documents (no clean or
 quality filter: every document reaches the barrier), then the planner
-(:func:`dataforge.runtime.barriers.dedup.plan`) in this process with local index shards,
+(:func:`dataforge.ops.dedup.planner.plan`) in this process with local index shards,
 as the local executor runs it. At the end of each phase it prints the process's RSS, its
 peak during the phase (``VmHWM``, reset at each phase end through
 ``/proc/self/clear_refs``), Arrow's allocated bytes, and the numpy/Arrow bytes the index
@@ -16,6 +16,7 @@ Linux only; not part of ``make test``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -31,12 +32,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from scale import NEAR_COPY_SHARE, build_corpus, demo_texts  # noqa: E402
 
+from dataforge.ops.barrier import BarrierContext, ShardFactory  # noqa: E402
 from dataforge.ops.base import OpContext  # noqa: E402
-from dataforge.ops.dedup import Dedup  # noqa: E402
+from dataforge.ops.dedup import Dedup, planner  # noqa: E402
 from dataforge.records import BASE_SCHEMA  # noqa: E402
-from dataforge.runtime.barriers import BarrierContext  # noqa: E402
-from dataforge.runtime.barriers import dedup as planner  # noqa: E402
-from dataforge.runtime.barriers._dedup_shards import LocalShards  # noqa: E402
+from dataforge.runtime.shards import LocalShards, shard_workers  # noqa: E402
 from dataforge.typed_config import from_mapping  # noqa: E402
 
 
@@ -92,8 +92,9 @@ class _Probe:
         Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM: next row = next phase
 
 
-def _instrument(probe: _Probe) -> None:
-    """Wrap the planner's steps and the shards' exchanges so that each reports its end."""
+def _instrument(probe: _Probe, shards: ShardFactory) -> ShardFactory:
+    """Wrap the planner's steps and the shards' exchanges so that each reports its end;
+    returns ``shards`` made to hand the probe the backend it starts."""
 
     def wrap(owner: Any, name: str, label: Any) -> None:
         inner = getattr(owner, name)
@@ -105,13 +106,10 @@ def _instrument(probe: _Probe) -> None:
 
         setattr(owner, name, outer)
 
-    start = planner.LocalShards
-
     def make(*args, **kwargs):
-        probe.backend = start(*args, **kwargs)
+        probe.backend = shards(*args, **kwargs)
         return probe.backend
 
-    planner.LocalShards = make
     stream_names = iter(["text hashes", "index build", "signatures (screen)", "texts shipped"])
     wrap(planner, "assign_keys", "keys")
     wrap(planner, "_stream", lambda *a, **k: next(stream_names, "stream"))
@@ -136,6 +134,7 @@ def _instrument(probe: _Probe) -> None:
     wrap(planner, "star_clusters", "star clusters")
     wrap(planner, "join_heads", "copies joined")
     wrap(planner, "_write_outputs", "outputs written")
+    return make
 
 
 def _parts(corpus: Path, op: Dedup, work: Path, part_docs: int) -> dict[str, Path]:
@@ -206,7 +205,7 @@ def main() -> int:
         seed=0,
         source_stats={},
         sources={},
-        ray_available=False,
+        shards=shard_workers(False, args.cpus),
         memory_bytes=None if args.memory_mb is None else args.memory_mb << 20,
         spill_dir=run / "spill",
     )
@@ -214,8 +213,8 @@ def main() -> int:
         tracemalloc.start()
     probe = _Probe()
     probe("parts prepared")
-    _instrument(probe)
-    summary = planner.plan(op, ctx)
+    ctx = dataclasses.replace(ctx, shards=_instrument(probe, ctx.shards))
+    summary = op.plan(ctx)
     print(json.dumps(summary, default=str))
     return 0
 

@@ -51,11 +51,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from dedup_sets import DOMAINS, KINDS, build_domain_set, load_bases  # noqa: E402
 from dedup_template_sets import FAMILIES, HELD_OUT, TUNING, build_families  # noqa: E402
 
+from dataforge.ops.barrier import BarrierContext  # noqa: E402
 from dataforge.ops.base import OpContext  # noqa: E402
 from dataforge.ops.dedup import Dedup  # noqa: E402
 from dataforge.records import BASE_SCHEMA  # noqa: E402
-from dataforge.runtime.barriers import BarrierContext  # noqa: E402
-from dataforge.runtime.barriers import dedup as planner  # noqa: E402
+from dataforge.runtime.shards import shard_workers  # noqa: E402
 from dataforge.typed_config import from_mapping  # noqa: E402
 
 __all__ = [
@@ -187,9 +187,9 @@ def run_ours(records: list[dict] | pa.Table, batch: int = 1000, **config) -> tup
             seed=0,
             source_stats={},
             sources={"zh": "zh", "en": "en"},
-            ray_available=False,
+            shards=shard_workers(False, 1),
         )
-        summary = planner.plan(op, ctx)
+        summary = op.plan(ctx)
         for task in sorted(parts):
             decision = ctx.decision_dir / f"{task}.parquet"
             if decision.exists():

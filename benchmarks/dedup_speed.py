@@ -43,11 +43,11 @@ from dedup_quality import (  # noqa: E402
 )
 from dedup_sets import KINDS, load_bases, make_variant  # noqa: E402
 
+from dataforge.ops.barrier import BarrierContext  # noqa: E402
 from dataforge.ops.base import OpContext  # noqa: E402
 from dataforge.ops.dedup import Dedup  # noqa: E402
 from dataforge.ops.dedup.config import MinHashConfig  # noqa: E402
-from dataforge.runtime.barriers import BarrierContext  # noqa: E402
-from dataforge.runtime.barriers import dedup as planner  # noqa: E402
+from dataforge.runtime.shards import shard_workers  # noqa: E402
 
 
 def _timed(fn, repeat: int = 2) -> float:
@@ -214,10 +214,10 @@ def at_scale(args) -> int:
             seed=0,
             source_stats={},
             sources={},
-            ray_available=True,
+            shards=shard_workers(True, args.shards),
         )
         t, c = time.perf_counter(), time.process_time()
-        summary = planner.plan(op, ctx)
+        summary = op.plan(ctx)
         plan_s, plan_cpu = time.perf_counter() - t, time.process_time() - c
         ray.shutdown()
     driver_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -6,7 +6,7 @@
 
 PY ?= .venv/bin/python
 VENV_STAMP ?= .venv/.installed
-DEDUP_SOURCES := $(wildcard dataforge/ops/dedup/*.py) dataforge/runtime/barriers/dedup.py
+DEDUP_SOURCES := $(wildcard dataforge/ops/dedup/*.py dataforge/ops/barrier/*.py) dataforge/runtime/shards.py
 DEDUP_BENCH_DIR := build/bench
 
 .PHONY: bench-dedup

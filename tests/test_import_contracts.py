@@ -72,3 +72,12 @@ def test_a_cycle_breaks_the_check(tree: Path) -> None:
     result = _lint(tree)
     assert result.returncode == 1
     assert "no import cycles between sibling packages or modules BROKEN" in result.stdout
+
+
+def test_a_barrier_planner_importing_ray_breaks_the_check(tree: Path) -> None:
+    # A planner lives beside its op and gets Ray actors only through its context's shards.
+    _add_import(tree / "dataforge" / "ops" / "dedup" / "planner.py", "import ray")
+    result = _lint(tree)
+    assert result.returncode == 1
+    assert "only the runtime imports ray BROKEN" in result.stdout
+    assert "dataforge.ops.dedup.planner -> ray" in result.stdout

@@ -10,24 +10,29 @@ Three kinds:
 * :class:`Filter` returns one drop reason (or ``None`` to keep) per live record
   (``drop_reasons``); the base class writes them into the ``drop`` column.
 * :class:`BarrierOp` needs the whole dataset (dedup, sample). It contributes a per-batch
-  ``prepare`` (runs in the actor pool before the barrier), a global ``plan`` computed by
-  the runtime, and a per-batch ``apply`` (runs in the actor pool after the barrier).
+  ``prepare`` (runs in the actor pool before the barrier), a global ``plan(ctx)`` that the
+  runtime runs once on one worker, and a per-batch ``apply`` (runs in the actor pool after
+  the barrier).
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import importlib
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from dataforge.records import DROP, live_mask
+
+if TYPE_CHECKING:
+    from dataforge.ops.barrier import BarrierContext
 
 __all__ = [
     "BarrierOp",
@@ -155,23 +160,25 @@ class Filter(Op):
         return set_drop_reasons(batch, full)
 
 
-class BarrierOp(Op):
+class BarrierOp(Op, metaclass=abc.ABCMeta):
     """A stage that needs all records before it can decide (dedup, sample).
 
-    The runtime calls ``prepare`` per batch before the barrier, builds the global decision
-    with the planner the op declares (:attr:`planner`, in ``dataforge.runtime``, the only
-    code that may use ray),
-    then calls ``apply(batch, decision)`` per batch after it.
+    The runtime calls ``prepare`` per batch before the barrier, then :meth:`plan` once over
+    all prepared parts for the global decision, then ``apply(batch, decision)`` per batch
+    after it. The op keeps its planner beside it (``ops/<op>/planner.py``); the runtime
+    hands the planner what it needs (parts, spill space, shard workers) through the
+    :class:`~dataforge.ops.barrier.BarrierContext`.
     """
-
-    planner: ClassVar[str] = ""
-    """The runtime function that makes the global decision, as ``"module:function"`` (a
-    module of ``dataforge.runtime.barriers``): named, not imported, because ops never import
-    the runtime. It is called as ``plan(op, BarrierContext) -> summary dict``."""
 
     def prepare(self, batch: pa.Table) -> pa.Table:
         """Add the columns the global plan needs (signatures, units). Default: none."""
         return batch
+
+    @abc.abstractmethod
+    def plan(self, ctx: BarrierContext) -> dict[str, Any]:
+        """Read every prepared part (``ctx.parts``), write one decision file per task into
+        ``ctx.decision_dir`` (and audit files into ``ctx.audit_dir``), and return the
+        stage's JSON-able summary."""
 
     def apply(self, batch: pa.Table, decision: Any) -> pa.Table:  # pragma: no cover
         raise NotImplementedError

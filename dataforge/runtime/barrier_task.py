@@ -1,12 +1,13 @@
 """A barrier's planning as one unit of work that the run's executor runs on one of its
 workers (a Ray actor of the run's pool, or a local worker process), never in the driver.
 
-A planner reads every prepared part and may hold per-record state (dedup: record keys,
-within the worker's memory budget, spilled past it to ``_work/.barrier<i>.spill.tmp-*``;
-the shingles of candidate records; its index shards are Ray actors or threads of that
-worker), so the driver's memory stays independent of the input's size: it sends
-the stage and the parts' task stats (one dict per task) and receives the summary, then
-writes the barrier's marker. The worker stages the decision and audit directories, plans,
+The op's planner (``BarrierOp.plan``, beside the op in ``ops/<op>/``) reads every
+prepared part and may hold per-record state (dedup: record keys, within the worker's
+memory budget, spilled past it to ``_work/.barrier<i>.spill.tmp-*``; the shingles of
+candidate records; its index shards are the context's shard workers, Ray actors or
+threads of that worker: :mod:`dataforge.runtime.shards`), so the driver's memory stays
+independent of the input's size: it sends the stage and the parts' task stats (one dict
+per task) and receives the summary, then writes the barrier's marker. The worker stages the decision and audit directories, plans,
 and commits both directories; without the marker neither counts, so a worker killed
 half-way leaves nothing that looks complete and the rerun plans again.
 """
@@ -19,9 +20,10 @@ from typing import Any
 
 from dataforge.config import PipelineConfig, StageConfig
 from dataforge.io import fs
+from dataforge.ops.barrier import WORK_NODES, BarrierContext
 from dataforge.rundir.store import RunStore
-from dataforge.runtime.barriers import WORK_NODES, BarrierContext, run_planner
 from dataforge.runtime.segments import make_op
+from dataforge.runtime.shards import shard_workers
 
 __all__ = ["plan_barrier"]
 
@@ -62,13 +64,13 @@ def plan_barrier(
             seed=config.seed,
             source_stats=_source_stats(config, prev_stats),
             sources={s.name: s.lang for s in config.inputs},
-            ray_available=ray_available,
+            shards=shard_workers(ray_available, num_cpus),
             memory_bytes=memory_bytes,
             spill_dir=spill_dir,
         )
         op = make_op(stage, config)
         op.setup()
-        summary = run_planner(op, ctx)
+        summary = op.plan(ctx)
         summary[WORK_NODES] = [_this_node(ray_available), *summary.get(WORK_NODES, [])]
         store.commit_dir(tmp, decision)
         store.commit_dir(audit_dir, stage.op)

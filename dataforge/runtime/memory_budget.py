@@ -5,7 +5,7 @@ the run has, never from a constant: ``executor: local`` takes half this machine'
 (the other half for the page cache, the driver and the parts being read) over its worker
 processes; Ray takes the cluster's ``memory`` resource (what Ray lets its tasks and actors
 use) over the actors of the run's pool. Barriers receive it in their context
-(:attr:`dataforge.runtime.barriers.BarrierContext.memory_bytes`).
+(:attr:`dataforge.ops.barrier.BarrierContext.memory_bytes`).
 """
 
 from __future__ import annotations

@@ -21,12 +21,12 @@ from dataforge.config import PipelineConfig, config_sha256
 from dataforge.io import fs
 from dataforge.io.readers import InputTask, plan_input_tasks
 from dataforge.io.splits import split_input_tasks
+from dataforge.ops.barrier import WORK_NODES
 from dataforge.rundir.lease import release_lock
 from dataforge.rundir.lock import RunDirError
 from dataforge.rundir.ownership import acquire_lock, claim_run_dir, describe_takeover
 from dataforge.rundir.store import RunStore
 from dataforge.runtime.barrier_task import plan_barrier
-from dataforge.runtime.barriers import WORK_NODES
 from dataforge.runtime.commit import RunState, commit_output
 from dataforge.runtime.failures import (
     RunFailed,

@@ -6,8 +6,8 @@ and input storage answers (endpoint, credentials, bucket: :func:`dataforge.io.fs
 path matches files, every op's resources are usable (:meth:`Op.validate`: model files,
 tokenizer directories, importable segmenters), cross-stage rules hold
 (:meth:`Op.check_pipeline`), the output is not equal to, inside or above an input nor read by
-an input glob through a symlink, and every barrier op names a planner that exists. Runs
-without Ray and without loading any model.
+an input glob through a symlink, and every barrier op defines its planner
+(:meth:`BarrierOp.plan`). Runs without Ray and without loading any model.
 """
 
 from __future__ import annotations
@@ -19,12 +19,16 @@ from dataforge.config import PipelineConfig
 from dataforge.io import fs
 from dataforge.io.globbing import may_match_below, walk_reaches
 from dataforge.io.readers import InputTask, plan_input_tasks
-from dataforge.ops.base import BarrierOp
-from dataforge.runtime.barriers import planner_of
+from dataforge.ops.base import BarrierOp, Op, op_class
 from dataforge.runtime.segments import make_op
 from dataforge.typed_config import ConfigError
 
-__all__ = ["output_overlaps_inputs", "output_reached_through_links", "validate_pipeline"]
+__all__ = [
+    "op_class_problems",
+    "output_overlaps_inputs",
+    "output_reached_through_links",
+    "validate_pipeline",
+]
 
 
 def validate_pipeline(config: PipelineConfig, out: str | None = None) -> list[str]:
@@ -48,15 +52,20 @@ def validate_pipeline(config: PipelineConfig, out: str | None = None) -> list[st
         problems.append(str(exc))
     stages = list(config.stages)
     for i, stage in enumerate(stages):
-        op = make_op(stage, config)
-        found = [*_op_problems(op), *op.check_pipeline(stages, i)]
-        if isinstance(op, BarrierOp):
-            try:
-                planner_of(op)
-            except TypeError as exc:
-                found.append(str(exc))
+        found = op_class_problems(op_class(stage.op))
+        if not found:  # an abstract class cannot be made
+            op = make_op(stage, config)
+            found = [*_op_problems(op), *op.check_pipeline(stages, i)]
         problems += [f"stages[{i}] ({stage.op}): {p}" for p in found]
     return problems
+
+
+def op_class_problems(cls: type[Op]) -> list[str]:
+    """Why op class ``cls`` cannot be made (empty if it can): a barrier op that does not
+    define its planner (:meth:`BarrierOp.plan`, abstract on the base class)."""
+    if issubclass(cls, BarrierOp) and "plan" in cls.__abstractmethods__:
+        return [f"barrier op {cls.name!r} declares no planner (define plan(self, ctx))"]
+    return []
 
 
 def _op_problems(op) -> list[str]:

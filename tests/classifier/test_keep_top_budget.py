@@ -13,11 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dataforge.ops.barrier import BarrierContext
+from dataforge.ops.barrier.rank_select import key_at_rank
 from dataforge.ops.quality_classifier import SCORE, TIE, QualityClassifier
 from dataforge.records import ORD
-from dataforge.runtime.barriers import BarrierContext
-from dataforge.runtime.barriers import quality_classifier as planner
-from dataforge.runtime.barriers._rank_select import key_at_rank
 
 
 def _parts(tmp: Path, rows: int, seed: int, tasks: int) -> dict[str, Path]:
@@ -49,10 +48,10 @@ def _plan(tmp: Path, parts: dict[str, Path], memory_bytes: int | None, keep_top:
     out = tmp / f"plan-{memory_bytes}-{keep_top}"
     ctx = BarrierContext(
         parts=parts, decision_dir=out / "decisions", audit_dir=out / "audit", num_cpus=1,
-        seed=0, source_stats={}, sources={}, ray_available=False,
+        seed=0, source_stats={}, sources={},
         memory_bytes=memory_bytes, spill_dir=None if memory_bytes is None else out / "spill",
     )  # fmt: skip
-    summary = planner.plan(op, ctx)
+    summary = op.plan(ctx)
     decisions = {
         p.name: pq.read_table(p).column(ORD).to_pylist()
         for p in sorted((out / "decisions").glob("*.parquet"))

@@ -10,10 +10,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dataforge.ops.barrier import BarrierContext
 from dataforge.ops.base import OpContext
 from dataforge.ops.dedup import Dedup
 from dataforge.records import BASE_SCHEMA
-from dataforge.runtime.barriers import BarrierContext
+from dataforge.runtime.shards import shard_workers
 from dataforge.typed_config import from_mapping
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -46,9 +47,8 @@ def run_dedup(
 ) -> tuple[dict, pa.Table, Path]:
     """prepare per batch -> plan -> apply per task; returns (summary, output, OUT dir).
     ``config`` is the stage's keys as in YAML (``minhash={"num_perm": 64}``);
-    ``memory_bytes``: the planner's budget, spilling to ``<work>/spill``."""
-    from dataforge.runtime.barriers import dedup as planner
-
+    ``memory_bytes``: the planner's budget, spilling to ``<work>/spill``; ``ray_available``:
+    the index shards are Ray actors (else threads of this process)."""
     op = Dedup(from_mapping(Dedup.Config, config, "dedup"), OpContext(base_dir=str(tmp)))
     op.setup()
     settings = json.dumps(config, sort_keys=True, default=str).encode()
@@ -72,13 +72,13 @@ def run_dedup(
         seed=0,
         source_stats={},
         sources={},
-        ray_available=ray_available,
+        shards=shard_workers(ray_available, num_cpus),
         memory_bytes=memory_bytes,
         spill_dir=None if memory_bytes is None else work / "spill",
     )
     if ctx.spill_dir is not None:
         ctx.spill_dir.mkdir()
-    summary = planner.plan(op, ctx)
+    summary = op.plan(ctx)
     outputs = []
     for task in sorted(batches):
         path = ctx.decision_dir / f"{task}.parquet"

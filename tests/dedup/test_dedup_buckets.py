@@ -17,11 +17,11 @@ from dataforge.ops.dedup.buckets import (
     packed_bucket_pair_edges,
     unpack_edges,
 )
+from dataforge.ops.dedup.calls import index_calls
 from dataforge.ops.dedup.config import VerifyConfig
 from dataforge.ops.dedup.index import IndexShard
 from dataforge.ops.dedup.method import BucketEntries
 from dataforge.ops.dedup.simhash import block_masks, hamming_pairs, table_keys
-from dataforge.runtime.barriers._dedup_calls import index_calls
 
 
 def test_bucket_pair_edges_small_bucket_gives_all_pairs():

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from dataforge.config import MIN_WORKER_MEMORY
 from dataforge.io.mds import iter_samples
+from dataforge.ops.barrier.external_sort import FAN_IN, ExternalSort
 from dataforge.ops.dedup import KeepConfig
-from dataforge.runtime.barriers._external_sort import FAN_IN, ExternalSort
 
 CLI = [sys.executable, "-m", "dataforge.cli"]
 TINY = MIN_WORKER_MEMORY
@@ -215,7 +215,7 @@ def test_a_run_at_the_smallest_budget_writes_the_same_shards(tmp_path, executor,
     st.data(),
 )
 def test_ids_taken_chunk_by_chunk_are_a_plain_take(chunk_sizes, data) -> None:
-    from dataforge.runtime.barriers._dedup_keys import _take
+    from dataforge.ops.dedup.keys import _take
 
     n = sum(chunk_sizes)
     values, start = [], 0

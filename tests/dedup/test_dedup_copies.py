@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from dataforge.ops.base import OpContext
 from dataforge.ops.dedup import TEXT_HASH, Dedup
+from dataforge.ops.dedup.calls import text_hash_calls
 from dataforge.ops.dedup.copies import join_heads
 from dataforge.ops.dedup.index import IndexShard
 from dataforge.ops.dedup.method import BucketEntries
 from dataforge.ops.dedup.minhash import MinHashMethod
 from dataforge.ops.dedup.star import star_clusters
-from dataforge.runtime.barriers._dedup_calls import text_hash_calls
 
 
 def test_text_hash_is_equal_for_equal_normalized_texts_of_one_kind():

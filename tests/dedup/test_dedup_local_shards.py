@@ -8,12 +8,11 @@ import time
 
 import pytest
 
-import dataforge.runtime.barriers._dedup_shards as shards_module
-from dataforge.runtime.barriers._dedup_shards import LocalShards
+from dataforge.runtime.shards import LocalShards
 
 
 class _Shard:
-    def __init__(self, count, method, fixed, texts_of) -> None:
+    def __init__(self) -> None:
         self.calls: list[tuple[str, int]] = []
 
     def add(self, n: int) -> None:
@@ -29,9 +28,8 @@ class _Shard:
         return sum(counts)
 
 
-def test_each_shard_runs_its_calls_in_order_on_its_own_thread(monkeypatch) -> None:
-    monkeypatch.setattr(shards_module, "IndexShard", _Shard)
-    backend = LocalShards(2, method=None, threaded=True)
+def test_each_shard_runs_its_calls_in_order_on_its_own_thread() -> None:
+    backend = LocalShards(2, _Shard, threaded=True)
     shards = backend.shards
     pending = [backend.call_one(n % 2, "add", n) for n in range(40)]
     backend.wait(pending)
@@ -43,9 +41,8 @@ def test_each_shard_runs_its_calls_in_order_on_its_own_thread(monkeypatch) -> No
     assert not [t for t in threading.enumerate() if t.name.startswith("dataforge-shard")]
 
 
-def test_a_shard_error_reaches_the_caller_and_close_joins(monkeypatch) -> None:
-    monkeypatch.setattr(shards_module, "IndexShard", _Shard)
-    backend = LocalShards(2, method=None, threaded=True)
+def test_a_shard_error_reaches_the_caller_and_close_joins() -> None:
+    backend = LocalShards(2, _Shard, threaded=True)
     pending = [backend.call_one(0, "add", 1), backend.call_one(1, "add", -5)]
     with pytest.raises(ValueError, match="bad batch -5"):
         backend.wait(pending)
@@ -53,8 +50,7 @@ def test_a_shard_error_reaches_the_caller_and_close_joins(monkeypatch) -> None:
     assert not [t for t in threading.enumerate() if t.name.startswith("dataforge-shard")]
 
 
-def test_unthreaded_shards_run_in_the_caller(monkeypatch) -> None:
-    monkeypatch.setattr(shards_module, "IndexShard", _Shard)
-    backend = LocalShards(2, method=None, threaded=False)
+def test_unthreaded_shards_run_in_the_caller() -> None:
+    backend = LocalShards(2, _Shard, threaded=False)
     assert backend.call_one(1, "add", 4) is None  # ran already: nothing pending
     assert backend.shards[1].calls == [("MainThread", 4)]

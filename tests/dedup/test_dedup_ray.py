@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 from dedup_testkit import kept_ids, make_table, run_dedup
 
-from dataforge.runtime.barriers import dedup as planner
+from dataforge.ops.dedup import planner
 
 pytestmark = pytest.mark.ray
 

@@ -13,7 +13,7 @@ import pytest
 from dedup_testkit import make_table, planner_files, run_dedup
 
 from dataforge.ops.dedup.index import IndexShard
-from dataforge.runtime.barriers.dedup import MAX_VERIFY_ROUNDS
+from dataforge.ops.dedup.planner import MAX_VERIFY_ROUNDS
 
 BIG_CLUSTER = 300
 TINY = 4096

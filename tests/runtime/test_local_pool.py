@@ -14,7 +14,7 @@ import pytest
 from dataforge.config import load_pipeline
 from dataforge.io import fs
 from dataforge.io.mds import iter_samples
-from dataforge.runtime import barrier_task
+from dataforge.ops.dedup import Dedup
 from dataforge.runtime.executors.local import LocalExecutor
 from dataforge.runtime.failures import RunFailed
 from dataforge.runtime.local_pool import WorkerPool
@@ -63,13 +63,13 @@ def test_workers_run_every_task_with_the_in_process_output(
         return run_task(self, task)
 
     monkeypatch.setattr(SegmentRunner, "run_task", recorded)
-    run_planner = barrier_task.run_planner
+    plan = Dedup.plan
 
     def planned(op, ctx):  # forked too: the barrier's planner records its pid
         (tmp_path / "planner").write_text(str(os.getpid()))
-        return run_planner(op, ctx)
+        return plan(op, ctx)
 
-    monkeypatch.setattr(barrier_task, "run_planner", planned)
+    monkeypatch.setattr(Dedup, "plan", planned)
     executor = LocalExecutor(workers=2)
     try:
         manifest = run_pipeline(config, tmp_path / "out", executor, log=lambda m: None)

@@ -10,8 +10,8 @@ import pytest
 
 from dataforge.cli import main
 from dataforge.config import RayConfig, load_pipeline
+from dataforge.ops.dedup import planner as dedup
 from dataforge.runtime import memory_budget
-from dataforge.runtime.barriers import dedup
 from dataforge.runtime.executors.local import LocalExecutor
 from dataforge.runtime.failures import RunFailed
 from dataforge.runtime.memory_budget import local_memory_budget, ray_memory_budget

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import ClassVar
 
@@ -9,8 +10,7 @@ import pytest
 
 from dataforge.config import load_pipeline
 from dataforge.ops.base import OP_REGISTRY, BarrierOp, Op, op_class
-from dataforge.runtime.barriers import planner_of
-from dataforge.runtime.validate import validate_pipeline
+from dataforge.runtime.validate import op_class_problems, validate_pipeline
 
 
 def _pipeline(tmp_path: Path, stages: str, path: str = "a.jsonl") -> Path:
@@ -50,13 +50,15 @@ def test_every_problem_is_reported_with_its_place(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(OP_REGISTRY))
-def test_every_barrier_op_declares_a_planner_that_exists(name: str) -> None:
+def test_every_barrier_op_has_its_planner_beside_it(name: str) -> None:
     cls = op_class(name)
     if issubclass(cls, BarrierOp):
-        planner = planner_of(cls)  # the declaration is on the class
-        assert planner.__module__ == f"dataforge.runtime.barriers.{name}"
+        assert op_class_problems(cls) == []
+        assert cls.plan.__module__ == cls.__module__ == f"dataforge.ops.{name}"
+        assert importlib.util.find_spec(f"dataforge.ops.{name}.planner") is not None
     else:
-        assert not hasattr(cls, "planner")
+        assert not hasattr(cls, "plan")
+        assert op_class_problems(cls) == []
         assert Op.check_pipeline is cls.check_pipeline or name == "sample"
 
 
@@ -64,13 +66,9 @@ class _NoPlanner(BarrierOp):
     name: ClassVar[str] = "no_planner"
 
 
-class _BadPlanner(BarrierOp):
-    name: ClassVar[str] = "bad_planner"
-    planner: ClassVar[str] = "dataforge.runtime.barriers.sample:no_such_function"
-
-
-def test_a_missing_or_wrong_planner_is_an_error() -> None:
-    with pytest.raises(TypeError, match="'no_planner' declares no planner"):
-        planner_of(_NoPlanner)
-    with pytest.raises(TypeError, match="planner 'dataforge.runtime.barriers.sample:no_such"):
-        planner_of(_BadPlanner)
+def test_a_barrier_op_without_a_planner_is_an_error() -> None:
+    assert op_class_problems(_NoPlanner) == [
+        "barrier op 'no_planner' declares no planner (define plan(self, ctx))"
+    ]
+    with pytest.raises(TypeError, match=r"abstract method '?plan"):
+        _NoPlanner(_NoPlanner.Config())

@@ -10,11 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dataforge.ops.barrier import BarrierContext
 from dataforge.ops.base import OpContext
 from dataforge.ops.sample import Sample
 from dataforge.records import BASE_SCHEMA
-from dataforge.runtime.barriers import BarrierContext
-from dataforge.runtime.barriers.sample import plan
 
 LANGS = {"news_zh": "zh", "reviews_zh": "zh", "docs_en": "en", "pkgdesc_en": "en"}
 
@@ -109,9 +108,8 @@ def run_sample(
         seed=seed,
         source_stats=source_stats(docs, sources),
         sources={s: LANGS.get(s, "en") for s in sources},
-        ray_available=False,
     )
-    summary = plan(op, ctx)
+    summary = op.plan(ctx)
     json.dumps(summary)  # the manifest stores it: must be JSON-able
     applied = []
     for task_id, task in task_tables.items():

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from sample_harness import outcome, run_sample, synthetic_docs
 
 from dataforge.ops.base import OpContext
-from dataforge.ops.sample import Sample, keyed_hashes
-from dataforge.runtime.barriers import sample as planner
+from dataforge.ops.sample import Sample, keyed_hashes, planner
 
 
 def realized(applied: pa.Table) -> dict[str, int]:

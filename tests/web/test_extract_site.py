@@ -13,7 +13,6 @@ from test_web_recipe import cleaned, recipe, run, sample_dicts
 from webkit import records, run_barrier
 
 from dataforge.ops.line_dedup import LineDedup, domain_hash
-from dataforge.runtime.barriers import line_dedup as planner
 
 NAV = "| [ ‹ 教程 ] | [首页][目录][索引] | [ Common notation >> ] |"
 SHARED = "本站文章均为原创，转载请注明出处并附上原文链接。"
@@ -51,7 +50,7 @@ def site_records():
 def run_sites(tmp_path, batch, **config):
     texts, metas = site_records()
     op = LineDedup(LineDedup.Config(**config))
-    return texts, run_barrier(tmp_path, op, planner, records(texts, metas), batch)
+    return texts, run_barrier(tmp_path, op, records(texts, metas), batch)
 
 
 def test_a_line_on_most_pages_of_a_small_site_goes(tmp_path):

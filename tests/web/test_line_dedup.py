@@ -8,9 +8,7 @@ import pytest
 from webkit import records, run_barrier
 
 from dataforge.ops.base import op_class
-from dataforge.ops.line_dedup import LineDedup, normalize_line
-from dataforge.runtime.barriers import line_dedup as planner
-from dataforge.runtime.barriers import planner_of
+from dataforge.ops.line_dedup import LineDedup, normalize_line, planner
 
 FOOTER = "版权所有 © 2024 某某商城 京ICP备12345678号 客服热线 400-820-8820"
 NAV = "首页 | 手机数码 | 家用电器 | 图书音像 | 我的订单"
@@ -34,7 +32,7 @@ def shop_pages(demo_reader) -> list[str]:
 
 def run(tmp_path, texts, batch, memory_bytes=None, **config):
     op = LineDedup(LineDedup.Config(**config))
-    return run_barrier(tmp_path, op, planner, records(texts), batch, memory_bytes)
+    return run_barrier(tmp_path, op, records(texts), batch, memory_bytes)
 
 
 def test_footer_and_nav_removed_rare_line_kept(tmp_path, shop_pages):
@@ -104,7 +102,9 @@ def test_documents_left_too_short_are_dropped(tmp_path):
     )
 
 
-def test_seam_op_and_planner_found_by_name():
-    assert planner_of(op_class("line_dedup")(LineDedup.Config())) is planner.plan
+def test_seam_op_found_by_name_plans_with_the_planner_beside_it(monkeypatch):
+    op = op_class("line_dedup")(LineDedup.Config())
+    monkeypatch.setattr(planner, "plan", lambda o, ctx: (o, ctx))
+    assert op.plan("ctx") == (op, "ctx")
     with pytest.raises(ValueError, match="line_dedup.min_docs=1"):
         LineDedup.Config(min_docs=1)

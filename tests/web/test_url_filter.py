@@ -10,9 +10,7 @@ import pytest
 from webkit import records, run_barrier
 
 from dataforge.ops.base import OpContext, op_class
-from dataforge.ops.url_filter import UrlFilter, normalize_url, url_key
-from dataforge.runtime.barriers import planner_of
-from dataforge.runtime.barriers import url_filter as planner
+from dataforge.ops.url_filter import UrlFilter, normalize_url, planner, url_key
 
 
 @pytest.mark.parametrize(
@@ -62,7 +60,7 @@ METAS = [
 def run(tmp_path, batch, memory_bytes=None, **config):
     op = UrlFilter(UrlFilter.Config(**config), OpContext(seed=3))
     table = records([f"text {i}" for i in range(len(METAS))], METAS)
-    return run_barrier(tmp_path, op, planner, table, batch, memory_bytes)
+    return run_barrier(tmp_path, op, table, batch, memory_bytes)
 
 
 def test_rules_and_counts(tmp_path):
@@ -126,18 +124,19 @@ def test_a_small_memory_budget_splits_the_spill_not_the_decisions(tmp_path):
 
 
 def test_a_tiny_budget_opens_at_most_2_to_the_9_partition_files(tmp_path):
-    from dataforge.runtime.barriers import MAX_PARTITION_BITS, BarrierContext, partition_bits
+    from dataforge.ops.barrier import MAX_PARTITION_BITS, BarrierContext, partition_bits
 
-    ctx = BarrierContext({}, tmp_path, tmp_path, 1, 0, {}, {}, False, 1, tmp_path)
+    ctx = BarrierContext({}, tmp_path, tmp_path, 1, 0, {}, {}, memory_bytes=1, spill_dir=tmp_path)
     assert partition_bits(ctx, 10**12, 48, 1 << 23) == MAX_PARTITION_BITS == 9
     assert partition_bits(ctx, 0, 48, 1 << 23) == 0
-    unbounded = BarrierContext({}, tmp_path, tmp_path, 1, 0, {}, {}, False)
+    unbounded = BarrierContext({}, tmp_path, tmp_path, 1, 0, {}, {})
     assert partition_bits(unbounded, 3 << 23, 48, 1 << 23) == 2  # 3 parts' worth -> 4 files
 
 
-def test_seam_op_and_planner_found_by_name():
+def test_seam_op_found_by_name_plans_with_the_planner_beside_it(monkeypatch):
     op = op_class("url_filter")(UrlFilter.Config())
-    assert planner_of(op) is planner.plan
+    monkeypatch.setattr(planner, "plan", lambda o, ctx: (o, ctx))
+    assert op.plan("ctx") == (op, "ctx")
 
 
 def test_bad_config():

@@ -12,7 +12,6 @@ from webkit import records, run_barrier
 
 from dataforge.ops.base import OpContext
 from dataforge.ops.url_filter import UrlFilter, normalize_host, normalize_url
-from dataforge.runtime.barriers import url_filter as planner
 
 BLOCKED = [
     "http://ｅｖｉｌ.example.cn/page",  # full-width letters (NFKC)
@@ -70,7 +69,7 @@ def test_listed_domains_are_normalized_the_same_way() -> None:
 def _drops(tmp_path, urls: list[str], **config) -> dict[str, str | None]:
     op = UrlFilter(UrlFilter.Config(dedup=False, **config), OpContext(seed=1))
     table = records([f"text {i}" for i in range(len(urls))], [{"url": u} for u in urls])
-    _, out = run_barrier(tmp_path, op, planner, table, 4)
+    _, out = run_barrier(tmp_path, op, table, 4)
     by_id = dict(zip(out.column("id").to_pylist(), out.column("drop").to_pylist(), strict=True))
     return {url: by_id[f"d{i:05d}"] for i, url in enumerate(urls)}
 
@@ -101,6 +100,6 @@ def test_substrings_match_the_readable_and_the_ascii_form(tmp_path) -> None:
 def test_the_normalized_url_is_recorded_in_ascii(tmp_path) -> None:
     op = UrlFilter(UrlFilter.Config(dedup=False), OpContext(seed=1))
     table = records(["a"], [{"url": "http://ｅｖｉｌ.中国\\@good.cn/路径"}])
-    _, out = run_barrier(tmp_path, op, planner, table, 4)
+    _, out = run_barrier(tmp_path, op, table, 4)
     meta = json.loads(out.column("meta")[0].as_py())
     assert meta["url_normalized"] == "http://evil.xn--fiqs8s/@good.cn/%E8%B7%AF%E5%BE%84"

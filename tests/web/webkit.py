@@ -249,7 +249,7 @@ def read_file(path: Path, fmt: str, **source) -> tuple[pa.Table, TaskReader]:
 
 
 def run_barrier(
-    tmp: Path, op, planner, table: pa.Table, batch: int, memory_bytes: int | None = None
+    tmp: Path, op, table: pa.Table, batch: int, memory_bytes: int | None = None
 ) -> tuple[dict, pa.Table]:
     """A barrier as the runtime runs it: ``prepare`` per task of ``batch`` rows, ``plan``
     over the parts (within ``memory_bytes``, spilling to ``<work>/spill``), ``apply`` to
@@ -259,7 +259,7 @@ def run_barrier(
     import numpy as np
     import pyarrow.parquet as pq
 
-    from dataforge.runtime.barriers import BarrierContext
+    from dataforge.ops.barrier import BarrierContext
 
     work = Path(tempfile.mkdtemp(prefix=f"{op.name}-{batch}-", dir=tmp))
     parts = {}
@@ -277,11 +277,10 @@ def run_barrier(
         seed=0,
         source_stats={},
         sources={},
-        ray_available=False,
         memory_bytes=memory_bytes,
         spill_dir=None if memory_bytes is None else work / "spill",
     )
-    summary = planner.plan(op, ctx)
+    summary = op.plan(ctx)
     outputs = []
     for task in sorted(parts):
         path = ctx.decision_dir / f"{task}.parquet"

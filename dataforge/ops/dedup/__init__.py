@@ -5,7 +5,7 @@ one signature column, made by the configured method (:mod:`dataforge.ops.dedup.r
 ``_exact`` (uint64 hash of the normalized text), ``_minhash`` (``minhash.num_perm`` uint32 values as
 fixed-size binary) or ``_simhash`` (uint64); MinHash and SimHash also add ``_text_hash``,
 the exact hash of the text as they normalize it, so that the planner collapses exact
-copies first (:mod:`dataforge.ops.dedup.copies`). The planner (``dataforge.runtime.barriers.dedup``)
+copies first (:mod:`dataforge.ops.dedup.copies`). The planner (:mod:`dataforge.ops.dedup.planner`)
 buckets the signatures on sharded index actors, checks every candidate pair on the shingle
 sequences of the two texts (:mod:`dataforge.ops.dedup.verify`: exact Jaccard, and no
 merge on shared boilerplate alone) and builds star clusters around the preferred record
@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from dataforge.io.fs import StorageError, exists, join
+from dataforge.ops.barrier import BarrierContext
 from dataforge.ops.base import BarrierOp, set_drop_reasons
 from dataforge.ops.dedup.config import DedupConfig, KeepConfig, NormalizeConfig
 from dataforge.ops.dedup.exact import exact_hashes
@@ -59,7 +60,6 @@ class Dedup(BarrierOp):
     """Drop near-duplicates, keeping one representative per cluster."""
 
     name = "dedup"
-    planner = "dataforge.runtime.barriers.dedup:plan"
     Config = DedupConfig
 
     def setup(self) -> None:
@@ -245,6 +245,14 @@ class Dedup(BarrierOp):
 
     def _signature_type(self) -> pa.DataType:
         return self.method.signature_type()
+
+    # -- at the barrier --------------------------------------------------------------------
+
+    def plan(self, ctx: BarrierContext) -> dict[str, Any]:
+        """The global decision over all prepared parts (:mod:`dataforge.ops.dedup.planner`)."""
+        from dataforge.ops.dedup.planner import plan  # deferred: it imports this module
+
+        return plan(self, ctx)
 
     # -- after the barrier -----------------------------------------------------------------
 

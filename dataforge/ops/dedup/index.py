@@ -1,6 +1,6 @@
 """One index shard: bucket entries for a slice of the key space, then verification.
 
-The planner (``dataforge.runtime.barriers.dedup``) runs ``shards`` of these, in-process or
+The planner (``dataforge.ops.dedup.planner``) runs ``shards`` of these, in-process or
 as Ray actors (this module has no ray import). Lifecycle of a shard:
 
 0. Verified methods: ``add_text_hashes`` / ``copy_pairs`` group the records by text

@@ -5,7 +5,7 @@ signature into bucket keys (``bucket_keys``: documents that share a key are cand
 and says how candidates are checked (``verified``: against the shingle sets of the texts,
 see :mod:`dataforge.ops.dedup.verify`; ``signature_similarity`` for a record of an
 ``against`` run, whose text is gone). The op (:class:`dataforge.ops.dedup.Dedup`) and the
-planner (``dataforge.runtime.barriers.dedup``) only talk to this interface; a new method
+planner (``dataforge.ops.dedup.planner``) only talk to this interface; a new method
 is one module with one subclass, one line in :mod:`dataforge.ops.dedup.registry`, and its
 test.
 """

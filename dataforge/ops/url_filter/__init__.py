@@ -30,7 +30,7 @@ reason                   when
 =======================  ==================================================================
 
 Records without ``meta.url`` pass untouched. The planner is
-:mod:`dataforge.runtime.barriers.url_filter`.
+:mod:`dataforge.ops.url_filter.planner`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import dataclasses
 import functools
 import posixpath
 import unicodedata
-from typing import ClassVar
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import ada_url
@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from dataforge.ops.barrier import BarrierContext
 from dataforge.ops.base import BarrierOp
 from dataforge.records import DROP, ORD, meta_dicts, with_meta
 from dataforge.typed_config import check_range
@@ -159,7 +160,6 @@ class UrlFilter(BarrierOp):
     """URL normalization, blocklists, dedup and per-domain cap (see the module docstring)."""
 
     name: ClassVar[str] = "url_filter"
-    planner: ClassVar[str] = "dataforge.runtime.barriers.url_filter:plan"
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -239,6 +239,12 @@ class UrlFilter(BarrierOp):
                 batch = batch.drop_columns([name])
             batch = batch.append_column(name, values)
         return batch
+
+    def plan(self, ctx: BarrierContext) -> dict[str, Any]:
+        """The global decision over all prepared parts (:mod:`dataforge.ops.url_filter.planner`)."""
+        from dataforge.ops.url_filter.planner import plan  # deferred: it imports this module
+
+        return plan(self, ctx)
 
     def apply(self, batch: pa.Table, decision: pa.Table | None) -> pa.Table:
         """Drop by the blocklist reason from ``prepare``, then by the planner's decision

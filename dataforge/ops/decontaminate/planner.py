@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dataforge.ops.barrier import BarrierContext
 from dataforge.ops.decontaminate import MATCHES, Decontaminate
-from dataforge.runtime.barriers import BarrierContext
 
 __all__ = ["plan"]
 

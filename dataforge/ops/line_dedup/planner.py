@@ -7,7 +7,7 @@ each document.
 1. **Spill.** The parts' ``_line_hashes`` (each document's distinct hashes) are streamed
    in task order and appended to ``2**bits`` partition files by their top bits, ``bits``
    chosen so that a partition holds about :data:`PARTITION_HASHES` hashes, fewer within
-   the planner's memory budget (:func:`~dataforge.runtime.barriers.partition_bits`); each entry
+   the planner's memory budget (:func:`~dataforge.ops.barrier.partition_bits`); each entry
    carries the count it must reach. Per-site counting spills (domain, hash) keys
    (:func:`~dataforge.ops.line_dedup.site_keys`) the same way, with the domain's threshold.
 2. **Count.** Each partition is loaded alone; ``np.unique`` counts the documents per key
@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dataforge.ops.barrier import BarrierContext, partition_bits
 from dataforge.ops.line_dedup import (
     DOMAIN,
     HASHES,
@@ -42,7 +43,6 @@ from dataforge.ops.line_dedup import (
     site_keys,
 )
 from dataforge.records import ORD
-from dataforge.runtime.barriers import BarrierContext, partition_bits
 
 __all__ = ["PARTITION_HASHES", "plan"]
 

@@ -8,9 +8,9 @@ n-grams for mostly Chinese fields, word-sized ones otherwise, and a short field 
 n-gram of its own). ``prepare`` finds them in each document; ``mode: drop`` drops a
 document with any match (reason ``decontaminate:<set name>``, the first set in config
 order that matched); ``mode: cut`` removes the lines holding matched n-grams and drops the
-document only when nothing is left. The planner (``dataforge.runtime.barriers.
-decontaminate``) writes every matched span to ``OUT/decontaminate/matches.jsonl`` for audit
-and names, per set, how many documents matched (the manifest's stage summary).
+document only when nothing is left. The planner (:mod:`dataforge.ops.decontaminate.planner`)
+writes every matched span to ``OUT/decontaminate/matches.jsonl`` for audit and names, per
+set, how many documents matched (the manifest's stage summary).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dataforge.ops.barrier import BarrierContext
 from dataforge.ops.base import BarrierOp
 from dataforge.ops.eval_ngrams import (
     item_ngrams,
@@ -72,7 +73,6 @@ class Decontaminate(BarrierOp):
     """Drop (or cut) documents holding n-grams of evaluation sets."""
 
     name: ClassVar[str] = "decontaminate"
-    planner: ClassVar[str] = "dataforge.runtime.barriers.decontaminate:plan"
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -223,6 +223,12 @@ class Decontaminate(BarrierOp):
 
     def _order(self, label: str) -> int:
         return [s.label for s in self.config.eval_sets].index(label)
+
+    def plan(self, ctx: BarrierContext) -> dict[str, Any]:
+        """The global decision over all prepared parts (:mod:`dataforge.ops.decontaminate.planner`)."""
+        from dataforge.ops.decontaminate.planner import plan  # deferred: it imports this module
+
+        return plan(self, ctx)
 
     def apply(self, batch: pa.Table, decision: Any) -> pa.Table:
         """Drop matched documents (``drop``) or cut their matched lines (``cut``)."""

@@ -7,7 +7,7 @@ once for the keys of every live document (two 8-byte numbers each), once per tas
 the ``_ord`` of its dropped rows. Where the keys pass a quarter of the planner's memory budget
 they are not held: each source's cut is found by a radix selection over the parts (a pass
 counts the next 16 bits of the keys that share the cut's prefix, until the keys left fit;
-:mod:`dataforge.runtime.barriers._rank_select`), the same cut as the in-memory sort. Without ``keep_top`` nothing is written: ``apply``
+:mod:`dataforge.ops.barrier.rank_select`), the same cut as the in-memory sort. Without ``keep_top`` nothing is written: ``apply``
 judges each row by its own score. Rows of a language no model serves (score NaN) are
 kept and left out of the ranking; the summary counts them per source and language
 (``unscored``). Ray is not needed.
@@ -23,10 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dataforge.ops.barrier import BarrierContext
+from dataforge.ops.barrier.rank_select import KEY_BYTES, key_at_rank
 from dataforge.ops.quality_classifier import SCORE, TIE, QualityClassifier
 from dataforge.records import ORD
-from dataforge.runtime.barriers import BarrierContext
-from dataforge.runtime.barriers._rank_select import KEY_BYTES, key_at_rank
 
 __all__ = ["plan"]
 

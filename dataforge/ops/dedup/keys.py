@@ -1,9 +1,9 @@
-"""Record keys of the dedup planner (step 1 of :mod:`dataforge.runtime.barriers.dedup`).
+"""Record keys of the dedup planner (step 1 of :mod:`dataforge.ops.dedup.planner`).
 
 The sort behind the keys runs within a share of the planner's memory budget
 (:attr:`BarrierContext.memory_bytes`): a corpus whose key columns fit is sorted in memory;
 a larger one is sorted in runs spilled to the stage's spill directory and merged
-(:class:`~dataforge.runtime.barriers._external_sort.ExternalSort`), and then the keys by
+(:class:`~dataforge.ops.barrier.external_sort.ExternalSort`), and then the keys by
 row and the ids and sources by key are files there too, memory-mapped, not held. Rows are
 numbered (``row``, the last sort key) so that the order, and every key, is the same
 whatever the budget.
@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dataforge.ops.barrier import BarrierContext
+from dataforge.ops.barrier.external_sort import ExternalSort
 from dataforge.ops.dedup import Dedup
 from dataforge.ops.dedup.buckets import MAX_NODE
 from dataforge.records import ORD
-from dataforge.runtime.barriers import BarrierContext
-from dataforge.runtime.barriers._external_sort import ExternalSort
 
 __all__ = ["KEY_SHARE", "Keys", "assign_keys"]
 

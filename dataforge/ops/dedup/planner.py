@@ -9,7 +9,7 @@ driver. Steps (``plan``):
    batch sizes, task boundaries or actor counts, and the smallest key of a cluster is its
    representative. (The sort reads ids and sources, not signatures; past a quarter of
    ``ctx.memory_bytes`` it runs in runs spilled to ``ctx.spill_dir`` and merged, and the
-   keys and ids are memory-mapped files there: :mod:`._dedup_keys`.)
+   keys and ids are memory-mapped files there: :mod:`.keys`.)
 2. **Exact copies.** Verified methods (MinHash, SimHash) first group the records by the
    exact hash of their normalized text (``_text_hash``; :mod:`dataforge.ops.dedup.copies`),
    on the shards by hash: only the head (smallest key) of each group goes on to steps 3-4,
@@ -18,10 +18,11 @@ driver. Steps (``plan``):
    keys (from the method, :class:`dataforge.ops.dedup.method.DedupMethod`) go to index
    shard ``bucket_key % N`` (of the key bits a shard keeps:
    :func:`dataforge.ops.dedup.buckets.key_owners`, so that buckets, and the output, do
-   not depend on N). N = ``index_shards`` (default: the run's CPUs). With the Ray
-   executor the shards are Ray actors (:class:`dataforge.ops.dedup.index.IndexShard`),
-   spread over the cluster; with the local one they are objects in the planning worker,
-   each on a thread of its own. Same shards, same calls, same results.
+   not depend on N). N = ``index_shards`` (default: the run's CPUs). The shards
+   (:class:`dataforge.ops.dedup.index.IndexShard`) are the context's shard workers
+   (``ctx.start_shards``): with the Ray executor Ray actors spread over the cluster; with
+   the local one objects in the planning worker, each on a thread of its own. Same shards,
+   same calls, same results.
 4. **Candidates and verification.** Each shard turns its buckets into candidate pairs,
    routed to the shard that owns the first node. MinHash first screens them on the
    signatures (chance band collisions, far below the threshold, go). Verified methods
@@ -66,20 +67,20 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dataforge.io import fs
+from dataforge.ops.barrier import WORK_NODES, BarrierContext, ShardBackend
 from dataforge.ops.dedup import DECISION_REASON, Dedup
-from dataforge.ops.dedup.copies import join_heads
-from dataforge.ops.dedup.star import star_clusters
-from dataforge.records import ORD
-from dataforge.runtime.barriers import WORK_NODES, BarrierContext
-from dataforge.runtime.barriers._dedup_calls import (
+from dataforge.ops.dedup.calls import (
     Calls,
     index_calls,
     payload_calls,
     signature_calls,
     text_hash_calls,
 )
-from dataforge.runtime.barriers._dedup_keys import assign_keys
-from dataforge.runtime.barriers._dedup_shards import LocalShards, RayShards
+from dataforge.ops.dedup.copies import join_heads
+from dataforge.ops.dedup.index import IndexShard
+from dataforge.ops.dedup.keys import assign_keys
+from dataforge.ops.dedup.star import star_clusters
+from dataforge.records import ORD
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -116,13 +117,10 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
     previous_table = pa.concat_tables(previous) if previous else None
     n_prev = 0 if previous_table is None else previous_table.num_rows
 
-    def start() -> Any:
+    def start() -> ShardBackend:
         # The shards shingle their own candidates' texts (op.verification_texts).
-        if ctx.ray_available:
-            return RayShards(shards, op.method, n_prev, op.verification_texts)
-        # several CPUs: the shards' threads work side by side
-        return LocalShards(
-            shards, op.method, n_prev, threaded=ctx.num_cpus > 1, texts_of=op.verification_texts
+        return ctx.start_shards(
+            shards, IndexShard, shards, op.method, n_prev, op.verification_texts
         )
 
     backend = start()  # Ray: the shards' actors start while the keys are assigned

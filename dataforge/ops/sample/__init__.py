@@ -10,7 +10,7 @@ Upsampling repeats a source at most ``max_epochs`` times; a capped source's shor
 redistributed over the uncapped ones (water-filling).
 
 Selection is a pure function of (seed, id): ``prepare`` stores a keyed hash per document,
-and the planner (``dataforge.runtime.barriers.sample``) keeps the documents with the
+and the planner (:mod:`dataforge.ops.sample.planner`) keeps the documents with the
 smallest hashes until a source's target is reached, so the outcome does not depend on
 order, batching or the number of actors. ``apply`` turns the planner's per-document copy
 counts into drops (reason ``sample``) and repeated copies (``_copy >= 1``, id ``<id>#r<k>``).
@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from dataforge.ops.barrier import BarrierContext
 from dataforge.ops.base import BarrierOp
 from dataforge.records import DROP, ORD
 
@@ -59,7 +60,6 @@ class Sample(BarrierOp):
     """Temperature sampling (see the module docstring)."""
 
     name: ClassVar[str] = "sample"
-    planner: ClassVar[str] = "dataforge.runtime.barriers.sample:plan"
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -144,6 +144,12 @@ class Sample(BarrierOp):
                 batch = batch.drop_columns([name])
             batch = batch.append_column(name, values)
         return batch
+
+    def plan(self, ctx: BarrierContext) -> dict[str, Any]:
+        """The global decision over all prepared parts (:mod:`dataforge.ops.sample.planner`)."""
+        from dataforge.ops.sample.planner import plan  # deferred: it imports this module
+
+        return plan(self, ctx)
 
     def apply(self, batch: pa.Table, decision: pa.Table | None) -> pa.Table:
         """Drop (reason ``sample``) and repeat rows as ``decision`` (``_ord``, ``copies``) says.

@@ -1,41 +1,48 @@
-"""Index-shard backends of the dedup planner: in-process objects or Ray actors.
+"""The two shard backends a barrier's planner gets through its context (dedup's index
+shards): in-process objects or Ray actors.
 
-Both expose the same calls: ``call_one(shard, method, *args)`` (returns a ref or future),
-``call_all(method)`` (results), ``broadcast(method, *args)`` (the same arguments to all), ``wait(pending)``, ``exchange(send, receive)`` (every
+Both implement :class:`dataforge.ops.barrier.ShardBackend`: ``call_one(shard, method,
+*args)`` (returns a ref or future), ``call_all(method)`` (results), ``broadcast(method,
+*args)`` (the same arguments to all), ``wait(pending)``, ``exchange(send, receive)`` (every
 shard's ``send`` output slot i goes to shard i's ``receive``; returns the receive results),
-``nodes()`` (where each shard runs, as the manifest's ``runtime`` names nodes) and ``close()``. ``failures`` lists the exceptions that mean "a shard died: retry".
+``nodes()`` (where each shard runs, as the manifest's ``runtime`` names nodes) and
+``close()``. ``failures`` lists the exceptions that mean "a shard died: retry".
+:func:`shard_workers` is the factory the barrier task puts in the context.
 """
 
 from __future__ import annotations
 
+import functools
 import socket
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dataforge.ops.dedup.index import IndexShard, TextsOf
-from dataforge.ops.dedup.method import DedupMethod
+if TYPE_CHECKING:
+    from dataforge.ops.barrier import ShardFactory
 
-__all__ = ["LocalShards", "RayShards"]
+__all__ = ["LocalShards", "RayShards", "shard_workers"]
+
+
+def shard_workers(ray_available: bool, num_cpus: int) -> ShardFactory:
+    """The shard workers of a run's barriers: Ray actors with the Ray executor, else
+    objects in the planning worker (with several CPUs each on a thread of its own, so that
+    the shards work side by side)."""
+    if ray_available:
+        return RayShards
+    return functools.partial(LocalShards, threaded=num_cpus > 1)
 
 
 class LocalShards:
-    """Index shards as plain objects in this process (no Ray). With ``threaded``, each
+    """Shards as plain objects in this process (no Ray). With ``threaded``, each
     shard has a thread of its own that runs its calls in the order they were made, as an
     actor would: shards work side by side (their numpy and Arrow work outside the GIL)
     while the driver reads the next part; without, every call runs at once in the caller."""
 
     failures: tuple[type[BaseException], ...] = ()
 
-    def __init__(
-        self,
-        count: int,
-        method: DedupMethod,
-        fixed: int = 0,
-        threaded: bool = False,
-        texts_of: TextsOf | None = None,
-    ):
+    def __init__(self, count: int, shard: type, *args: Any, threaded: bool = False):
         self.count = count
-        self.shards = [IndexShard(count, method, fixed, texts_of) for _ in range(count)]
+        self.shards = [shard(*args) for _ in range(count)]
         self._threads = [
             ThreadPoolExecutor(1, thread_name_prefix=f"dataforge-shard-{i}")
             for i in range(count if threaded and count > 1 else 0)
@@ -77,11 +84,9 @@ class LocalShards:
 
 
 class RayShards:
-    """Index shards as Ray actors; shuffles pass object refs actor to actor."""
+    """Shards as Ray actors; shuffles pass object refs actor to actor."""
 
-    def __init__(
-        self, count: int, method: DedupMethod, fixed: int = 0, texts_of: TextsOf | None = None
-    ) -> None:
+    def __init__(self, count: int, shard: type, *args: Any) -> None:
         import ray
 
         self._ray = ray
@@ -97,12 +102,12 @@ class RayShards:
         # could wait forever behind pools that hold them. Zero-CPU actors are not spread by
         # "SPREAD", nor reliably by a soft node affinity, so each shard is pinned to a node
         # in turn.
-        remote = ray.remote(_PlacedShard)
+        remote = ray.remote(_placed(shard))
         # Not waited for: they start while the caller prepares its first calls.
         self.actors = [
             remote.options(
                 num_cpus=0, max_restarts=0, max_task_retries=0, scheduling_strategy=where
-            ).remote(count, method, fixed, texts_of)
+            ).remote(*args)
             for where in _round_robin(ray, count)
         ]
 
@@ -156,10 +161,13 @@ def _round_robin(ray: Any, count: int) -> list[Any]:
     ]
 
 
-class _PlacedShard(IndexShard):
-    """An index shard that can say which Ray node it runs on."""
+@functools.cache
+def _placed(shard: type) -> type:
+    """``shard`` with a ``node()`` method: which Ray node it runs on."""
+    return type("_PlacedShard", (shard,), {"node": _node})
 
-    def node(self) -> str:
-        from dataforge.runtime.cluster import node_name  # deferred: it imports ray
 
-        return node_name()
+def _node(self: Any) -> str:
+    from dataforge.runtime.cluster import node_name  # deferred: it imports ray
+
+    return node_name()

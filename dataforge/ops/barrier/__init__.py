@@ -1,27 +1,31 @@
-"""Global barrier stages (dedup, sample): the context their planners receive.
+"""What a barrier op's planner receives: :class:`BarrierContext`.
 
-A barrier op (``dataforge.ops.base.BarrierOp``) runs in three steps: ``prepare`` per batch
-in the segment before the barrier, ``plan`` once over all prepared parts (the function the
-op declares as ``planner``, in a module of this package, which may use Ray), and ``apply``
-per task in the segment after it, with the task's decision table.
+A barrier op (:class:`dataforge.ops.base.BarrierOp`) runs in three steps: ``prepare`` per
+batch in the segment before the barrier, ``plan(ctx)`` once over all prepared parts (on
+one worker of the run: ``dataforge.runtime.barrier_task``), and ``apply`` per task in the
+segment after it, with the task's decision table. Each op keeps its planner beside it
+(``ops/<op>/planner.py``); the runtime hands it everything else through the context:
+the parts, where to write, a memory budget with spill space, and shard workers
+(:mod:`dataforge.ops.barrier.shards`: Ray actors or in-process objects, never imported
+here, so no planner imports Ray).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from dataforge.ops.barrier.shards import ShardBackend, ShardFactory
 
 __all__ = [
     "MAX_PARTITION_BITS",
     "WORK_NODES",
     "BarrierContext",
+    "ShardBackend",
+    "ShardFactory",
     "partition_bits",
-    "planner_of",
-    "run_planner",
 ]
 
 WORK_NODES = "_work_nodes"
@@ -44,8 +48,9 @@ class BarrierContext:
         seed: the pipeline seed.
         source_stats: per source live totals before the barrier: docs, chars, tokens.
         sources: source name -> language code, in YAML order.
-        ray_available: the run's executor is Ray: the planner runs its parallel work on
-            Ray actors (else in the planning worker's process).
+        shards: starts the planner's shard workers (:meth:`start_shards`): Ray actors with
+            the Ray executor, else objects in the planning worker's process; None where
+            the caller gives none (only dedup's planner uses them).
         memory_bytes: what the planner may hold for per-record state before it spills
             to ``spill_dir`` (:mod:`dataforge.runtime.memory_budget`); None: no bound.
         spill_dir: an empty local directory of the run's work dir for spilled runs,
@@ -59,13 +64,23 @@ class BarrierContext:
     seed: int
     source_stats: dict[str, dict[str, int]]
     sources: dict[str, str]
-    ray_available: bool
+    shards: ShardFactory | None = None
     memory_bytes: int | None = None
     spill_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.memory_bytes is not None and self.spill_dir is None:
             raise ValueError("BarrierContext: memory_bytes needs a spill_dir to spill to")
+
+    def start_shards(self, count: int, shard: type, *args: Any) -> ShardBackend:
+        """``count`` shard workers, each holding its own ``shard(*args)``.
+
+        Raises:
+            ValueError: the context was made without ``shards``.
+        """
+        if self.shards is None:
+            raise ValueError("BarrierContext: this planner needs shard workers; pass shards")
+        return self.shards(count, shard, *args)
 
 
 MAX_PARTITION_BITS = 9
@@ -82,29 +97,3 @@ def partition_bits(ctx: BarrierContext, total: int, entry_bytes: int, per_partit
         per_partition = min(per_partition, max(1, ctx.memory_bytes // (4 * entry_bytes)))
     bits = math.ceil(math.log2(max(1, total / per_partition)))
     return min(MAX_PARTITION_BITS, max(0, bits))
-
-
-def planner_of(op: Any) -> Callable[[Any, BarrierContext], dict[str, Any]]:
-    """The planner function barrier op ``op`` declares (``BarrierOp.planner``).
-
-    Raises:
-        TypeError: the op declares none, or its reference does not name a function.
-    """
-    reference = getattr(op, "planner", "")
-    module_name, _, function_name = reference.partition(":")
-    if not module_name or not function_name:
-        raise TypeError(
-            f"barrier op {op.name!r} declares no planner (set planner = 'module:function')"
-        )
-    try:
-        function = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as exc:
-        raise TypeError(f"barrier op {op.name!r}: planner {reference!r} not found ({exc})") from exc
-    if not callable(function):
-        raise TypeError(f"barrier op {op.name!r}: planner {reference!r} is not a function")
-    return function
-
-
-def run_planner(op: Any, ctx: BarrierContext) -> dict[str, Any]:
-    """Run the planner of barrier op ``op`` and return its JSON-able summary."""
-    return planner_of(op)(op, ctx)

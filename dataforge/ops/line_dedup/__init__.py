@@ -5,7 +5,7 @@ A barrier stage. ``prepare`` hashes every line of a document after normalization
 (:func:`normalize_line`: NFKC, lower case, digits to 0, every character that is not a
 letter or digit removed, spaces included, so Chinese lines, which have no spaces between
 words, and their full-width punctuation compare the same way as English ones) and keeps
-each document's distinct hashes. The planner (:mod:`dataforge.runtime.barriers.line_dedup`)
+each document's distinct hashes. The planner (:mod:`dataforge.ops.line_dedup.planner`)
 counts in how many documents each hash occurs, with memory bounded by spilling hashes to
 disk partitions, and ``apply`` removes from each document the lines whose hash occurs in
 at least ``min_docs`` documents of the run, or, per site, in at least ``site_fraction`` of
@@ -24,7 +24,7 @@ import dataclasses
 import json
 import re
 import unicodedata
-from typing import ClassVar
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from dataforge.ops.barrier import BarrierContext
 from dataforge.ops.base import BarrierOp
 from dataforge.records import DROP, ORD
 from dataforge.typed_config import check_range
@@ -99,7 +100,6 @@ class LineDedup(BarrierOp):
     """Cross-document line dedup (see the module docstring)."""
 
     name: ClassVar[str] = "line_dedup"
-    planner: ClassVar[str] = "dataforge.runtime.barriers.line_dedup:plan"
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -128,6 +128,12 @@ class LineDedup(BarrierOp):
         batch = batch.drop_columns([c for c in (HASHES, DOMAIN) if c in batch.column_names])
         batch = batch.append_column(HASHES, pa.array(hashes, pa.list_(pa.uint64())))
         return batch.append_column(DOMAIN, pa.array(domains, pa.uint64()))
+
+    def plan(self, ctx: BarrierContext) -> dict[str, Any]:
+        """The global decision over all prepared parts (:mod:`dataforge.ops.line_dedup.planner`)."""
+        from dataforge.ops.line_dedup.planner import plan  # deferred: it imports this module
+
+        return plan(self, ctx)
 
     def apply(self, batch: pa.Table, decision: pa.Table | None) -> pa.Table:
         """Remove the decided lines (``decision``: ``_ord``, ``_line_remove``) and drop the

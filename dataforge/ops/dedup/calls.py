@@ -1,5 +1,5 @@
 """What each prepared part sends to the dedup index shards (steps 2-4 of
-:mod:`dataforge.runtime.barriers.dedup`): ``(shard, method, args)`` calls, made per part on
+:mod:`dataforge.ops.dedup.planner`): ``(shard, method, args)`` calls, made per part on
 the planner's reading threads and sent in task order."""
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dataforge.ops.barrier import BarrierContext
 from dataforge.ops.sample import COPIES, HASH, UNITS, MixturePlan, Sample, mixture_plan
 from dataforge.records import ORD
-from dataforge.runtime.barriers import BarrierContext
 
 __all__ = ["HIST_BITS", "plan"]
 

@@ -5,7 +5,7 @@ per-domain cap, over every prepared part, with bounded memory.
    ``_url_date``, ``_url_rank``; no strings) of the records no blocklist dropped are
    streamed in task order into ``2**bits`` disk partitions by the top bits of the URL key,
    ``bits`` chosen so that a partition holds about :data:`PARTITION_ROWS` records, fewer
-   within the planner's memory budget (:func:`~dataforge.runtime.barriers.partition_bits`).
+   within the planner's memory budget (:func:`~dataforge.ops.barrier.partition_bits`).
 2. **Dedup.** Each partition alone: sorted by (key, capture time descending, rank), the
    first record of each key is kept; the others are ``url:duplicate``. With a cap, the
    survivors are spilled again, by the top bits of the domain.
@@ -30,9 +30,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dataforge.ops.barrier import BarrierContext, partition_bits
 from dataforge.ops.url_filter import BLOCK, DATE, DOMAIN, KEY, RANK, REASON, UrlFilter
 from dataforge.records import ORD
-from dataforge.runtime.barriers import BarrierContext, partition_bits
 
 __all__ = ["PARTITION_ROWS", "plan"]
 

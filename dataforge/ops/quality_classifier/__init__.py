@@ -8,7 +8,7 @@ probability). Documents are then kept
 
 * by ``min_score`` / ``max_score`` (a toxicity model keeps low scores), or
 * by ``keep_top``: the highest-scoring share of each source, counted over the whole run by
-  the planner ``dataforge.runtime.barriers.quality_classifier`` (ties broken by a keyed hash
+  the planner :mod:`dataforge.ops.quality_classifier.planner` (ties broken by a keyed hash
   of the id), so the kept set does not depend on task order, split size or worker count.
 
 Dropped documents get reason ``quality_classifier`` (``quality_classifier:<name>`` for a
@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from dataforge.classifier.model import POSITIVE
+from dataforge.ops.barrier import BarrierContext
 from dataforge.ops.base import BarrierOp
 from dataforge.records import DROP, ORD
 
@@ -52,7 +53,6 @@ class QualityClassifier(BarrierOp):
     """Score documents with a fastText classifier; keep by threshold or top share."""
 
     name: ClassVar[str] = "quality_classifier"
-    planner: ClassVar[str] = "dataforge.runtime.barriers.quality_classifier:plan"
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -200,6 +200,14 @@ class QualityClassifier(BarrierOp):
                 batch = batch.drop_columns([name])
             batch = batch.append_column(name, values)
         return batch
+
+    def plan(self, ctx: BarrierContext) -> dict[str, Any]:
+        """The global decision over all prepared parts (:mod:`dataforge.ops.quality_classifier.planner`)."""
+        from dataforge.ops.quality_classifier.planner import (
+            plan,  # deferred: it imports this module
+        )
+
+        return plan(self, ctx)
 
     def apply(self, batch: pa.Table, decision: pa.Table | None) -> pa.Table:
         """Drop by threshold, or the rows the planner's decision (``_ord``) lists."""
