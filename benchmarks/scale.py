@@ -27,6 +27,7 @@ not part of ``make test``.
     .venv/bin/python benchmarks/scale.py                       # 256, 512, 1024, 2048 MB
     .venv/bin/python benchmarks/scale.py --sizes-mb 16 32 --cpus 2
     .venv/bin/python benchmarks/scale.py --corpus dup-heavy --sizes-mb 256 512 1024 2048 4096
+    .venv/bin/python benchmarks/scale.py --corpus dup-heavy --memory-per-worker 1.5GB
 
 ``--dedup-alone`` measures the MinHash stage by itself (verification on): per size and
 executor, the same input through no stage and through ``dedup`` alone (jsonl out); the
@@ -207,11 +208,14 @@ def _tree(root: int) -> dict[int, tuple[str, float, int, int | None]]:
     return found
 
 
-def measure(pipeline: Path, out: Path, executor: str) -> dict[str, float]:
-    """One fresh run: wall, CPU seconds of its process tree, driver and largest worker RSS."""
+def measure(pipeline: Path, out: Path, executor: str, budget: str | None = None) -> dict:
+    """One fresh run: wall, CPU seconds of its process tree, driver and largest worker RSS
+    (``budget``: the run's ``ray.memory_per_worker``)."""
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "dataforge.cli", "run", str(pipeline), "-o", str(out),
            "--executor", executor, "--progress", "off"]  # fmt: skip
+    if budget:
+        cmd += ["--set", f"ray.memory_per_worker={budget}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0"}
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -282,13 +286,17 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "demo")
     parser.add_argument("--work", type=Path, default=WORK, help=f"scratch folder ({WORK})")
     parser.add_argument("--corpus", choices=["distinct", "dup-heavy"], default="distinct")
+    parser.add_argument(
+        "--memory-per-worker", help="the runs' ray.memory_per_worker (e.g. 1.5GB); default: unset"
+    )
     parser.add_argument("--dedup-alone", action="store_true", help="MinHash dedup's MB/s per core")
     args = parser.parse_args()
     dup_share = NEAR_COPY_SHARE if args.corpus == "dup-heavy" else 0.0
     work = args.work
     by_lang = demo_texts(args.data)
     results: dict[str, dict[int, dict[str, float]]] = {e: {} for e in args.executors}
-    print(f"{args.cpus} CPUs; load average {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"{args.cpus} CPUs; load average {os.getloadavg()[0]:.1f}; memory per worker "
+          f"{args.memory_per_worker or 'unset (the run derives it)'}", flush=True)  # fmt: skip
     if dup_share:
         print(f"dup-heavy corpus: {NEAR_COPY_SHARE:.0%} near-copies ({NEAR_COPY_EDIT:.0%} of words "
               f"replaced), originals by Zipf rank, exponent {ZIPF_EXPONENT}", flush=True)  # fmt: skip
@@ -303,7 +311,7 @@ def main() -> int:
         pipeline.write_text(pipeline_yaml("scale", corpus, work / "out", args.cpus, output="mds",
                                           tokenizer=ROOT / "tokenizers" / "demo"))  # fmt: skip
         for executor in args.executors:
-            r = measure(pipeline, work / f"out-{executor}", executor)
+            r = measure(pipeline, work / f"out-{executor}", executor, args.memory_per_worker)
             results[executor][size] = r
             print(f"{size:6d} MB {docs:9d} docs  {executor:<5} wall {r['wall_s']:7.1f} s  "
                   f"CPU {r['cpu_s']:7.1f} s  driver RSS {r['driver_rss_mb']:6.0f} MB  "

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -53,6 +53,7 @@ from dataforge.ops.dedup.buckets import (
 )
 from dataforge.ops.dedup.copies import copy_pairs
 from dataforge.ops.dedup.method import DedupMethod
+from dataforge.ops.dedup.pool import Block, CandidatePool
 from dataforge.ops.dedup.simhash import hamming_pairs
 from dataforge.ops.dedup.template import doc_ngrams, frequent, residues, route_ngrams
 from dataforge.ops.dedup.verify import ResidueRule, Texts, verify_rows
@@ -85,6 +86,8 @@ class IndexShard:
         method: DedupMethod,
         fixed: int = 0,
         texts_of: TextsOf | None = None,
+        hold_bytes: int | None = None,
+        spill_root: str | None = None,
     ) -> None:
         self.shards = shards
         self.texts_of = texts_of
@@ -102,7 +105,9 @@ class IndexShard:
         """The distinct ``u`` of :meth:`pairs`, for :meth:`forward`'s rounds."""
         self._parts: list[tuple[np.ndarray, np.ndarray, Texts | None]] = []
         self._screened = np.zeros((0, 2), dtype=np.int64)
-        self._pool = _empty_pool()
+        self._pool = CandidatePool(hold_bytes, spill_root)
+        self._received = 0
+        """The owned candidates' signatures and texts (spilled past ``hold_bytes``)."""
         self._decided: list[tuple[np.ndarray, np.ndarray]] = []
         self._template = np.zeros(0, np.uint32)
         self._text_hashes: list[tuple[np.ndarray, np.ndarray]] = []
@@ -253,8 +258,10 @@ class IndexShard:
         """Keep the signatures and shingle sequences of owned candidate nodes (``texts``:
         None for records of against runs); returns the number of nodes received."""
         nodes = np.asarray(nodes, dtype=np.int64)
-        self._parts.append((nodes, signatures, Texts.empty(len(nodes)) if texts is None else texts))
-        return sum(len(p[0]) for p in self._parts)
+        texts = Texts.empty(len(nodes)) if texts is None else texts
+        self._pool.add(Block(nodes, np.asarray(signatures), texts))
+        self._received += len(nodes)
+        return self._received
 
     def add_texts(self, nodes: np.ndarray, signatures: np.ndarray, texts: pa.Table) -> int:
         """``add_payload`` with the shingle sequences of ``texts`` (columns text, lang; one
@@ -263,17 +270,6 @@ class IndexShard:
         return self.add_payload(
             nodes, signatures, self.texts_of(texts.column("text"), texts.column("lang"))
         )
-
-    def _payload(self) -> Pool:
-        """The received payload as one pool (concatenated once): ``(nodes, order that
-        sorts them, signatures, texts)``."""
-        if self._parts:
-            parts, self._parts = self._parts, []
-            nodes = np.concatenate([self._pool[0], *(p[0] for p in parts)])
-            sigs = [x for x in (self._pool[2], *(p[1] for p in parts)) if x is not None]
-            texts = Texts.concat([self._pool[3], *(p[2] for p in parts)])
-            self._pool = (nodes, np.argsort(nodes, kind="stable"), np.concatenate(sigs), texts)
-        return self._pool
 
     # -- the corpus's template (dataforge.ops.dedup.template) -------------------------------
 
@@ -291,28 +287,31 @@ class IndexShard:
     def template_bytes(self) -> int:
         """Bytes of the n-grams :meth:`template_counts` sends in one round (at most: a
         document's positions, times its count), for the planner's rounds."""
-        nodes, _, _, texts = self._payload()
-        if texts.templated is None:
-            return 0
-        lengths = np.diff(texts.chars.offsets)
-        return int((lengths * self._template_times(nodes) * texts.templated).sum()) * 4
+        total = 0
+        for block in self._pool.blocks():
+            texts = block.texts
+            if texts.templated is not None:
+                lengths = np.diff(texts.chars.offsets)
+                total += int((lengths * self._template_times(block.nodes) * texts.templated).sum())
+        return total * 4
 
     def template_counts(self, round_: int = 0, rounds: int = 1) -> list[np.ndarray]:
         """The distinct character n-grams of each owned candidate document, routed to the
         shards that count them. In ``rounds`` rounds, round ``round_`` sends the n-grams
         ``n`` with ``(n // shards) % rounds == round_``: a share of them, each n-gram in
         exactly one round (counted there whole)."""
-        nodes, _, _, texts = self._payload()
-        if texts.templated is None:
-            return route_ngrams(np.zeros(0, np.uint32), self.shards)
-        times = self._template_times(nodes)
-        ngrams = []
-        for t in np.unique(times).tolist():
-            mine = doc_ngrams(texts.chars, texts.templated & (times == t))
-            if rounds > 1:
-                mine = mine[(mine // np.uint32(self.shards)) % np.uint32(rounds) == round_]
-            ngrams.append(np.tile(mine, t))
-        return route_ngrams(np.concatenate([np.zeros(0, np.uint32), *ngrams]), self.shards)
+        ngrams = [np.zeros(0, np.uint32)]
+        for block in self._pool.blocks():
+            texts = block.texts
+            if texts.templated is None:
+                continue
+            times = self._template_times(block.nodes)
+            for t in np.unique(times).tolist():
+                mine = doc_ngrams(texts.chars, texts.templated & (times == t))
+                if rounds > 1:
+                    mine = mine[(mine // np.uint32(self.shards)) % np.uint32(rounds) == round_]
+                ngrams.append(np.tile(mine, t))
+        return route_ngrams(np.concatenate(ngrams), self.shards)
 
     def count_template(self, *parts: np.ndarray) -> int:
         """Keep the n-grams of this shard's share (of this round) in at least
@@ -334,16 +333,25 @@ class IndexShard:
         flat = [p for p in _flatten(parts) if len(p)]
         template = np.sort(np.concatenate(flat)) if flat else np.zeros(0, np.uint32)
         self._template = np.zeros(0, np.uint32)
-        nodes, order, sigs, texts = self._payload()
-        cut = residues(texts.chars, texts.templated, template, self.config.verify.template_run)
-        self._pool = (nodes, order, sigs, texts.with_residue(cut))
-        return len(cut.hashes)
+        run, found = self.config.verify.template_run, [0]
+
+        def with_residues() -> Iterator[Block]:
+            for block in self._pool.blocks():
+                cut = residues(block.texts.chars, block.texts.templated, template, run)
+                found[0] += len(cut.hashes)
+                yield Block(block.nodes, block.signatures, block.texts.with_residue(cut))
+
+        self._pool.replace_all(with_residues())
+        return found[0]
+
+    def texts_spilled(self) -> bool:
+        """Whether the candidates' texts went to disk (past ``hold_bytes``)."""
+        return self._pool.spilled
 
     def payload_bytes(self) -> int:
         """Bytes of the received candidates' signatures and texts (what :meth:`forward`
         copies, over its rounds)."""
-        nodes, order, sigs, texts = self._payload()
-        return nodes.nbytes + order.nbytes + (0 if sigs is None else sigs.nbytes) + texts.nbytes
+        return self._pool.nbytes
 
     def forward(
         self, round_: int = 0, rounds: int = 1
@@ -353,7 +361,6 @@ class IndexShard:
         ``rounds`` rounds, round ``round_`` forwards the pairs of the ``round_``-th of
         ``rounds`` equal slices of the distinct ``u`` in key order: a round copies a
         ``1 / rounds`` share of the texts, and every pair goes in exactly one round."""
-        nodes, order, sigs, texts = self._payload()
         edges = self.pairs()
         if rounds > 1:
             if round_ == 0 or self._firsts is None:  # the slices' bounds, once per verification
@@ -364,6 +371,16 @@ class IndexShard:
             if hi < len(firsts):
                 mine &= edges[:, 0] < firsts[hi]
             edges = edges[mine]
+        # This round's first nodes, gathered block by block.
+        wanted = np.unique(edges[:, 0])
+        if len(wanted) == 0:
+            return [(np.zeros((0, 2), np.int64), np.zeros(0, np.int64), np.zeros(0), Texts.empty())
+                    for _ in range(self.shards)]  # fmt: skip
+        picked = [b.take(np.flatnonzero(np.isin(b.nodes, wanted))) for b in self._pool.blocks()]
+        pool = Block.concat(picked) if len(picked) > 1 else picked[0]
+        del picked
+        nodes, sigs, texts = pool.nodes, pool.signatures, pool.texts
+        order = np.argsort(nodes, kind="stable")
         owner = edges[:, 1] % self.shards
         out = []
         for i in range(self.shards):
@@ -377,17 +394,22 @@ class IndexShard:
         return out
 
     def verify(self, *parts) -> int:
-        """Decide the forwarded pairs, part by part and chunk by chunk (bounded copies);
-        keeps the duplicates."""
-        right, count = self._payload(), 0
-        for edges, nodes, sigs, texts in _flatten(parts):
-            if len(edges) == 0:
-                continue
-            # each part is decided on its own texts: no copy of all of them at once
-            left = (nodes, np.argsort(nodes), sigs, texts)
-            decided = decide_pairs(edges, left, right, self.method, self.fixed)
-            self._decided.append(decided)
-            count += len(decided[0])
+        """Decide the forwarded pairs, block of owned candidates by block, part by part and
+        chunk by chunk (bounded copies); keeps the duplicates."""
+        flat = [p for p in _flatten(parts) if len(p[0])]
+        count = 0
+        for block in self._pool.blocks():
+            right = (block.nodes, np.argsort(block.nodes), block.signatures, block.texts)
+            for edges, nodes, sigs, texts in flat:
+                if len(self._pool) > 1:  # the pairs whose v is in this block
+                    edges = edges[np.isin(edges[:, 1], block.nodes)]
+                    if len(edges) == 0:
+                        continue
+                # each part is decided on its own texts: no copy of all of them at once
+                left = (nodes, np.argsort(nodes), sigs, texts)
+                decided = decide_pairs(edges, left, right, self.method, self.fixed)
+                self._decided.append(decided)
+                count += len(decided[0])
         return count
 
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
@@ -398,14 +420,11 @@ class IndexShard:
             self._candidates = np.zeros(0, np.int64)
             return edges, np.ones(len(edges))
         decided = self._decided
-        self._decided, self._parts, self._pool = [], [], _empty_pool()
+        self._decided, self._parts = [], []
+        self._pool.clear()
         if not decided:
             return np.zeros((0, 2), np.int64), np.zeros(0)
         return np.concatenate([d[0] for d in decided]), np.concatenate([d[1] for d in decided])
-
-
-def _empty_pool() -> Pool:
-    return np.zeros(0, np.int64), np.zeros(0, np.int64), None, Texts.empty()
 
 
 def decide_pairs(

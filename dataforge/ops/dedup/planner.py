@@ -119,8 +119,12 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
 
     def start() -> ShardBackend:
         # The shards shingle their own candidates' texts (op.verification_texts).
+        # Each shard holds at most its share of a VERIFY_SHARE of the budget of candidate
+        # texts, past it they wait on disk (:mod:`dataforge.ops.dedup.pool`).
+        hold = None if ctx.memory_bytes is None else ctx.memory_bytes // VERIFY_SHARE // shards
+        texts_of, spill = op.verification_texts, str(ctx.spill_dir) if ctx.spill_dir else None
         return ctx.start_shards(
-            shards, IndexShard, shards, op.method, n_prev, op.verification_texts
+            shards, IndexShard, shards, op.method, n_prev, texts_of, hold, spill
         )
 
     backend = start()  # Ray: the shards' actors start while the keys are assigned
@@ -285,6 +289,7 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         rounds = _verify_rounds(backend, ctx)
         verified = [sum(backend.exchange("forward", "verify", r, rounds)) for r in range(rounds)]
         stats["verify_rounds"] = rounds
+        stats["texts_spilled_shards"] = sum(backend.call_all("texts_spilled"))
         stats["verified_pairs"] = sum(verified)
     _hook("edges", attempt, backend)
     stats["shard_peak_rss_mb"] = backend.call_all("peak_rss_mb")

@@ -1,0 +1,154 @@
+"""The candidates an index shard owns for verification: signatures and texts, in blocks.
+
+A block is what one ``add_payload`` call brought (one prepared part's candidates of this
+shard): ``(nodes, signatures, texts)``. Blocks stay in memory while they hold at most
+``hold_bytes`` together; past that every block, held and later, goes to a file of its own
+in a directory made for the shard (under ``spill_root`` where that is a directory on this
+node, e.g. the run's spill dir; else the system's temporary directory, as on another node
+of a cluster) and is read back one at a time by the shard's passes (template counting,
+forwarding a round, verifying), so that a shard holds one block and a round's share of
+forwarded texts, not every candidate's texts. Files are plain ``.npy`` arrays (no pickle)
+and are removed by :meth:`CandidatePool.clear`. Without a ``hold_bytes`` nothing spills
+and the blocks are joined into one, as one pool in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from dataforge.ops.dedup.shingles import ShingleSet
+from dataforge.ops.dedup.verify import Texts
+
+__all__ = ["Block", "CandidatePool"]
+
+
+@dataclasses.dataclass
+class Block:
+    """Candidates by node key: their signatures and texts, row for row."""
+
+    nodes: np.ndarray
+    signatures: np.ndarray
+    texts: Texts
+
+    @property
+    def nbytes(self) -> int:
+        return self.nodes.nbytes + self.signatures.nbytes + self.texts.nbytes
+
+    def take(self, rows: np.ndarray) -> Block:
+        return Block(self.nodes[rows], self.signatures[rows], self.texts.take(rows))
+
+    @staticmethod
+    def concat(blocks: list[Block]) -> Block:
+        return Block(
+            np.concatenate([np.zeros(0, np.int64), *(b.nodes for b in blocks)]),
+            np.concatenate([b.signatures for b in blocks]),
+            Texts.concat([b.texts for b in blocks]),
+        )
+
+
+class CandidatePool:
+    """A shard's candidate blocks, in memory or spilled past ``hold_bytes``."""
+
+    def __init__(self, hold_bytes: int | None = None, spill_root: str | None = None) -> None:
+        self.hold_bytes = hold_bytes
+        self.spill_root = spill_root
+        self._blocks: list[Block | Path] = []
+        self._sizes: list[int] = []
+        self._dir: Path | None = None
+
+    @property
+    def spilled(self) -> bool:
+        return self._dir is not None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every block, held or spilled."""
+        return sum(self._sizes)
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def add(self, block: Block) -> None:
+        self._blocks.append(block)
+        self._sizes.append(block.nbytes)
+        if self._dir is None and self.hold_bytes is not None and self.nbytes > self.hold_bytes:
+            root = self.spill_root if self.spill_root and os.path.isdir(self.spill_root) else None
+            self._dir = Path(tempfile.mkdtemp(prefix="dedup-shard-", dir=root))
+        if self._dir is not None:
+            for i, held in enumerate(self._blocks):
+                if isinstance(held, Block):
+                    self._blocks[i] = self._write(i, held)
+
+    def blocks(self) -> Iterator[Block]:
+        """Every block in the order added, one loaded at a time (held: joined into one
+        first, then that one)."""
+        if not self.spilled and len(self._blocks) > 1:
+            joined = Block.concat(self._blocks)  # type: ignore[arg-type]
+            self._blocks, self._sizes = [joined], [joined.nbytes]
+        for held in self._blocks:
+            yield held if isinstance(held, Block) else _read(held)
+
+    def replace_all(self, blocks: Iterator[Block]) -> None:
+        """Put ``blocks`` (one per block of :meth:`blocks`, same order) in their place."""
+        for i, block in enumerate(blocks):
+            self._sizes[i] = block.nbytes
+            self._blocks[i] = self._write(i, block) if self.spilled else block
+
+    def clear(self) -> None:
+        """Forget every block; remove the spill directory."""
+        self._blocks, self._sizes = [], []
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def _write(self, i: int, block: Block) -> Path:
+        assert self._dir is not None
+        path = self._dir / f"block-{i:06d}"
+        path.mkdir(exist_ok=True)
+        for name, array in _arrays(block).items():
+            np.save(path / f"{name}.npy", array, allow_pickle=False)
+        return path
+
+
+def _arrays(block: Block) -> dict[str, np.ndarray]:
+    t = block.texts
+    out = {
+        "nodes": block.nodes,
+        "signatures": block.signatures,
+        "shingles.hashes": t.shingles.hashes,
+        "shingles.offsets": t.shingles.offsets,
+        "chars.hashes": t.chars.hashes,
+        "chars.offsets": t.chars.offsets,
+    }
+    for name in ("blocks", "max_owns", "templated"):
+        if getattr(t, name) is not None:
+            out[name] = getattr(t, name)
+    if t.residue is not None:
+        out["residue.hashes"], out["residue.offsets"] = t.residue.hashes, t.residue.offsets
+    return out
+
+
+def _read(path: Path) -> Block:
+    def load(name: str) -> np.ndarray | None:
+        file = path / f"{name}.npy"
+        return np.load(file, allow_pickle=False) if file.exists() else None
+
+    residue = None
+    if (path / "residue.hashes.npy").exists():
+        residue = ShingleSet(load("residue.hashes"), load("residue.offsets"))
+    texts = Texts(
+        ShingleSet(load("shingles.hashes"), load("shingles.offsets")),
+        ShingleSet(load("chars.hashes"), load("chars.offsets")),
+        load("blocks"),
+        load("max_owns"),
+        load("templated"),
+        residue,
+    )
+    return Block(load("nodes"), load("signatures"), texts)
