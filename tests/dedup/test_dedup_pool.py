@@ -46,7 +46,8 @@ def test_without_a_hold_the_blocks_are_joined_in_memory(tmp_path):
     blocks = [_block(0, 5), _block(5, 7), _block(12, 3)]
     for block in blocks:
         pool.add(block)
-    (joined,) = list(pool.blocks())
+    assert pool.block_of(np.array([14, 0, 6])).tolist() == [0, 0, 0]  # joined first
+    ((_, joined),) = list(pool.blocks(only=np.array([0])))
     _same(joined, Block.concat(blocks))
     assert not pool.spilled and list(tmp_path.iterdir()) == []
 
@@ -60,15 +61,18 @@ def test_past_the_hold_every_block_goes_to_disk_and_comes_back_the_same(tmp_path
     pool.add(blocks[1])
     assert pool.spilled and pool.nbytes == blocks[0].nbytes + blocks[1].nbytes
     pool.add(blocks[2])
-    for got, want in zip(pool.blocks(), blocks, strict=True):
+    for (_, got), want in zip(pool.blocks(), blocks, strict=True):
         _same(got, want)
     (spill,) = tmp_path.iterdir()
     assert spill.name.startswith("dedup-shard-") and len(list(spill.iterdir())) == 3
     # replaced in place (the residues cut from the template)
     cut = [_block(b.nodes[0], len(b.nodes), residue=True) for b in blocks]
     pool.replace_all(iter(cut))
-    for got, want in zip(pool.blocks(), cut, strict=True):
+    for (_, got), want in zip(pool.blocks(), cut, strict=True):
         _same(got, want)
+    # which block holds a node; only some blocks read
+    assert pool.block_of(np.array([13, 0, 6, 14])).tolist() == [2, 0, 1, 2]
+    assert [i for i, _ in pool.blocks(only=np.array([2, 0, 2]))] == [0, 2]
     pool.clear()
     assert list(tmp_path.iterdir()) == [] and list(pool.blocks()) == []
 

@@ -468,7 +468,7 @@ def test_a_shard_shingles_its_texts_as_the_planner_would(shingle, reviews_zh, do
     shard = IndexShard(1, copy.method, texts_of=copy.verification_texts)
     table = pa.table({"text": texts, "lang": langs})
     assert shard.add_texts(np.arange(4), np.zeros((4, 1), np.uint32), table) == 4
-    got = next(shard._pool.blocks()).texts
+    got = next(shard._pool.blocks())[1].texts
     for field in ("shingles", "chars"):
         w, g = getattr(want, field), getattr(got, field)
         assert np.array_equal(w.hashes, g.hashes) and np.array_equal(w.offsets, g.offsets)

@@ -288,7 +288,7 @@ class IndexShard:
         """Bytes of the n-grams :meth:`template_counts` sends in one round (at most: a
         document's positions, times its count), for the planner's rounds."""
         total = 0
-        for block in self._pool.blocks():
+        for _, block in self._pool.blocks():
             texts = block.texts
             if texts.templated is not None:
                 lengths = np.diff(texts.chars.offsets)
@@ -301,7 +301,7 @@ class IndexShard:
         ``n`` with ``(n // shards) % rounds == round_``: a share of them, each n-gram in
         exactly one round (counted there whole)."""
         ngrams = [np.zeros(0, np.uint32)]
-        for block in self._pool.blocks():
+        for _, block in self._pool.blocks():
             texts = block.texts
             if texts.templated is None:
                 continue
@@ -336,7 +336,7 @@ class IndexShard:
         run, found = self.config.verify.template_run, [0]
 
         def with_residues() -> Iterator[Block]:
-            for block in self._pool.blocks():
+            for _, block in self._pool.blocks():
                 cut = residues(block.texts.chars, block.texts.templated, template, run)
                 found[0] += len(cut.hashes)
                 yield Block(block.nodes, block.signatures, block.texts.with_residue(cut))
@@ -376,7 +376,10 @@ class IndexShard:
         if len(wanted) == 0:
             return [(np.zeros((0, 2), np.int64), np.zeros(0, np.int64), np.zeros(0), Texts.empty())
                     for _ in range(self.shards)]  # fmt: skip
-        picked = [b.take(np.flatnonzero(np.isin(b.nodes, wanted))) for b in self._pool.blocks()]
+        picked = [  # only the blocks that hold some of them are read (held: used as is)
+            b if len(self._pool) == 1 else b.take(np.flatnonzero(np.isin(b.nodes, wanted)))
+            for _, b in self._pool.blocks(only=self._pool.block_of(wanted))
+        ]
         pool = Block.concat(picked) if len(picked) > 1 else picked[0]
         del picked
         nodes, sigs, texts = pool.nodes, pool.signatures, pool.texts
@@ -397,19 +400,25 @@ class IndexShard:
         """Decide the forwarded pairs, block of owned candidates by block, part by part and
         chunk by chunk (bounded copies); keeps the duplicates."""
         flat = [p for p in _flatten(parts) if len(p[0])]
+        # Each part's pairs grouped by the block that holds their v (one block when held).
+        grouped, needed = [], [np.zeros(0, np.int64)]
+        for edges, nodes, sigs, texts in flat:
+            where = self._pool.block_of(edges[:, 1])
+            order = np.argsort(where, kind="stable")
+            bounds = np.searchsorted(where[order], np.arange(len(self._pool) + 1))
+            grouped.append((edges[order], bounds, (nodes, np.argsort(nodes), sigs, texts)))
+            needed.append(np.unique(where))
+        needed = np.unique(np.concatenate(needed))
         count = 0
-        for block in self._pool.blocks():
+        for i, block in self._pool.blocks(only=needed):
             right = (block.nodes, np.argsort(block.nodes), block.signatures, block.texts)
-            for edges, nodes, sigs, texts in flat:
-                if len(self._pool) > 1:  # the pairs whose v is in this block
-                    edges = edges[np.isin(edges[:, 1], block.nodes)]
-                    if len(edges) == 0:
-                        continue
-                # each part is decided on its own texts: no copy of all of them at once
-                left = (nodes, np.argsort(nodes), sigs, texts)
-                decided = decide_pairs(edges, left, right, self.method, self.fixed)
-                self._decided.append(decided)
-                count += len(decided[0])
+            for edges, bounds, left in grouped:
+                mine = edges[bounds[i] : bounds[i + 1]]
+                if len(mine):
+                    # each part is decided on its own texts: no copy of all of them at once
+                    decided = decide_pairs(mine, left, right, self.method, self.fixed)
+                    self._decided.append(decided)
+                    count += len(decided[0])
         return count
 
     def edges(self) -> tuple[np.ndarray, np.ndarray]:

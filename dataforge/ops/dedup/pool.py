@@ -61,6 +61,8 @@ class CandidatePool:
         self.spill_root = spill_root
         self._blocks: list[Block | Path] = []
         self._sizes: list[int] = []
+        self._nodes: list[np.ndarray] = []
+        """Each block's nodes, held even when the block is spilled (8 bytes a candidate)."""
         self._dir: Path | None = None
 
     @property
@@ -78,6 +80,7 @@ class CandidatePool:
     def add(self, block: Block) -> None:
         self._blocks.append(block)
         self._sizes.append(block.nbytes)
+        self._nodes.append(block.nodes)
         if self._dir is None and self.hold_bytes is not None and self.nbytes > self.hold_bytes:
             root = self.spill_root if self.spill_root and os.path.isdir(self.spill_root) else None
             self._dir = Path(tempfile.mkdtemp(prefix="dedup-shard-", dir=root))
@@ -86,24 +89,40 @@ class CandidatePool:
                 if isinstance(held, Block):
                     self._blocks[i] = self._write(i, held)
 
-    def blocks(self) -> Iterator[Block]:
-        """Every block in the order added, one loaded at a time (held: joined into one
-        first, then that one)."""
+    def blocks(self, only: np.ndarray | None = None) -> Iterator[tuple[int, Block]]:
+        """``(index, block)`` of every block in the order added, one loaded at a time
+        (held: joined into one first); ``only``: just the blocks of those indices."""
+        self._join_held()
+        wanted = range(len(self._blocks)) if only is None else np.unique(only).tolist()
+        for i in wanted:
+            held = self._blocks[i]
+            yield i, held if isinstance(held, Block) else _read(held)
+
+    def block_of(self, nodes: np.ndarray) -> np.ndarray:
+        """The index of the block that holds each of ``nodes`` (every one must be held)."""
+        self._join_held()
+        if len(self._nodes) <= 1:
+            return np.zeros(len(nodes), np.int64)
+        held = np.concatenate(self._nodes)
+        which = np.repeat(np.arange(len(self._nodes)), [len(n) for n in self._nodes])
+        order = np.argsort(held, kind="stable")
+        return which[order[np.searchsorted(held, nodes, sorter=order)]]
+
+    def _join_held(self) -> None:
+        """Held blocks (nothing spilled) become one: one pool, sorted once per pass."""
         if not self.spilled and len(self._blocks) > 1:
             joined = Block.concat(self._blocks)  # type: ignore[arg-type]
-            self._blocks, self._sizes = [joined], [joined.nbytes]
-        for held in self._blocks:
-            yield held if isinstance(held, Block) else _read(held)
+            self._blocks, self._sizes, self._nodes = [joined], [joined.nbytes], [joined.nodes]
 
     def replace_all(self, blocks: Iterator[Block]) -> None:
         """Put ``blocks`` (one per block of :meth:`blocks`, same order) in their place."""
         for i, block in enumerate(blocks):
-            self._sizes[i] = block.nbytes
+            self._sizes[i], self._nodes[i] = block.nbytes, block.nodes
             self._blocks[i] = self._write(i, block) if self.spilled else block
 
     def clear(self) -> None:
         """Forget every block; remove the spill directory."""
-        self._blocks, self._sizes = [], []
+        self._blocks, self._sizes, self._nodes = [], [], []
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
