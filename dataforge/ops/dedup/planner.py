@@ -296,6 +296,7 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
     decided = backend.call_all("edges")
     edges = np.concatenate([np.zeros((0, 2), np.int64), *(d[0] for d in decided)])
     sims = np.concatenate([np.zeros(0), *(d[1] for d in decided)])
+    del decided  # the shards' pieces: not held beside their concatenation
     stats.update(
         indexed=int(indexed),
         index_bytes=int(index_bytes),

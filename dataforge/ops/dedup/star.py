@@ -53,16 +53,23 @@ def star_clusters(
     edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
     sim = np.asarray(similarity, dtype=np.float64)
     keep = edges[:, 0] != edges[:, 1]
-    edges, sim = edges[keep], sim[keep]
+    if not keep.all():
+        edges, sim = edges[keep], sim[keep]
+    del keep
     nodes = np.unique(edges)
     if len(nodes) == 0:
         return nodes, nodes.copy(), np.zeros(0)
     # Dense ranks preserve key order; edges point from the larger to the smaller node.
-    a, b = np.searchsorted(nodes, edges[:, 0]), np.searchsorted(nodes, edges[:, 1])
-    big, small = np.maximum(a, b), np.minimum(a, b)
+    # Ranks fit int32 (nodes < 2^31): half the bytes of every per-edge array below.
+    big = np.searchsorted(nodes, edges[:, 0]).astype(np.int32)
+    small = np.searchsorted(nodes, edges[:, 1]).astype(np.int32)
+    swap = big < small
+    big[swap], small[swap] = small[swap], big[swap]
+    del swap
     # Best edge first: by node, then similarity descending, then smaller neighbour.
     order = np.lexsort((small, -sim, big))
     big, small, sim = big[order], small[order], sim[order]
+    del order
     state = np.full(len(nodes), _UNDECIDED, dtype=np.int8)
     state[nodes < fixed_representatives] = _REPRESENTATIVE
     rep = np.arange(len(nodes))
