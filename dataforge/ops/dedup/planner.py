@@ -96,6 +96,8 @@ SIGNATURE_META_KEY = b"dataforge.dedup"
 VERIFY_SHARE = 4
 """The texts forwarded in one verification round take at most this fraction (1/4) of the
 planner's budget (the shards' own texts, and the index's other state, share it)."""
+FORWARD_COPIES = 3
+"""Copies of a round's texts alive at once while a shard forwards them."""
 MAX_VERIFY_ROUNDS = 64
 """Rounds of verification at most: each one scans every shard's candidate pairs."""
 _INFLIGHT_PARTS = 8
@@ -309,8 +311,11 @@ def _verify_rounds(backend: Any, ctx: BarrierContext) -> int:
     """Rounds of the pairs' verification: each forwards a ``1 / rounds`` share of the
     candidates' texts (copies, beside the shards' own), at most ``memory_bytes //
     VERIFY_SHARE`` where that allows (1 without a budget; at most
-    :data:`MAX_VERIFY_ROUNDS`). The pairs decided do not depend on it."""
-    return _rounds(ctx, sum(backend.call_all("payload_bytes")) if ctx.memory_bytes else 0)
+    :data:`MAX_VERIFY_ROUNDS`). A round's texts are copied :data:`FORWARD_COPIES` times
+    on their way (gathered from the blocks, joined, taken per destination), so that many
+    times the texts count. The pairs decided do not depend on it."""
+    held = sum(backend.call_all("payload_bytes")) if ctx.memory_bytes else 0
+    return _rounds(ctx, FORWARD_COPIES * held)
 
 
 def _rounds(ctx: BarrierContext, held: int) -> int:
