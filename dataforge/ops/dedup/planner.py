@@ -96,6 +96,9 @@ SIGNATURE_META_KEY = b"dataforge.dedup"
 VERIFY_SHARE = 4
 """The texts forwarded in one verification round take at most this fraction (1/4) of the
 planner's budget (the shards' own texts, and the index's other state, share it)."""
+TEMPLATE_COPIES = 5
+"""Bytes alive at once per byte of a template round's n-grams: sent, joined on the
+counting shard, sorted, and the positions (8 bytes per distinct n-gram) of the count."""
 FORWARD_COPIES = 3
 """Copies of a round's texts alive at once while a shard forwards them."""
 MAX_VERIFY_ROUNDS = 64
@@ -281,7 +284,7 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         calls_of = functools.partial(payload_calls, needed=needed)
         _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text=True)
         if op.config.verify.template_docs:  # the candidates' template, counted on the shards
-            rounds = _rounds(ctx, sum(backend.call_all("template_bytes")))
+            rounds = _rounds(ctx, TEMPLATE_COPIES * sum(backend.call_all("template_bytes")))
             for r in range(rounds):  # a share of the n-grams (by value) counted per round
                 counted = backend.exchange("template_counts", "count_template", r, rounds)
             stats["template_ngrams"] = sum(counted)
