@@ -280,7 +280,11 @@ def run_barrier(
         memory_bytes=memory_bytes,
         spill_dir=None if memory_bytes is None else work / "spill",
     )
+    if ctx.spill_dir is not None:
+        ctx.spill_dir.mkdir()  # as the barrier task stages it
     summary = op.plan(ctx)
+    if ctx.spill_dir is not None:
+        assert list(ctx.spill_dir.iterdir()) == []  # the planner's spill files are gone
     outputs = []
     for task in sorted(parts):
         path = ctx.decision_dir / f"{task}.parquet"

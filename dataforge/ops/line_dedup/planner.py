@@ -172,7 +172,8 @@ def plan(op: LineDedup, ctx: BarrierContext) -> dict[str, Any]:
     cfg = op.config
     ctx.decision_dir.parent.mkdir(parents=True, exist_ok=True)
     sites = _Sites(ctx, cfg.site_fraction, cfg.site_min_docs)
-    with tempfile.TemporaryDirectory(prefix="line_dedup-", dir=ctx.decision_dir.parent) as tmp:
+    spill_root = ctx.spill_dir or ctx.decision_dir.parent  # as url_filter's
+    with tempfile.TemporaryDirectory(prefix="line_dedup-", dir=spill_root) as tmp:
         frequent, distinct, partitions = _frequent(
             ctx, Path(tmp), lambda b: (_flat(b), np.full(len(_flat(b)), cfg.min_docs))
         )

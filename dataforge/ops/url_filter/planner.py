@@ -147,7 +147,10 @@ def plan(op: UrlFilter, ctx: BarrierContext) -> dict[str, Any]:
     """Write the per-task decisions and return the counts per rule."""
     tasks = sorted(ctx.parts)
     ctx.decision_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="url_filter-", dir=ctx.decision_dir.parent) as tmp:
+    # In the stage's spill dir where there is one (removed whatever happens, a killed
+    # run's too: barrier_task); else beside the decisions.
+    spill_root = ctx.spill_dir or ctx.decision_dir.parent
+    with tempfile.TemporaryDirectory(prefix="url_filter-", dir=spill_root) as tmp:
         spill, blocked, bits = _spill_records(ctx, tasks, Path(tmp))
         pieces, seen = _decide(op, spill, Path(tmp), bits)
     decided = np.concatenate(pieces) if pieces else np.zeros((0, 3), np.int64)
