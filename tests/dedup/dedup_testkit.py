@@ -20,6 +20,18 @@ from dataforge.typed_config import from_mapping
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
+HOW_NOT_WHAT = {
+    "shard_peak_rss_mb",
+    "key_runs",
+    "screen_rounds",
+    "template_rounds",
+    "verify_rounds",
+    "texts_spilled_shards",
+}
+"""Summary keys that say how a budget split the work (and the process's peak memory),
+not what was decided: they differ between a budgeted and an unbudgeted run."""
+
+
 def make_table(texts: list[str], langs: list[str], sources: list[str] | None = None, ids=None):
     n = len(texts)
     return pa.table(

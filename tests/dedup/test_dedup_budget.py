@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from dedup_testkit import make_table, planner_files, run_dedup
+from dedup_testkit import HOW_NOT_WHAT, make_table, planner_files, run_dedup
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -88,15 +88,7 @@ def _both(tmp_path: Path, table: pa.Table, **kw) -> tuple[tuple, tuple]:
 
 
 def _assert_same(free: tuple, tiny: tuple) -> None:
-    # the process's peak so far, and the runs its keys were sorted in: not results
-    # rounds: how the budget split the work, not what it decided
-    measured = {
-        "shard_peak_rss_mb",
-        "key_runs",
-        "template_rounds",
-        "verify_rounds",
-        "texts_spilled_shards",
-    }
+    measured = HOW_NOT_WHAT
     assert {k: v for k, v in tiny[0].items() if k not in measured} == {
         k: v for k, v in free[0].items() if k not in measured
     }

@@ -104,7 +104,8 @@ class IndexShard:
         self._firsts: np.ndarray | None = None
         """The distinct ``u`` of :meth:`pairs`, for :meth:`forward`'s rounds."""
         self._parts: list[tuple[np.ndarray, np.ndarray, Texts | None]] = []
-        self._screened = np.zeros((0, 2), dtype=np.int64)
+        self._screened: list[np.ndarray] = []
+        self._sig_pool: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._pool = CandidatePool(hold_bytes, spill_root)
         self._received = 0
         """The owned candidates' signatures and texts (spilled past ``hold_bytes``)."""
@@ -213,11 +214,21 @@ class IndexShard:
         self._parts.append((np.asarray(nodes, dtype=np.int64), signatures, None))
         return sum(len(p[0]) for p in self._parts)
 
-    def forward_signatures(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def signature_bytes(self) -> int:
+        """Bytes of the owned candidates' signatures (what :meth:`forward_signatures`
+        copies, over its rounds)."""
+        return sum(p[1].nbytes for p in self._parts) + (
+            0 if self._sig_pool is None else self._sig_pool[2].nbytes
+        )
+
+    def forward_signatures(
+        self, round_: int = 0, rounds: int = 1
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """``(pairs (u, v) with u < v, their distinct u, sig(u))`` routed to the owner of
-        ``v`` (each ``u`` travels once per destination, not once per pair)."""
+        ``v`` (each ``u`` travels once per destination, not once per pair); in rounds as
+        :meth:`forward`."""
         nodes, order, sigs = self._signature_pool()
-        edges = self.pairs()
+        edges = self._round_pairs(round_, rounds)
         owner = edges[:, 1] % self.shards
         out = []
         for i in range(self.shards):
@@ -227,29 +238,53 @@ class IndexShard:
             out.append((part, left, sigs[rows] if len(part) else np.zeros(0)))
         return out
 
+    def _round_pairs(self, round_: int, rounds: int) -> np.ndarray:
+        """The pairs ``(u, v)``, ``u < v``, of round ``round_`` of ``rounds``: those whose
+        ``u`` is in the ``round_``-th of ``rounds`` equal slices of the distinct ``u`` in
+        key order (every pair in exactly one round)."""
+        edges = self.pairs()
+        if rounds <= 1:
+            return edges
+        if round_ == 0 or self._firsts is None:  # the slices' bounds, once per pass
+            self._firsts = np.unique(edges[:, 0])
+        firsts = self._firsts
+        lo, hi = (len(firsts) * r // rounds for r in (round_, round_ + 1))
+        mine = (edges[:, 0] >= firsts[lo]) if lo < len(firsts) else np.zeros(len(edges), bool)
+        if hi < len(firsts):
+            mine &= edges[:, 0] < firsts[hi]
+        return edges[mine]
+
     def _signature_pool(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        nodes = np.concatenate([np.zeros(0, np.int64), *(p[0] for p in self._parts)])
-        sigs = np.concatenate([p[1] for p in self._parts]) if self._parts else np.zeros(0)
-        return nodes, np.argsort(nodes, kind="stable"), sigs
+        """The owned candidates' signatures as one pool, joined once (the parts freed)."""
+        if self._sig_pool is None or self._parts:
+            parts = self._parts
+            if self._sig_pool is not None:
+                parts = [(self._sig_pool[0], self._sig_pool[2], None), *parts]
+            self._parts = []
+            nodes = np.concatenate([np.zeros(0, np.int64), *(p[0] for p in parts)])
+            sigs = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
+            del parts
+            self._sig_pool = (nodes, np.argsort(nodes, kind="stable"), sigs)
+        return self._sig_pool
 
     def screen(self, *parts) -> int:
-        """Keep the forwarded pairs whose signature estimate reaches the method's floor."""
+        """Keep the forwarded pairs whose signature estimate reaches the method's floor;
+        returns how many so far (over the rounds)."""
         flat = [p for p in _flatten(parts) if len(p[0])]
         nodes, order, sigs = self._signature_pool()
-        kept = [np.zeros((0, 2), np.int64)]
         for edges, left, left_sigs in flat:
             for lo in range(0, len(edges), _SCREEN_CHUNK):  # bounded copies of signatures
                 chunk = edges[lo : lo + _SCREEN_CHUNK]
                 rows = order[np.searchsorted(nodes, chunk[:, 1], sorter=order)]
                 sig_u = left_sigs[np.searchsorted(left, chunk[:, 0])]
                 estimate = self.method.signature_similarity(sig_u, sigs[rows])
-                kept.append(chunk[estimate >= self.method.screen_floor()])
-        self._screened = np.concatenate(kept)
-        return len(self._screened)
+                self._screened.append(chunk[estimate >= self.method.screen_floor()])
+        return sum(len(k) for k in self._screened)
 
     def emit_screened(self) -> list[np.ndarray]:
         """The screened pairs, routed for :meth:`receive_candidates`; frees the signatures."""
-        edges, self._screened, self._parts = self._screened, np.zeros((0, 2), np.int64), []
+        edges = np.concatenate([np.zeros((0, 2), np.int64), *self._screened])
+        self._screened, self._parts, self._sig_pool = [], [], None
         return route_edges(edges, self.shards)
 
     # -- verification on the texts ----------------------------------------------------------
@@ -361,16 +396,7 @@ class IndexShard:
         ``rounds`` rounds, round ``round_`` forwards the pairs of the ``round_``-th of
         ``rounds`` equal slices of the distinct ``u`` in key order: a round copies a
         ``1 / rounds`` share of the texts, and every pair goes in exactly one round."""
-        edges = self.pairs()
-        if rounds > 1:
-            if round_ == 0 or self._firsts is None:  # the slices' bounds, once per verification
-                self._firsts = np.unique(edges[:, 0])
-            firsts = self._firsts
-            lo, hi = (len(firsts) * r // rounds for r in (round_, round_ + 1))
-            mine = (edges[:, 0] >= firsts[lo]) if lo < len(firsts) else np.zeros(len(edges), bool)
-            if hi < len(firsts):
-                mine &= edges[:, 0] < firsts[hi]
-            edges = edges[mine]
+        edges = self._round_pairs(round_, rounds)
         # This round's first nodes, gathered block by block.
         wanted = np.unique(edges[:, 0])
         if len(wanted) == 0:

@@ -273,7 +273,11 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
     if op.method.verified and op.method.screen_floor() is not None:
         calls_of = functools.partial(signature_calls, needed=_needed(backend))
         _stream(backend, calls_of, op, ctx, tasks, keys, previous)
-        stats["screened_pairs"] = sum(backend.exchange("forward_signatures", "screen"))
+        held = sum(backend.call_all("signature_bytes")) if ctx.memory_bytes else 0
+        rounds = _rounds(ctx, FORWARD_COPIES * held)
+        for r in range(rounds):  # the signatures of a slice of the first nodes per round
+            screened = backend.exchange("forward_signatures", "screen", r, rounds)
+        stats["screened_pairs"], stats["screen_rounds"] = sum(screened), rounds
         backend.exchange("emit_screened", "receive_candidates")
     if op.method.verified:
         # Only candidate records are read back and shingled (the planner holds their keys).
