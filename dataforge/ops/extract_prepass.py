@@ -108,6 +108,7 @@ _NAV_XPATH = (
     " or @role='complementary']"
 )
 _MAIN_XPATH = "//main | //*[@role='main']"
+_NAMED = "//*[@class or @id]"  # in document order, as root.iter() meets them
 _INVISIBLE = "//script | //style | //noscript | //template"
 # lxml's HTML parser keeps control characters in text, then refuses them when text is set
 # (drop_tree joins a tail onto its neighbour's): they go before parsing.
@@ -155,7 +156,8 @@ def _measure(root: lxml.html.HtmlElement) -> tuple[int, int]:
             continue
         count += 1
         level += 1
-        depth = max(depth, level)
+        if level > depth:  # a comparison, not a max() call per element
+            depth = level
     return depth, count
 
 
@@ -196,10 +198,14 @@ def main_element(root: lxml.html.HtmlElement) -> lxml.html.HtmlElement | None:
     return None
 
 
-def strip_navigation(root: lxml.html.HtmlElement) -> int:
+_UNSET: Any = object()
+
+
+def strip_navigation(root: lxml.html.HtmlElement, main: Any = _UNSET) -> int:
     """Remove the navigation of the page (see the module docstring); returns the number of
-    subtrees removed."""
-    main = main_element(root)
+    subtrees removed. ``main``: :func:`main_element` of ``root`` where the caller has it."""
+    if main is _UNSET:
+        main = main_element(root)
     keep = set(main.iterancestors()) | {main} if main is not None else set()
     removed = 0
     if main is not None:
@@ -210,9 +216,7 @@ def strip_navigation(root: lxml.html.HtmlElement) -> int:
                 if sibling not in keep and sibling.getparent() is ancestor:
                     ancestor.remove(sibling)  # tail text of the sibling goes too
                     removed += 1
-    candidates = root.xpath(_NAV_XPATH) + [
-        el for el in root.iter() if isinstance(el.tag, str) and _is_nav_name(el)
-    ]
+    candidates = root.xpath(_NAV_XPATH) + [el for el in root.xpath(_NAMED) if _is_nav_name(el)]
     candidates += repeated_link_blocks(root)
     for el in candidates:
         if el in keep or el.tag in ("html", "body") or not _attached(el, root):
@@ -222,6 +226,9 @@ def strip_navigation(root: lxml.html.HtmlElement) -> int:
     return removed
 
 
+_LINKS = "//a[@href]"
+# divs with non-space text of their own (XPath's space is ASCII: the Python test decides)
+_TEXT_DIVS = "//div[text()[normalize-space()]]"
 _BLOCKS = frozenset({"table", "ul", "ol", "dl", "menu", "p", "center", "div"})
 MAX_BAR_CHARS = 600
 """Longest text (non-space characters) of a block taken for a link bar."""
@@ -251,6 +258,8 @@ def _link_stats(order: list[Any]) -> dict[Any, tuple[int, int, int]]:
 def repeated_link_blocks(root: lxml.html.HtmlElement) -> list[lxml.html.HtmlElement]:
     """The outermost blocks whose normalized text occurs in two blocks of the page neither
     inside the other, made mostly (over half of their text) of at least two links."""
+    if len(root.xpath(_LINKS)) < 4:  # two disjoint blocks of two links at least
+        return []
     by_text: dict[str, list[lxml.html.HtmlElement]] = {}
     order = list(root.iter())
     stats = _link_stats(order)
@@ -276,14 +285,9 @@ def simplify_markup(root: lxml.html.HtmlElement) -> int:
     were renamed."""
     for el in [*root.iter(*INLINE_FORMATTING), *root.xpath("//a[not(@href)]")]:
         el.drop_tag()
+    lxml.etree.strip_attributes(root, "class", "id")
     renamed = 0
-    for el in root.iter():
-        if not isinstance(el.tag, str):
-            continue
-        el.attrib.pop("class", None)
-        el.attrib.pop("id", None)
-        if el.tag != "div":
-            continue
+    for el in root.xpath(_TEXT_DIVS):
         if (el.text or "").strip() or any((child.tail or "").strip() for child in el):
             el.tag = "p"
             renamed += 1
