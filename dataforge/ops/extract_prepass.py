@@ -102,13 +102,10 @@ INLINE_FORMATTING = (
 )
 """Elements unwrapped into their parent's text (links stay: engines weigh link density)."""
 
-_NAV_XPATH = (
-    "//nav | //header | //footer | //aside"
-    " | //*[@role='navigation' or @role='banner' or @role='contentinfo' or @role='search'"
-    " or @role='complementary']"
-)
-_MAIN_XPATH = "//main | //*[@role='main']"
-_NAMED = "//*[@class or @id]"  # in document order, as root.iter() meets them
+# Declared navigation: these elements, and elements with these ARIA roles. Found in one
+# walk of the elements (an XPath union walks the page once per branch).
+_NAV_TAGS = frozenset({"nav", "header", "footer", "aside"})
+_NAV_ROLES = frozenset({"navigation", "banner", "contentinfo", "search", "complementary"})
 _INVISIBLE = "//script | //style | //noscript | //template"
 # lxml's HTML parser keeps control characters in text, then refuses them when text is set
 # (drop_tree joins a tail onto its neighbour's): they go before parsing.
@@ -181,21 +178,21 @@ def visible_text(root: lxml.html.HtmlElement) -> str:
     return (body if body is not None else root).text_content()
 
 
-def _is_nav_name(el: lxml.html.HtmlElement) -> bool:
-    tokens = (el.get("class") or "").lower().split() + (el.get("id") or "").lower().split()
+def _is_nav_name(class_: str | None, id_: str | None) -> bool:
+    """Whether an element's ``class`` or ``id`` holds a navigation name."""
+    tokens = (class_ or "").lower().split() + (id_ or "").lower().split()
     return any(token in NAV_NAMES for token in tokens)
 
 
 def main_element(root: lxml.html.HtmlElement) -> lxml.html.HtmlElement | None:
     """The page's declared main content: its single ``<main>`` (or ``role=main``), failing
     that its single ``<article>``; None when there is none or several."""
-    for xpath in (_MAIN_XPATH, "//article"):
-        found = root.xpath(xpath)
-        if len(found) == 1:
-            return found[0]
-        if found:
-            return None
-    return None
+    found = [
+        el for el in root.iter(lxml.etree.Element) if el.tag == "main" or el.get("role") == "main"
+    ]
+    if not found:
+        found = list(root.iter("article"))
+    return found[0] if len(found) == 1 else None
 
 
 _UNSET: Any = object()
@@ -216,8 +213,14 @@ def strip_navigation(root: lxml.html.HtmlElement, main: Any = _UNSET) -> int:
                 if sibling not in keep and sibling.getparent() is ancestor:
                     ancestor.remove(sibling)  # tail text of the sibling goes too
                     removed += 1
-    candidates = root.xpath(_NAV_XPATH) + [el for el in root.xpath(_NAMED) if _is_nav_name(el)]
-    candidates += repeated_link_blocks(root)
+    declared, named = [], []  # each in document order
+    for el in root.iter(lxml.etree.Element):
+        if el.tag in _NAV_TAGS or el.get("role") in _NAV_ROLES:
+            declared.append(el)
+        class_, id_ = el.get("class"), el.get("id")
+        if (class_ or id_) and _is_nav_name(class_, id_):
+            named.append(el)
+    candidates = declared + named + repeated_link_blocks(root)
     for el in candidates:
         if el in keep or el.tag in ("html", "body") or not _attached(el, root):
             continue  # the main content's ancestors, or inside a subtree removed earlier
