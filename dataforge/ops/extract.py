@@ -179,11 +179,12 @@ class Extract(Mapper):
             return "", "extract:budget"
         if not visible_text(page.root).strip():
             return "", "extract:no_text"
-        fast = cfg.fast and cfg.engine == "trafilatura" and main_element(page.root) is not None
+        main = main_element(page.root) if cfg.strip_navigation else None
+        fast = cfg.fast and cfg.engine == "trafilatura" and main is not None
         if fast:
             self.events["extract:fallbacks_skipped"] += 1
         if cfg.strip_navigation:
-            self.events["extract:navigation_removed"] += strip_navigation(page.root)
+            self.events["extract:navigation_removed"] += strip_navigation(page.root, main)
             simplify_markup(page.root)
         chars_in = _non_space(visible_text(page.root))
         body = self._engine_text(page.root, url, fast).strip()

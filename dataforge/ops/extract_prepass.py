@@ -102,12 +102,10 @@ INLINE_FORMATTING = (
 )
 """Elements unwrapped into their parent's text (links stay: engines weigh link density)."""
 
-_NAV_XPATH = (
-    "//nav | //header | //footer | //aside"
-    " | //*[@role='navigation' or @role='banner' or @role='contentinfo' or @role='search'"
-    " or @role='complementary']"
-)
-_MAIN_XPATH = "//main | //*[@role='main']"
+# Declared navigation: these elements, and elements with these ARIA roles. Found in one
+# walk of the elements (an XPath union walks the page once per branch).
+_NAV_TAGS = frozenset({"nav", "header", "footer", "aside"})
+_NAV_ROLES = frozenset({"navigation", "banner", "contentinfo", "search", "complementary"})
 _INVISIBLE = "//script | //style | //noscript | //template"
 # lxml's HTML parser keeps control characters in text, then refuses them when text is set
 # (drop_tree joins a tail onto its neighbour's): they go before parsing.
@@ -155,7 +153,8 @@ def _measure(root: lxml.html.HtmlElement) -> tuple[int, int]:
             continue
         count += 1
         level += 1
-        depth = max(depth, level)
+        if level > depth:  # a comparison, not a max() call per element
+            depth = level
     return depth, count
 
 
@@ -179,27 +178,31 @@ def visible_text(root: lxml.html.HtmlElement) -> str:
     return (body if body is not None else root).text_content()
 
 
-def _is_nav_name(el: lxml.html.HtmlElement) -> bool:
-    tokens = (el.get("class") or "").lower().split() + (el.get("id") or "").lower().split()
+def _is_nav_name(class_: str | None, id_: str | None) -> bool:
+    """Whether an element's ``class`` or ``id`` holds a navigation name."""
+    tokens = (class_ or "").lower().split() + (id_ or "").lower().split()
     return any(token in NAV_NAMES for token in tokens)
 
 
 def main_element(root: lxml.html.HtmlElement) -> lxml.html.HtmlElement | None:
     """The page's declared main content: its single ``<main>`` (or ``role=main``), failing
     that its single ``<article>``; None when there is none or several."""
-    for xpath in (_MAIN_XPATH, "//article"):
-        found = root.xpath(xpath)
-        if len(found) == 1:
-            return found[0]
-        if found:
-            return None
-    return None
+    found = [
+        el for el in root.iter(lxml.etree.Element) if el.tag == "main" or el.get("role") == "main"
+    ]
+    if not found:
+        found = list(root.iter("article"))
+    return found[0] if len(found) == 1 else None
 
 
-def strip_navigation(root: lxml.html.HtmlElement) -> int:
+_UNSET: Any = object()
+
+
+def strip_navigation(root: lxml.html.HtmlElement, main: Any = _UNSET) -> int:
     """Remove the navigation of the page (see the module docstring); returns the number of
-    subtrees removed."""
-    main = main_element(root)
+    subtrees removed. ``main``: :func:`main_element` of ``root`` where the caller has it."""
+    if main is _UNSET:
+        main = main_element(root)
     keep = set(main.iterancestors()) | {main} if main is not None else set()
     removed = 0
     if main is not None:
@@ -210,10 +213,14 @@ def strip_navigation(root: lxml.html.HtmlElement) -> int:
                 if sibling not in keep and sibling.getparent() is ancestor:
                     ancestor.remove(sibling)  # tail text of the sibling goes too
                     removed += 1
-    candidates = root.xpath(_NAV_XPATH) + [
-        el for el in root.iter() if isinstance(el.tag, str) and _is_nav_name(el)
-    ]
-    candidates += repeated_link_blocks(root)
+    declared, named = [], []  # each in document order
+    for el in root.iter(lxml.etree.Element):
+        if el.tag in _NAV_TAGS or el.get("role") in _NAV_ROLES:
+            declared.append(el)
+        class_, id_ = el.get("class"), el.get("id")
+        if (class_ or id_) and _is_nav_name(class_, id_):
+            named.append(el)
+    candidates = declared + named + repeated_link_blocks(root)
     for el in candidates:
         if el in keep or el.tag in ("html", "body") or not _attached(el, root):
             continue  # the main content's ancestors, or inside a subtree removed earlier
@@ -222,6 +229,9 @@ def strip_navigation(root: lxml.html.HtmlElement) -> int:
     return removed
 
 
+_LINKS = "//a[@href]"
+# divs with non-space text of their own (XPath's space is ASCII: the Python test decides)
+_TEXT_DIVS = "//div[text()[normalize-space()]]"
 _BLOCKS = frozenset({"table", "ul", "ol", "dl", "menu", "p", "center", "div"})
 MAX_BAR_CHARS = 600
 """Longest text (non-space characters) of a block taken for a link bar."""
@@ -251,6 +261,8 @@ def _link_stats(order: list[Any]) -> dict[Any, tuple[int, int, int]]:
 def repeated_link_blocks(root: lxml.html.HtmlElement) -> list[lxml.html.HtmlElement]:
     """The outermost blocks whose normalized text occurs in two blocks of the page neither
     inside the other, made mostly (over half of their text) of at least two links."""
+    if len(root.xpath(_LINKS)) < 4:  # two disjoint blocks of two links at least
+        return []
     by_text: dict[str, list[lxml.html.HtmlElement]] = {}
     order = list(root.iter())
     stats = _link_stats(order)
@@ -276,14 +288,9 @@ def simplify_markup(root: lxml.html.HtmlElement) -> int:
     were renamed."""
     for el in [*root.iter(*INLINE_FORMATTING), *root.xpath("//a[not(@href)]")]:
         el.drop_tag()
+    lxml.etree.strip_attributes(root, "class", "id")
     renamed = 0
-    for el in root.iter():
-        if not isinstance(el.tag, str):
-            continue
-        el.attrib.pop("class", None)
-        el.attrib.pop("id", None)
-        if el.tag != "div":
-            continue
+    for el in root.xpath(_TEXT_DIVS):
         if (el.text or "").strip() or any((child.tail or "").strip() for child in el):
             el.tag = "p"
             renamed += 1
