@@ -32,10 +32,11 @@ MAX_NODE = (1 << 31) - 1
 
 
 def bucket_pair_edges(
-    bucket_keys: np.ndarray, nodes: np.ndarray, max_partners: int = 1
+    bucket_keys: np.ndarray, nodes: np.ndarray, max_partners: int = 1, ordered: bool = False
 ) -> np.ndarray:
     """Pairs ``(node, earlier member)`` of every bucket with 2+ nodes: each member with the
-    smallest member and the ``max_partners - 1`` members just before it.
+    smallest member and the ``max_partners - 1`` members just before it (``ordered``: the
+    entries are already sorted by key, then node).
 
     Returns:
         ``(k, 2)`` int64 array, sorted, unique, larger node first; never a self loop.
@@ -43,8 +44,11 @@ def bucket_pair_edges(
     if len(nodes) == 0:
         return np.zeros((0, 2), dtype=np.int64)
     nodes = nodes.astype(np.int64, copy=False)
-    order = np.lexsort((nodes, bucket_keys))
-    keys, nodes = bucket_keys[order], nodes[order]
+    keys = bucket_keys
+    if not ordered:
+        order = np.lexsort((nodes, bucket_keys))
+        keys, nodes = bucket_keys[order], nodes[order]
+        del order
     starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
     sizes = np.diff(np.append(starts, len(keys)))
     repeated = repeated_buckets(nodes, starts, sizes)
@@ -141,11 +145,10 @@ def packed_bucket_pair_edges(packed: np.ndarray, max_partners: int = 1) -> np.nd
     in_bucket[:-1] |= same
     entries = packed[in_bucket]
     del in_bucket, same
-    return bucket_pair_edges(
-        (entries >> np.uint64(32)).astype(np.uint32),
-        (entries & np.uint64(0xFFFFFFFF)).astype(np.uint32),
-        max_partners,
-    )
+    keys = (entries >> np.uint64(32)).astype(np.uint32)
+    nodes = (entries & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    del entries
+    return bucket_pair_edges(keys, nodes, max_partners, ordered=True)  # sorted as packed
 
 
 def unique_edges(edges: np.ndarray) -> np.ndarray:
