@@ -30,9 +30,13 @@ driver. Steps (``plan``):
    sequences going to the owning shard; each pair is scored on the shard that owns its
    second node (:mod:`dataforge.ops.dedup.verify`: exact Jaccard >= ``threshold``, and not
    two documents that each have content of their own). Memory on a shard: the shingles of
-   its candidate records, not of the corpus; the copies forwarded for the pairs go in
-   rounds of at most ``ctx.memory_bytes // VERIFY_SHARE`` (slices of the first nodes in
-   key order; the same pairs decided in any number of rounds).
+   its candidate records, not of the corpus, held up to its share of
+   ``ctx.memory_bytes // VERIFY_SHARE`` and past it on disk, read back a block at a time
+   (:mod:`dataforge.ops.dedup.pool`); the signatures forwarded for the screen, the
+   template's n-grams and the texts forwarded for the pairs go in rounds of at most
+   ``ctx.memory_bytes // VERIFY_SHARE`` (counting the copies each makes; slices of the
+   first nodes in key order, or of the n-grams by value: the same pairs and template in
+   any number of rounds).
 5. **Star clusters.** The decided pairs (few: near-duplicates only) come back to the
    planner, which builds star clusters in key order (:mod:`dataforge.ops.dedup.star`):
    every dropped record was verified against its representative, never chained (a copy:
