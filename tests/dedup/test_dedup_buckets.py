@@ -15,6 +15,7 @@ from dataforge.ops.dedup import buckets as buckets_module
 from dataforge.ops.dedup.buckets import (
     bucket_pair_edges,
     packed_bucket_pair_edges,
+    route_edges,
     unpack_edges,
 )
 from dataforge.ops.dedup.calls import index_calls
@@ -149,3 +150,15 @@ def test_minhash_candidates_do_not_depend_on_the_shard_count(entries, partners):
 
     want = candidates(1)
     assert all(candidates(count) == want for count in (2, 3, 4))
+
+
+def test_routed_edges_pack_any_integer_dtype_without_overflow():
+    """Nodes up to 2^31 - 1 in 32-bit arrays still pack into one int64 per edge."""
+    big = (1 << 31) - 1
+    edges = np.array([[big, 3], [4, big - 1]], np.uint32)
+    routed = route_edges(edges, 2)
+    got = sorted(tuple(e) for part in routed for e in unpack_edges(part).tolist())
+    assert got == sorted([(3, big), (4, big - 1), (big, 3), (big - 1, 4)])
+    assert all(part.dtype == np.int64 for part in routed)
+    # each edge's first node is owned by the shard it went to
+    assert all((unpack_edges(part)[:, 0] % 2 == i).all() for i, part in enumerate(routed))

@@ -70,8 +70,11 @@ def test_past_the_hold_every_block_goes_to_disk_and_comes_back_the_same(tmp_path
     pool.replace_all(iter(cut))
     for (_, got), want in zip(pool.blocks(), cut, strict=True):
         _same(got, want)
-    # which block holds a node; only some blocks read
+    # which block holds a node, and the template's lengths, known without a read
     assert pool.block_of(np.array([13, 0, 6, 14])).tolist() == [2, 0, 1, 2]
+    for lengths, block in zip(pool.templated_lengths(), cut, strict=True):
+        want = np.diff(block.texts.chars.offsets) * block.texts.templated
+        assert lengths.tolist() == want.tolist()
     assert [i for i, _ in pool.blocks(only=np.array([2, 0, 2]))] == [0, 2]
     pool.clear()
     assert list(tmp_path.iterdir()) == [] and list(pool.blocks()) == []

@@ -180,7 +180,7 @@ def route_edges(edges: np.ndarray, shards: int, both: bool = True) -> list[np.nd
     """Edges split by the owner of their first node, each packed ``first << 32 | second``
     in one int64 (:func:`unpack_edges`); ``both``: each undirected edge in both
     directions (so each side's owner sees it)."""
-    edges = edges.reshape(-1, 2)
+    edges = edges.reshape(-1, 2).astype(np.int64, copy=False)  # packs into 64 bits below
     out = []
     for shard in range(shards):  # a mask per shard: no doubled copy, no argsort
         mine = edges[edges[:, 0] % shards == shard]
@@ -188,7 +188,7 @@ def route_edges(edges: np.ndarray, shards: int, both: bool = True) -> list[np.nd
         if both:
             theirs = edges[edges[:, 1] % shards == shard]
             packed.append(theirs[:, 1] << 32 | theirs[:, 0])
-        out.append(np.concatenate(packed).astype(np.int64, copy=False))
+        out.append(np.concatenate(packed))
     return out
 
 

@@ -322,13 +322,8 @@ class IndexShard:
     def template_bytes(self) -> int:
         """Bytes of the n-grams :meth:`template_counts` sends in one round (at most: a
         document's positions, times its count), for the planner's rounds."""
-        total = 0
-        for _, block in self._pool.blocks():
-            texts = block.texts
-            if texts.templated is not None:
-                lengths = np.diff(texts.chars.offsets)
-                total += int((lengths * self._template_times(block.nodes) * texts.templated).sum())
-        return total * 4
+        pieces = zip(self._pool.templated_lengths(), self._pool.node_blocks(), strict=True)
+        return 4 * sum(int((n * self._template_times(nodes)).sum()) for n, nodes in pieces)
 
     def template_counts(self, round_: int = 0, rounds: int = 1) -> list[np.ndarray]:
         """The distinct character n-grams of each owned candidate document, routed to the

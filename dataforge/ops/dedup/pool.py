@@ -63,6 +63,11 @@ class CandidatePool:
         self._sizes: list[int] = []
         self._nodes: list[np.ndarray] = []
         """Each block's nodes, held even when the block is spilled (8 bytes a candidate)."""
+        self._lengths: list[np.ndarray] = []
+        """Each block's documents' ``chars`` counts where the template rule applies, else
+        0 (held beside the nodes: the template's size needs no read of the blocks)."""
+        self._lookup: tuple[np.ndarray, np.ndarray] | None = None
+        """Every node sorted, and its block: :meth:`block_of`, made once per change."""
         self._dir: Path | None = None
 
     @property
@@ -79,15 +84,42 @@ class CandidatePool:
 
     def add(self, block: Block) -> None:
         self._blocks.append(block)
-        self._sizes.append(block.nbytes)
-        self._nodes.append(block.nodes)
+        self._note(len(self._blocks) - 1, block)
         if self._dir is None and self.hold_bytes is not None and self.nbytes > self.hold_bytes:
             root = self.spill_root if self.spill_root and os.path.isdir(self.spill_root) else None
             self._dir = Path(tempfile.mkdtemp(prefix="dedup-shard-", dir=root))
+            for i, held in enumerate(self._blocks[:-1]):  # the held ones, once
+                self._blocks[i] = self._write(i, held)  # type: ignore[arg-type]
         if self._dir is not None:
-            for i, held in enumerate(self._blocks):
-                if isinstance(held, Block):
-                    self._blocks[i] = self._write(i, held)
+            self._blocks[-1] = self._write(len(self._blocks) - 1, block)
+
+    def templated_lengths(self) -> list[np.ndarray]:
+        """Per block, each document's ``chars`` count where the template rule applies
+        (else 0), without reading the blocks."""
+        self._join_held()
+        return self._lengths
+
+    def node_blocks(self) -> list[np.ndarray]:
+        """Per block, its nodes, without reading the blocks."""
+        self._join_held()
+        return self._nodes
+
+    def _note(self, i: int, block: Block) -> None:
+        """Keep what is known of block ``i`` without reading it (new or replaced)."""
+        texts = block.texts
+        lengths = np.diff(texts.chars.offsets)
+        if texts.templated is None:
+            lengths = np.zeros_like(lengths)
+        else:
+            lengths = lengths * texts.templated
+        entry = (block.nbytes, block.nodes, lengths)
+        if i == len(self._sizes):
+            self._sizes.append(entry[0])
+            self._nodes.append(entry[1])
+            self._lengths.append(entry[2])
+        else:
+            self._sizes[i], self._nodes[i], self._lengths[i] = entry
+        self._lookup = None
 
     def blocks(self, only: np.ndarray | None = None) -> Iterator[tuple[int, Block]]:
         """``(index, block)`` of every block in the order added, one loaded at a time
@@ -103,26 +135,31 @@ class CandidatePool:
         self._join_held()
         if len(self._nodes) <= 1:
             return np.zeros(len(nodes), np.int64)
-        held = np.concatenate(self._nodes)
-        which = np.repeat(np.arange(len(self._nodes)), [len(n) for n in self._nodes])
-        order = np.argsort(held, kind="stable")
-        return which[order[np.searchsorted(held, nodes, sorter=order)]]
+        if self._lookup is None:
+            held = np.concatenate(self._nodes)
+            which = np.repeat(np.arange(len(self._nodes)), [len(n) for n in self._nodes])
+            order = np.argsort(held, kind="stable")
+            self._lookup = (held[order], which[order])
+        held, which = self._lookup
+        return which[np.searchsorted(held, nodes)]
 
     def _join_held(self) -> None:
         """Held blocks (nothing spilled) become one: one pool, sorted once per pass."""
         if not self.spilled and len(self._blocks) > 1:
             joined = Block.concat(self._blocks)  # type: ignore[arg-type]
-            self._blocks, self._sizes, self._nodes = [joined], [joined.nbytes], [joined.nodes]
+            self._blocks, self._sizes, self._nodes, self._lengths = [joined], [], [], []
+            self._note(0, joined)
 
     def replace_all(self, blocks: Iterator[Block]) -> None:
         """Put ``blocks`` (one per block of :meth:`blocks`, same order) in their place."""
         for i, block in enumerate(blocks):
-            self._sizes[i], self._nodes[i] = block.nbytes, block.nodes
+            self._note(i, block)
             self._blocks[i] = self._write(i, block) if self.spilled else block
 
     def clear(self) -> None:
         """Forget every block; remove the spill directory."""
-        self._blocks, self._sizes, self._nodes = [], [], []
+        self._blocks, self._sizes, self._nodes, self._lengths = [], [], [], []
+        self._lookup = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
