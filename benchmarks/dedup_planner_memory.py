@@ -131,7 +131,7 @@ def _instrument(probe: _Probe, shards: ShardFactory) -> ShardFactory:
         return nodes
 
     planner._needed = needed
-    wrap(planner, "star_clusters", "star clusters")
+    wrap(planner, "_star_walk", "star clusters")
     wrap(planner, "join_heads", "copies joined")
     wrap(planner, "_write_outputs", "outputs written")
     return make

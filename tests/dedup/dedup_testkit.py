@@ -27,6 +27,8 @@ HOW_NOT_WHAT = {
     "template_rounds",
     "verify_rounds",
     "texts_spilled_shards",
+    "edge_runs",
+    "star_ranges",
 }
 """Summary keys that say how a budget split the work (and the process's peak memory),
 not what was decided: they differ between a budgeted and an unbudgeted run."""

@@ -108,6 +108,9 @@ def test_a_cluster_of_1e5_identical_documents_spills_and_gives_the_same_bytes(tm
     assert free[0]["key_runs"] == 0 and tiny[0]["key_runs"] > FAN_IN  # two merge passes
     assert free[0]["dropped"] >= COPIES - 1 and free[0]["clusters"] >= 1
     assert not (free[2].parent / "spill").exists()
+    assert free[0]["star_ranges"] == 1 and free[0]["edge_runs"] == 0
+    if method == "exact":  # each copy paired with the first: 10^5 pairs, on disk, by range
+        assert tiny[0]["edge_runs"] >= 1 and tiny[0]["star_ranges"] > 1
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -4,6 +4,8 @@ stars as the round-per-link clustering it replaced."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -11,8 +13,10 @@ from dedup_testkit import kept_ids, make_table
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dataforge.ops.dedup import edge_runs
 from dataforge.ops.dedup.buckets import bucket_pair_edges, repeated_buckets
-from dataforge.ops.dedup.star import star_clusters
+from dataforge.ops.dedup.edge_runs import EdgeRuns
+from dataforge.ops.dedup.star import StarWalk, star_clusters
 
 COPIES = 100_000
 PAGE = "404 Not Found: the requested URL was not found on this server, please check the address"
@@ -101,6 +105,100 @@ def test_star_clusters_equal_the_round_per_link_clustering(triples, fixed):
     got = star_clusters(edges, sims, fixed_representatives=fixed)
     want = _round_per_link_star(edges, sims, fixed_representatives=fixed)
     assert [g.tolist() for g in got] == [w.tolist() for w in want]
+
+
+def _walked(edges, sims, fixed, cuts, hold=None, spill=None):
+    """Star members through EdgeRuns (added in pieces, spilled past ``hold``) and a
+    StarWalk over the ranges cut at ``cuts``."""
+    runs = EdgeRuns(hold, spill)
+    keep = edges[:, 0] != edges[:, 1]
+    edges, sims = edges[keep], sims[keep]
+    oriented = np.stack([edges.min(axis=1), edges.max(axis=1)], axis=1)
+    # an edge listed twice counts once (the shards hold each pair once)
+    _, first = np.unique(oriented, axis=0, return_index=True)
+    first.sort()
+    oriented, sims = oriented[first], sims[first]
+    for lo in range(0, len(oriented), 7):
+        runs.add(oriented[lo : lo + 7], sims[lo : lo + 7])
+    walk = StarWalk(64, fixed_representatives=fixed)
+    bounds = [0, *sorted(set(cuts)), 1 << 31]
+    members = [walk.decide(*runs.between(lo, hi), lo, hi) for lo, hi in itertools.pairwise(bounds)]
+    runs.clear()
+    return [np.concatenate([np.zeros(0), *(m[i] for m in members)]).tolist() for i in range(3)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 30), st.integers(0, 30), st.sampled_from([0.5, 0.7, 0.9, 1.0])),
+        max_size=90,
+        unique_by=lambda t: (min(t[0], t[1]), max(t[0], t[1])),
+    ),
+    st.integers(0, 5),
+    st.lists(st.integers(1, 31), max_size=6),
+    st.sampled_from([None, 16, 200]),
+    st.sampled_from([16, 2]),
+)
+def test_star_walk_by_ranges_equals_star_clusters(
+    tmp_path_factory, triples, fixed, cuts, hold, fan_in
+):
+    """Ranges of the larger node decided in turn, the edges held or in sorted runs on
+    disk: the same members, representatives and similarities as all at once."""
+    edges = np.array([(u, v) for u, v, _ in triples], dtype=np.int64).reshape(-1, 2)
+    sims = np.array([s for _, _, s in triples])
+    nodes, reps, rep_sims = star_clusters(edges, sims, fixed_representatives=fixed)
+    joined = reps != nodes
+    want = [nodes[joined].tolist(), reps[joined].tolist(), rep_sims[joined].tolist()]
+    spill = str(tmp_path_factory.mktemp("runs"))
+    # runs of any size (the shipped floor is 4096 edges); 2: merged level by level
+    default = edge_runs.FAN_IN, edge_runs.MIN_RUN_EDGES
+    edge_runs.FAN_IN, edge_runs.MIN_RUN_EDGES = fan_in, 1
+    try:
+        assert _walked(edges, sims, fixed, cuts, hold, spill) == want
+    finally:
+        edge_runs.FAN_IN, edge_runs.MIN_RUN_EDGES = default
+
+
+@pytest.mark.parametrize("fan_in", [16, 3])
+def test_edge_runs_spill_sorted_runs_and_cut_ranges(tmp_path, monkeypatch, fan_in):
+    """Sorted runs on disk (with ``fan_in`` 3, merged level by level: 3 runs of a level
+    become one of the next) give the held edges' histogram and ranges."""
+    monkeypatch.setattr(edge_runs, "FAN_IN", fan_in)
+    monkeypatch.setattr(edge_runs, "MIN_RUN_EDGES", 1)
+    rng = np.random.default_rng(3)
+    big = rng.integers(1, 5000, 20_000)
+    small = (big * rng.random(20_000)).astype(np.int64)
+    pairs = np.unique(np.stack([small, big], axis=1), axis=0)
+    pairs = pairs[rng.permutation(len(pairs))]
+    sims = rng.random(len(pairs))
+    runs = EdgeRuns(hold_bytes=40_000, spill_root=str(tmp_path))
+    for lo in range(0, len(pairs), 1000):
+        runs.add(pairs[lo : lo + 1000], sims[lo : lo + 1000])
+    runs.finish()
+    assert runs.spilled_runs > 5 and runs.count == len(pairs)
+    on_disk = sorted(p.name for p in next(tmp_path.iterdir()).iterdir())
+    assert len(on_disk) == (
+        runs.spilled_runs if fan_in == 16 else 3
+    )  # 7 runs and 2 merges: one of level 0, two of 1
+    assert runs.histogram(6, 79).tolist() == np.bincount(pairs[:, 1] >> 6, minlength=79).tolist()
+    assert runs.histogram(6, 10)[-1] == (pairs[:, 1] >> 6 >= 9).sum()  # the last takes the rest
+    b, s, sim = runs.between(1000, 2500)
+    mine = (pairs[:, 1] >= 1000) & (pairs[:, 1] < 2500)
+    order = np.lexsort((pairs[mine, 0], pairs[mine, 1]))
+    assert b.tolist() == pairs[mine, 1][order].tolist()
+    assert s.tolist() == pairs[mine, 0][order].tolist()
+    assert sim.tolist() == sims[mine][order].tolist()
+    runs.clear()
+    assert list(tmp_path.iterdir()) == []  # the runs' directory is gone
+
+
+def test_star_walk_refuses_ranges_out_of_order():
+    walk = StarWalk(10)
+    walk.decide(np.array([5]), np.array([1]), np.array([1.0]), 4, 8)
+    with pytest.raises(ValueError, match="before 8"):
+        walk.decide(np.array([3]), np.array([1]), np.array([1.0]), 0, 4)
+    with pytest.raises(ValueError, match="outside the range"):
+        walk.decide(np.array([9]), np.array([1]), np.array([1.0]), 8, 9)
 
 
 @pytest.mark.parametrize("links", [1, 2, 15])

@@ -83,6 +83,12 @@ def test_verification_in_rounds_decides_and_writes_the_same(tmp_path, monkeypatc
     if method == "minhash":  # the signature screen went in rounds too
         assert free[0]["screen_rounds"] == 1 and tiny[0]["screen_rounds"] == MAX_VERIFY_ROUNDS
     assert not list((tiny[2].parent / "spill").glob("dedup-shard-*"))
+    # the decided pairs were clustered range by range; past MIN_RUN_EDGES on a shard
+    # (SimHash's ~6,500 per shard here, not MinHash's ~2,800) they waited on disk
+    assert free[0]["edge_runs"] == 0 and free[0]["star_ranges"] == 1
+    assert tiny[0]["edge_runs"] >= (3 if method == "simhash" else 0)
+    assert tiny[0]["star_ranges"] > 1
+    assert not list((tiny[2].parent / "spill").glob("dedup-edges-*"))
     # every pair forwarded exactly once, whatever the rounds
     assert np.array_equal(tiny_spy.sent(), free_spy.sent())
     assert len(free_spy.sent()) >= BIG_CLUSTER - 1

@@ -31,8 +31,10 @@ as Ray actors (this module has no ray import). Lifecycle of a shard:
    (:mod:`dataforge.ops.dedup.template`), which travels with its texts.
    A pair with a record of an ``against`` run (key below ``fixed``: its text is gone) is
    judged on the signatures instead.
-4. ``edges``: the decided pairs and their similarity, for the star clustering in the
-   planner (:mod:`dataforge.ops.dedup.star`).
+4. ``finish_edges``, then ``edge_histogram`` and ``edges_between``: the decided pairs and
+   their similarity, a range of larger nodes at a time, for the star clustering in the
+   planner (:mod:`dataforge.ops.dedup.star`); held past ``hold_bytes`` in sorted runs on
+   disk (:mod:`dataforge.ops.dedup.edge_runs`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from dataforge.ops.dedup.buckets import (
     unpack_edges,
 )
 from dataforge.ops.dedup.copies import copy_pairs
+from dataforge.ops.dedup.edge_runs import EdgeRuns
 from dataforge.ops.dedup.method import DedupMethod
 from dataforge.ops.dedup.pool import Block, CandidatePool
 from dataforge.ops.dedup.simhash import hamming_pairs
@@ -109,7 +112,8 @@ class IndexShard:
         self._pool = CandidatePool(hold_bytes, spill_root)
         self._received = 0
         """The owned candidates' signatures and texts (spilled past ``hold_bytes``)."""
-        self._decided: list[tuple[np.ndarray, np.ndarray]] = []
+        self._edges = EdgeRuns(hold_bytes, spill_root)
+        """The decided pairs, by larger node (spilled past ``hold_bytes``)."""
         self._template = np.zeros(0, np.uint32)
         self._text_hashes: list[tuple[np.ndarray, np.ndarray]] = []
         self._group_heads = np.zeros(0, np.int64)
@@ -438,23 +442,39 @@ class IndexShard:
                 if len(mine):
                     # each part is decided on its own texts: no copy of all of them at once
                     decided = decide_pairs(mine, left, right, self.method, self.fixed)
-                    self._decided.append(decided)
+                    self._edges.add(*decided)
                     count += len(decided[0])
         return count
 
-    def edges(self) -> tuple[np.ndarray, np.ndarray]:
-        """The decided pairs and their similarity; frees the verification state.
-        Unverified methods: every candidate pair, similarity 1.0."""
+    def finish_edges(self) -> int:
+        """No more pairs to decide: frees the verification state and sorts the decided
+        pairs by larger node (unverified methods: every candidate pair, similarity 1.0);
+        returns how many there are."""
         if not self.method.verified:
             edges = self.pairs()
             self._candidates = np.zeros(0, np.int64)
-            return edges, np.ones(len(edges))
-        decided = self._decided
-        self._decided, self._parts = [], []
+            self._edges.add(edges, np.ones(len(edges)))
+        self._parts = []
         self._pool.clear()
-        if not decided:
-            return np.zeros((0, 2), np.int64), np.zeros(0)
-        return np.concatenate([d[0] for d in decided]), np.concatenate([d[1] for d in decided])
+        self._edges.finish()
+        return self._edges.count
+
+    def edge_histogram(self, shift: int, bins: int) -> np.ndarray:
+        """Decided pairs per bin ``larger node >> shift`` (for the planner's ranges)."""
+        return self._edges.histogram(shift, bins)
+
+    def edges_between(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(big, small, similarity)`` of the decided pairs whose larger node is in
+        ``[lo, hi)``, for the star clustering in the planner (:mod:`dataforge.ops.dedup.star`)."""
+        return self._edges.between(lo, hi)
+
+    def edge_runs(self) -> int:
+        """Sorted runs of decided pairs written to disk (0: held)."""
+        return self._edges.spilled_runs
+
+    def release_edges(self) -> None:
+        """Forget the decided pairs (their spilled runs too)."""
+        self._edges.clear()
 
 
 def decide_pairs(

@@ -81,9 +81,10 @@ from dataforge.ops.dedup.calls import (
     text_hash_calls,
 )
 from dataforge.ops.dedup.copies import join_heads
+from dataforge.ops.dedup.edge_runs import MIN_RUN_EDGES
 from dataforge.ops.dedup.index import IndexShard
 from dataforge.ops.dedup.keys import assign_keys
-from dataforge.ops.dedup.star import star_clusters
+from dataforge.ops.dedup.star import StarWalk
 from dataforge.records import ORD
 
 __all__ = [
@@ -105,6 +106,11 @@ TEMPLATE_COPIES = 5
 counting shard, sorted, and the positions (8 bytes per distinct n-gram) of the count."""
 FORWARD_COPIES = 3
 """Copies of a round's texts alive at once while a shard forwards them."""
+STAR_BYTES_PER_EDGE = 80
+"""Bytes alive at once per decided pair of a star range in the planner: the shards'
+pieces and their join, then the walk's node ranks, order and sorted copies."""
+_STAR_BINS = 1 << 16
+"""Bins of the larger node the shards count pairs in, for the star ranges."""
 MAX_VERIFY_ROUNDS = 64
 """Rounds of verification at most: each one scans every shard's candidate pairs."""
 _INFLIGHT_PARTS = 8
@@ -146,7 +152,7 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
     for attempt in range(1, MAX_ATTEMPTS + 1):
         backend = backend or start()
         try:
-            edges, sims, copies, stats = _cluster(
+            members, copies, stats = _cluster(
                 op, ctx, tasks, keys, previous_table, backend, attempt
             )
             shard_nodes = backend.nodes()
@@ -162,7 +168,7 @@ def plan(op: Dedup, ctx: BarrierContext) -> dict[str, Any]:
             f"(last error: {last_error})"
         ) from last_error
 
-    stars = join_heads(star_clusters(edges, sims, fixed_representatives=n_prev), copies)
+    stars = _with_representatives(join_heads(members, copies))
     summary = _write_outputs(op, ctx, tasks, keys, n_prev, stars)
     summary.update(stats, attempts=attempt, index_shards=shards, against_docs=n_prev)
     summary.update(key_runs=keys.spilled_runs)  # 0: the keys were sorted in memory
@@ -305,17 +311,88 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         stats["texts_spilled_shards"] = sum(backend.call_all("texts_spilled"))
         stats["verified_pairs"] = sum(verified)
     _hook("edges", attempt, backend)
+    total = sum(backend.call_all("finish_edges"))
+    stats["edge_runs"] = sum(backend.call_all("edge_runs"))
+    n_prev = 0 if previous is None else previous.num_rows
+    members, stats["star_ranges"] = _star_walk(backend, ctx, keys.count, n_prev, total)
     stats["shard_peak_rss_mb"] = backend.call_all("peak_rss_mb")
-    decided = backend.call_all("edges")
-    edges = np.concatenate([np.zeros((0, 2), np.int64), *(d[0] for d in decided)])
-    sims = np.concatenate([np.zeros(0), *(d[1] for d in decided)])
-    del decided  # the shards' pieces: not held beside their concatenation
+    backend.call_all("release_edges")
     stats.update(
         indexed=int(indexed),
         index_bytes=int(index_bytes),
         index_bytes_per_doc=round(index_bytes / indexed, 1) if indexed else 0.0,
     )
-    return edges, sims, copies, stats
+    return members, copies, stats
+
+
+def _star_walk(
+    backend: Any, ctx: BarrierContext, key_count: int, n_prev: int, total: int
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], int]:
+    """Star clusters of the shards' decided pairs, a range of larger nodes at a time
+    (:class:`dataforge.ops.dedup.star.StarWalk`), each range's pairs at most
+    ``memory_bytes // VERIFY_SHARE`` at :data:`STAR_BYTES_PER_EDGE` where the histogram's
+    bins allow. Returns the members ``(nodes, representatives, similarity)`` and the
+    number of ranges."""
+    walk = StarWalk(key_count, fixed_representatives=n_prev)
+    ranges = _star_ranges(backend, ctx, key_count, total)
+    members: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for lo, hi in ranges:
+        got = backend.broadcast("edges_between", lo, hi)
+        big, small, sim = (_joined([g[i] for g in got], dtype) for i, dtype in enumerate(_EDGE))
+        del got
+        members.append(walk.decide(big, small, sim, lo, hi))
+    nodes, reps, sims = (_joined([m[i] for m in members], dtype) for i, dtype in enumerate(_EDGE))
+    return (nodes, reps, sims), len(ranges)
+
+
+_EDGE = (np.int64, np.int64, np.float64)
+
+
+def _joined(pieces: list[np.ndarray], dtype: Any) -> np.ndarray:
+    return np.concatenate([np.zeros(0, dtype), *pieces]).astype(dtype, copy=False)
+
+
+def _star_ranges(
+    backend: Any, ctx: BarrierContext, key_count: int, total: int
+) -> list[tuple[int, int]]:
+    """Ranges ``[lo, hi)`` of the larger node that cover every key, in order, each with
+    at most a ``memory_bytes // VERIFY_SHARE`` share of the pairs, and at least
+    :data:`~dataforge.ops.dedup.edge_runs.MIN_RUN_EDGES` of them (one range without a
+    budget, or when all of them fit): cut at bins of ``2^shift`` keys, at most
+    :data:`_STAR_BINS` of them, whose counts the shards report."""
+    end = 1 << 31
+    per_range = None if ctx.memory_bytes is None else ctx.memory_bytes // VERIFY_SHARE
+    if per_range is None or total * STAR_BYTES_PER_EDGE <= per_range:
+        return [(0, end)]
+    per_range = max(MIN_RUN_EDGES, per_range // STAR_BYTES_PER_EDGE)
+    shift = max(0, max(key_count - 1, 1).bit_length() - _STAR_BINS.bit_length() + 1)
+    bins = (max(key_count - 1, 0) >> shift) + 1
+    counts = np.sum(backend.broadcast("edge_histogram", shift, bins), axis=0).tolist()
+    ranges, start, held = [], 0, 0
+    for b, count in enumerate(counts):
+        if held and held + count > per_range:
+            ranges.append((start << shift, b << shift))
+            start, held = b, 0
+        held += count
+    ranges.append((start << shift, end))
+    return ranges
+
+
+def _with_representatives(
+    stars: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The members ``(nodes, representatives, similarity)`` with their representatives
+    (themselves, 1.0) added: every clustered node, sorted."""
+    nodes, reps, sims = stars
+    dropped = reps != nodes
+    heads = np.setdiff1d(reps[dropped], nodes[~dropped])
+    all_nodes = np.concatenate([nodes, heads])
+    order = np.argsort(all_nodes, kind="stable")
+    return (
+        all_nodes[order],
+        np.concatenate([reps, heads])[order],
+        np.concatenate([sims, np.ones(len(heads))])[order],
+    )
 
 
 def _verify_rounds(backend: Any, ctx: BarrierContext) -> int:

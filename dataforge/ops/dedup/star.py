@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["star_clusters"]
+__all__ = ["StarWalk", "star_clusters"]
 
 _UNDECIDED, _REPRESENTATIVE, _MEMBER = 0, 1, 2
 _MIN_PROGRESS = 0.75
@@ -37,7 +37,7 @@ previous one, else the walk finishes node by node: the rounds then cost at most
 def star_clusters(
     edges: np.ndarray, similarity: np.ndarray, fixed_representatives: int = 0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Greedy star clustering of an undirected edge list.
+    """Greedy star clustering of an undirected edge list, all at once.
 
     Args:
         edges: ``(k, 2)`` int64 node keys (any order, may repeat; self loops ignored).
@@ -56,22 +56,73 @@ def star_clusters(
     if not keep.all():
         edges, sim = edges[keep], sim[keep]
     del keep
-    nodes = np.unique(edges)
+    big, small = edges.max(axis=1), edges.min(axis=1)
+    del edges
+    nodes, rep, rep_sim = _decide(big, small, sim, lambda n: np.zeros(len(n), bool), 0,
+                                  fixed_representatives)  # fmt: skip
+    return nodes, nodes[rep], rep_sim
+
+
+class StarWalk:
+    """The same star clusters, decided range by range of the larger node, in key order.
+
+    A node's decision needs only the final state of its smaller neighbours, so the edges
+    can come a range of larger nodes at a time (``decide``, ranges in increasing order):
+    the nodes of earlier ranges are final, and of them only which ones are members is
+    kept, one bit per key below ``key_count``. Returns, per range, the members decided in
+    it; a node with an edge that is not a member is a representative.
+    """
+
+    def __init__(self, key_count: int, fixed_representatives: int = 0) -> None:
+        self.fixed = fixed_representatives
+        self._member_bits = np.zeros((max(key_count, 0) + 7) // 8, np.uint8)
+        self._next = 0
+
+    def _is_member(self, nodes: np.ndarray) -> np.ndarray:
+        return (self._member_bits[nodes >> 3] >> (nodes & 7).astype(np.uint8)) & 1 == 1
+
+    def decide(
+        self, big: np.ndarray, small: np.ndarray, similarity: np.ndarray, lo: int, hi: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Decide the nodes in ``[lo, hi)`` from the edges whose larger node ``big`` is in
+        it (``small < big``). Returns ``(members, representatives, similarity)`` of the
+        nodes of the range that joined a representative, sorted by node."""
+        if lo < self._next:
+            raise ValueError(f"StarWalk.decide: range [{lo}, {hi}) before {self._next}")
+        self._next = hi
+        big = np.asarray(big, np.int64)
+        small = np.asarray(small, np.int64)
+        keep = small != big
+        big, small, sim = big[keep], small[keep], np.asarray(similarity, np.float64)[keep]
+        if len(big) and (big.min() < lo or big.max() >= hi or (small > big).any()):
+            raise ValueError(f"StarWalk.decide: an edge outside the range [{lo}, {hi})")
+        nodes, rep, rep_sim = _decide(big, small, sim, self._is_member, lo, self.fixed)
+        joined = (nodes >= lo) & (rep != np.arange(len(nodes)))
+        members = nodes[joined]
+        np.bitwise_or.at(self._member_bits, members >> 3, (1 << (members & 7)).astype(np.uint8))
+        return members, nodes[rep[joined]], rep_sim[joined]
+
+
+def _decide(big, small, sim, is_member, lo: int, fixed: int):
+    """The walk over edges ``big > small``: the nodes below ``lo`` are final (members
+    where ``is_member``, else representatives), nodes below ``fixed`` representatives.
+    Returns ``(nodes, rank of the representative, similarity to it)``, nodes sorted."""
+    nodes = np.unique(np.concatenate([big, small]))
     if len(nodes) == 0:
-        return nodes, nodes.copy(), np.zeros(0)
+        return nodes, np.zeros(0, np.int64), np.zeros(0)
     # Dense ranks preserve key order; edges point from the larger to the smaller node.
     # Ranks fit int32 (nodes < 2^31): half the bytes of every per-edge array below.
-    big = np.searchsorted(nodes, edges[:, 0]).astype(np.int32)
-    small = np.searchsorted(nodes, edges[:, 1]).astype(np.int32)
-    swap = big < small
-    big[swap], small[swap] = small[swap], big[swap]
-    del swap
+    big = np.searchsorted(nodes, big).astype(np.int32)
+    small = np.searchsorted(nodes, small).astype(np.int32)
     # Best edge first: by node, then similarity descending, then smaller neighbour.
     order = np.lexsort((small, -sim, big))
     big, small, sim = big[order], small[order], sim[order]
     del order
     state = np.full(len(nodes), _UNDECIDED, dtype=np.int8)
-    state[nodes < fixed_representatives] = _REPRESENTATIVE
+    earlier = nodes < lo
+    if earlier.any():
+        state[earlier] = np.where(is_member(nodes[earlier]), _MEMBER, _REPRESENTATIVE)
+    state[nodes < fixed] = _REPRESENTATIVE
     rep = np.arange(len(nodes))
     rep_sim = np.ones(len(nodes))
     live = state[big] == _UNDECIDED
@@ -85,7 +136,7 @@ def star_clusters(
             _walk(big, small, sim, undecided, state, rep, rep_sim)
             break
         work = left
-    return nodes, nodes[rep], rep_sim
+    return nodes, rep, rep_sim
 
 
 def _round(big, small, sim, undecided, state, rep, rep_sim):
