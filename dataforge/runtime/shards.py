@@ -74,7 +74,14 @@ class LocalShards:
 
     def exchange(self, send: str, receive: str, *args: Any) -> list[Any]:
         sent = self._on_each([(send, args)] * self.count)
-        return self._on_each([(receive, tuple(out[i] for out in sent)) for i in range(self.count)])
+        calls = [(receive, tuple(out[i] for out in sent)) for i in range(self.count)]
+        del sent  # each shard's pieces are freed once it has received them
+        pending = []
+        while calls:
+            method, pieces = calls.pop(0)
+            pending.append(self.call_one(len(pending), method, *pieces))
+            del pieces
+        return [p.result() if isinstance(p, Future) else p for p in pending]
 
     def close(self) -> None:
         for thread in self._threads:

@@ -16,6 +16,7 @@ from dataforge.ops.dedup.buckets import (
     bucket_pair_edges,
     packed_bucket_pair_edges,
     route_edges,
+    route_packed,
     unpack_edges,
 )
 from dataforge.ops.dedup.calls import index_calls
@@ -162,3 +163,14 @@ def test_routed_edges_pack_any_integer_dtype_without_overflow():
     assert all(part.dtype == np.int64 for part in routed)
     # each edge's first node is owned by the shard it went to
     assert all((unpack_edges(part)[:, 0] % 2 == i).all() for i, part in enumerate(routed))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, (1 << 31) - 1), st.integers(0, (1 << 31) - 1))),
+       st.integers(1, 5))  # fmt: skip
+def test_packed_edges_route_as_unpacked_ones(pairs, shards):
+    edges = np.array(pairs, np.int64).reshape(-1, 2)
+    packed = edges[:, 0] << 32 | edges[:, 1]
+    want = route_edges(edges, shards)
+    got = route_packed(packed, shards)
+    assert [np.sort(g).tolist() for g in got] == [np.sort(w).tolist() for w in want]

@@ -25,6 +25,7 @@ __all__ = [
     "packed_bucket_pair_edges",
     "repeated_buckets",
     "route_edges",
+    "route_packed",
     "unpack_edges",
 ]
 
@@ -189,6 +190,18 @@ def route_edges(edges: np.ndarray, shards: int, both: bool = True) -> list[np.nd
             theirs = edges[edges[:, 1] % shards == shard]
             packed.append(theirs[:, 1] << 32 | theirs[:, 0])
         out.append(np.concatenate(packed))
+    return out
+
+
+def route_packed(packed: np.ndarray, shards: int) -> list[np.ndarray]:
+    """:func:`route_edges` of edges already packed ``first << 32 | second`` (int64): each
+    in both directions, split by the owner of the first node, without unpacking them."""
+    packed = np.asarray(packed, np.int64)
+    out = []
+    for shard in range(shards):
+        mine = packed[(packed >> 32) % shards == shard]
+        theirs = packed[(packed & 0xFFFFFFFF) % shards == shard]
+        out.append(np.concatenate([mine, (theirs & 0xFFFFFFFF) << 32 | theirs >> 32]))
     return out
 
 

@@ -51,6 +51,7 @@ from dataforge.ops.dedup.buckets import (
     kept_key_bits,
     packed_bucket_pair_edges,
     route_edges,
+    route_packed,
     unpack_edges,
 )
 from dataforge.ops.dedup.copies import copy_pairs
@@ -193,11 +194,16 @@ class IndexShard:
         """Keep the candidate pairs of the owned nodes (both directions, packed as
         :func:`~dataforge.ops.dedup.buckets.route_edges` sends them); returns how many."""
         flat = [p for p in _flatten(parts) if len(p)]
-        packed = np.unique(np.concatenate(flat)) if flat else np.zeros(0, np.int64)
+        self._candidates, self._firsts = np.zeros(0, np.int64), None  # replaced below
+        packed = np.concatenate([np.zeros(0, np.int64), *flat])
         del flat
+        packed.sort()  # in place: the join and a mask are the only copies
         u, v = packed >> 32, packed & 0xFFFFFFFF
+        keep = (u != v) & ((u >= self.fixed) | (v >= self.fixed))
+        del u, v
+        keep[1:] &= packed[1:] != packed[:-1]  # once each
         # Pairs between two records of against runs are never decided here.
-        self._candidates = packed[(u != v) & ((u >= self.fixed) | (v >= self.fixed))]
+        self._candidates = packed[keep]
         return len(self._candidates)
 
     def pairs(self) -> np.ndarray:
@@ -282,14 +288,17 @@ class IndexShard:
                 rows = order[np.searchsorted(nodes, chunk[:, 1], sorter=order)]
                 sig_u = left_sigs[np.searchsorted(left, chunk[:, 0])]
                 estimate = self.method.signature_similarity(sig_u, sigs[rows])
-                self._screened.append(chunk[estimate >= self.method.screen_floor()])
+                kept = chunk[estimate >= self.method.screen_floor()]
+                self._screened.append(kept[:, 0] << 32 | kept[:, 1])  # packed: 8 bytes a pair
         return sum(len(k) for k in self._screened)
 
     def emit_screened(self) -> list[np.ndarray]:
         """The screened pairs, routed for :meth:`receive_candidates`; frees the signatures."""
-        edges = np.concatenate([np.zeros((0, 2), np.int64), *self._screened])
+        packed = np.concatenate([np.zeros(0, np.int64), *self._screened])
         self._screened, self._parts, self._sig_pool = [], [], None
-        return route_edges(edges, self.shards)
+        # the screened pairs replace the candidates (receive_candidates): free them first
+        self._candidates, self._firsts = np.zeros(0, np.int64), None
+        return route_packed(packed, self.shards)
 
     # -- verification on the texts ----------------------------------------------------------
 
