@@ -118,8 +118,11 @@ def test_packed_pair_edges_equal_unpacked(entries):
     keys = np.array([k << 7 for k, _ in entries], np.uint32)
     nodes = np.array([n for _, n in entries], np.uint32)
     packed = (keys.astype(np.uint64) << np.uint64(32)) | nodes.astype(np.uint64)
+    want = bucket_pair_edges(keys, nodes, 3)
+    assert unpack_edges(packed_bucket_pair_edges(packed, 3)).tolist() == want.tolist()
     assert (
-        packed_bucket_pair_edges(packed, 3).tolist() == bucket_pair_edges(keys, nodes, 3).tolist()
+        bucket_pair_edges(keys, nodes, 3, packed=True).tolist()
+        == ((want[:, 0] << 32) | want[:, 1]).tolist()
     )
 
 

@@ -33,17 +33,22 @@ MAX_NODE = (1 << 31) - 1
 
 
 def bucket_pair_edges(
-    bucket_keys: np.ndarray, nodes: np.ndarray, max_partners: int = 1, ordered: bool = False
+    bucket_keys: np.ndarray,
+    nodes: np.ndarray,
+    max_partners: int = 1,
+    ordered: bool = False,
+    packed: bool = False,
 ) -> np.ndarray:
     """Pairs ``(node, earlier member)`` of every bucket with 2+ nodes: each member with the
     smallest member and the ``max_partners - 1`` members just before it (``ordered``: the
     entries are already sorted by key, then node).
 
     Returns:
-        ``(k, 2)`` int64 array, sorted, unique, larger node first; never a self loop.
+        ``(k, 2)`` int64 array, sorted, unique, larger node first; never a self loop
+        (``packed``: the same pairs as one int64 each, ``larger << 32 | smaller``).
     """
     if len(nodes) == 0:
-        return np.zeros((0, 2), dtype=np.int64)
+        return np.zeros(0, np.int64) if packed else np.zeros((0, 2), dtype=np.int64)
     nodes = nodes.astype(np.int64, copy=False)
     keys = bucket_keys
     if not ordered:
@@ -59,17 +64,18 @@ def bucket_pair_edges(
     # Buckets in chunks of about _PAIR_CHUNK entries, their pairs packed one per int64 and
     # made unique per chunk: the transient is a chunk's pairs, not max_partners copies of
     # every entry as (k, 2) rows (3 GB for 13M entries).
-    packed = [np.zeros(0, np.int64)]
+    pieces = [np.zeros(0, np.int64)]
     ends = np.cumsum(sizes)
     cut = np.searchsorted(ends, np.arange(_PAIR_CHUNK, len(nodes), _PAIR_CHUNK)) + 1
     bounds = np.unique(np.concatenate([[0], cut, [len(sizes)]])).tolist()
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         first, stop = int(ends[lo] - sizes[lo]), int(ends[hi - 1])
-        packed.append(_chunk_pairs(nodes[first:stop], sizes[lo:hi], max_partners))
-        pending = sum(len(p) for p in packed[1:])
-        if pending > max(_PAIR_CHUNK, len(packed[0])):  # the other bands' repeats: merged
-            packed = [np.unique(np.concatenate(packed))]
-    return _unpack(np.unique(np.concatenate(packed)))
+        pieces.append(_chunk_pairs(nodes[first:stop], sizes[lo:hi], max_partners))
+        pending = sum(len(p) for p in pieces[1:])
+        if pending > max(_PAIR_CHUNK, len(pieces[0])):  # the other bands' repeats: merged
+            pieces = [np.unique(np.concatenate(pieces))]
+    pairs = np.unique(np.concatenate(pieces)) if len(pieces) > 1 else pieces[0]
+    return pairs if packed else _unpack(pairs)
 
 
 _PAIR_CHUNK = 1 << 20
@@ -129,14 +135,15 @@ def repeated_buckets(nodes: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -
 
 
 def packed_bucket_pair_edges(packed: np.ndarray, max_partners: int = 1) -> np.ndarray:
-    """:func:`bucket_pair_edges` for entries packed as ``key << 32 | node`` (uint32 each).
+    """:func:`bucket_pair_edges` for entries packed as ``key << 32 | node`` (uint32 each),
+    its pairs packed too (``larger << 32 | smaller``, one int64 each).
 
     Sorts ``packed`` in place (no argsort, no gathered copies: the memory peak is the
     entries plus two uint32 views) and keeps only buckets with 2+ entries before building
     edges.
     """
     if len(packed) < 2:
-        return np.zeros((0, 2), dtype=np.int64)
+        return np.zeros(0, dtype=np.int64)
     packed.sort()
     keys = (packed >> np.uint64(32)).astype(np.uint32)
     same = keys[1:] == keys[:-1]
@@ -149,7 +156,7 @@ def packed_bucket_pair_edges(packed: np.ndarray, max_partners: int = 1) -> np.nd
     keys = (entries >> np.uint64(32)).astype(np.uint32)
     nodes = (entries & np.uint64(0xFFFFFFFF)).astype(np.int64)
     del entries
-    return bucket_pair_edges(keys, nodes, max_partners, ordered=True)  # sorted as packed
+    return bucket_pair_edges(keys, nodes, max_partners, ordered=True, packed=True)
 
 
 def unique_edges(edges: np.ndarray) -> np.ndarray:

@@ -165,10 +165,11 @@ class EdgeRuns:
     def between(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(big, small, similarity)`` of the edges whose larger node is in ``[lo, hi)``,
         sorted by ``(big, small)``."""
-        lo, hi = max(0, lo), min(hi, 1 << 31)  # keys are below 2^31: no int64 overflow
         self.finish()
         assert self._held is not None
-        keys, sims = _gather(self._runs, lo << 32, hi << 32, self._held)
+        # keys are below 2^31: past it the range is open (2^31 << 32 would overflow int64)
+        top = None if hi >= 1 << 31 else hi << 32
+        keys, sims = _gather(self._runs, max(0, lo) << 32, top, self._held)
         return keys >> 32, keys & 0xFFFFFFFF, sims
 
     def clear(self) -> None:

@@ -176,7 +176,7 @@ class IndexShard:
         if self._packed:
             packed = np.concatenate(self._keys) if self._keys else np.zeros(0, np.uint64)
             self._keys = []  # free the pieces before sorting
-            return route_edges(packed_bucket_pair_edges(packed, partners), self.shards)
+            return route_packed(packed_bucket_pair_edges(packed, partners), self.shards)
         keys = np.concatenate(self._keys) if self._keys else np.zeros(0, np.uint64)
         nodes = np.concatenate(self._nodes) if self._nodes else np.zeros(0, np.uint32)
         max_hamming = self.method.max_hamming()
