@@ -86,8 +86,9 @@ def test_verification_in_rounds_decides_and_writes_the_same(tmp_path, monkeypatc
     # the decided pairs were clustered range by range; past MIN_RUN_EDGES on a shard
     # (SimHash's ~6,500 per shard here, not MinHash's ~2,800) they waited on disk
     assert free[0]["edge_runs"] == 0 and free[0]["star_ranges"] == 1
-    assert tiny[0]["edge_runs"] >= (3 if method == "simhash" else 0)
     assert tiny[0]["star_ranges"] > 1
+    if method == "simhash":
+        assert tiny[0]["edge_runs"] >= 3
     assert not list((tiny[2].parent / "spill").glob("dedup-edges-*"))
     # every pair forwarded exactly once, whatever the rounds
     assert np.array_equal(tiny_spy.sent(), free_spy.sent())

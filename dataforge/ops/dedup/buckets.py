@@ -184,25 +184,17 @@ def key_owners(keys: np.ndarray, shards: int, key_bits: int = 64) -> np.ndarray:
     return (keys >> np.uint64(64 - key_bits)) % np.uint64(shards)
 
 
-def route_edges(edges: np.ndarray, shards: int, both: bool = True) -> list[np.ndarray]:
-    """Edges split by the owner of their first node, each packed ``first << 32 | second``
-    in one int64 (:func:`unpack_edges`); ``both``: each undirected edge in both
-    directions (so each side's owner sees it)."""
+def route_edges(edges: np.ndarray, shards: int) -> list[np.ndarray]:
+    """``(k, 2)`` edges split by the owner of their first node, each in both directions
+    (so each side's owner sees it) and packed ``first << 32 | second`` in one int64
+    (:func:`unpack_edges`): :func:`route_packed` of the packed edges."""
     edges = edges.reshape(-1, 2).astype(np.int64, copy=False)  # packs into 64 bits below
-    out = []
-    for shard in range(shards):  # a mask per shard: no doubled copy, no argsort
-        mine = edges[edges[:, 0] % shards == shard]
-        packed = [mine[:, 0] << 32 | mine[:, 1]]
-        if both:
-            theirs = edges[edges[:, 1] % shards == shard]
-            packed.append(theirs[:, 1] << 32 | theirs[:, 0])
-        out.append(np.concatenate(packed))
-    return out
+    return route_packed(edges[:, 0] << 32 | edges[:, 1], shards)
 
 
 def route_packed(packed: np.ndarray, shards: int) -> list[np.ndarray]:
-    """:func:`route_edges` of edges already packed ``first << 32 | second`` (int64): each
-    in both directions, split by the owner of the first node, without unpacking them."""
+    """Edges packed ``first << 32 | second`` (int64), each in both directions, split by
+    the owner of the first node (a mask per shard: no doubled copy, no argsort)."""
     packed = np.asarray(packed, np.int64)
     out = []
     for shard in range(shards):

@@ -106,9 +106,10 @@ TEMPLATE_COPIES = 5
 counting shard, sorted, and the positions (8 bytes per distinct n-gram) of the count."""
 FORWARD_COPIES = 3
 """Copies of a round's texts alive at once while a shard forwards them."""
-STAR_BYTES_PER_EDGE = 80
+STAR_BYTES_PER_EDGE = 160
 """Bytes alive at once per decided pair of a star range in the planner: the shards'
-pieces and their join, then the walk's node ranks, order and sorted copies."""
+pieces (24) and, at the walk's peak, their join, node ranks, order and sorted copies
+(137.5 measured by tracemalloc on 2M random pairs of 400k nodes, two shards' pieces)."""
 _STAR_BINS = 1 << 16
 """Bins of the larger node the shards count pairs in, for the star ranges."""
 MAX_VERIFY_ROUNDS = 64
