@@ -28,6 +28,8 @@ HOW_NOT_WHAT = {
     "verify_rounds",
     "texts_spilled_shards",
     "edge_runs",
+    "pair_runs",
+    "candidate_rounds",
     "star_ranges",
 }
 """Summary keys that say how a budget split the work (and the process's peak memory),

@@ -109,8 +109,11 @@ def test_a_cluster_of_1e5_identical_documents_spills_and_gives_the_same_bytes(tm
     assert free[0]["dropped"] >= COPIES - 1 and free[0]["clusters"] >= 1
     assert not (free[2].parent / "spill").exists()
     assert free[0]["star_ranges"] == 1 and free[0]["edge_runs"] == 0
+    assert free[0]["pair_runs"] == 0 and free[0]["candidate_rounds"] == 1
     if method == "exact":  # each copy paired with the first: 10^5 pairs, on disk, by range
         assert tiny[0]["edge_runs"] >= 1 and tiny[0]["star_ranges"] > 1
+        # 10^5 bucket entries and their pairs in sorted runs, made in rounds of keys
+        assert tiny[0]["pair_runs"] > 1 and tiny[0]["candidate_rounds"] > 1
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -13,9 +13,9 @@ from dedup_testkit import kept_ids, make_table
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataforge.ops.dedup import edge_runs
+from dataforge.ops.dedup import runs as edge_runs
 from dataforge.ops.dedup.buckets import bucket_pair_edges, repeated_buckets
-from dataforge.ops.dedup.edge_runs import EdgeRuns
+from dataforge.ops.dedup.runs import EdgeRuns
 from dataforge.ops.dedup.star import StarWalk, star_clusters
 
 COPIES = 100_000
@@ -151,12 +151,12 @@ def test_star_walk_by_ranges_equals_star_clusters(
     want = [nodes[joined].tolist(), reps[joined].tolist(), rep_sims[joined].tolist()]
     spill = str(tmp_path_factory.mktemp("runs"))
     # runs of any size (the shipped floor is 4096 edges); 2: merged level by level
-    default = edge_runs.FAN_IN, edge_runs.MIN_RUN_EDGES
-    edge_runs.FAN_IN, edge_runs.MIN_RUN_EDGES = fan_in, 1
+    default = edge_runs.FAN_IN, edge_runs.MIN_RUN_ROWS
+    edge_runs.FAN_IN, edge_runs.MIN_RUN_ROWS = fan_in, 1
     try:
         assert _walked(edges, sims, fixed, cuts, hold, spill) == want
     finally:
-        edge_runs.FAN_IN, edge_runs.MIN_RUN_EDGES = default
+        edge_runs.FAN_IN, edge_runs.MIN_RUN_ROWS = default
 
 
 @pytest.mark.parametrize("fan_in", [16, 3])
@@ -164,14 +164,14 @@ def test_edge_runs_spill_sorted_runs_and_cut_ranges(tmp_path, monkeypatch, fan_i
     """Sorted runs on disk (with ``fan_in`` 3, merged level by level: 3 runs of a level
     become one of the next) give the held edges' histogram and ranges."""
     monkeypatch.setattr(edge_runs, "FAN_IN", fan_in)
-    monkeypatch.setattr(edge_runs, "MIN_RUN_EDGES", 1)
+    monkeypatch.setattr(edge_runs, "MIN_RUN_ROWS", 1)
     rng = np.random.default_rng(3)
     big = rng.integers(1, 5000, 20_000)
     small = (big * rng.random(20_000)).astype(np.int64)
     pairs = np.unique(np.stack([small, big], axis=1), axis=0)
     pairs = pairs[rng.permutation(len(pairs))]
     sims = rng.random(len(pairs))
-    runs = EdgeRuns(hold_bytes=40_000, spill_root=str(tmp_path))
+    runs = EdgeRuns(hold_bytes=120_000, spill_root=str(tmp_path))
     for lo in range(0, len(pairs), 1000):
         runs.add(pairs[lo : lo + 1000], sims[lo : lo + 1000])
     runs.finish()

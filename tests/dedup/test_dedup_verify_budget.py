@@ -90,6 +90,11 @@ def test_verification_in_rounds_decides_and_writes_the_same(tmp_path, monkeypatc
     if method == "simhash":
         assert tiny[0]["edge_runs"] >= 3
     assert not list((tiny[2].parent / "spill").glob("dedup-edges-*"))
+    # the candidate pairs were made in rounds of bucket keys, and waited on disk
+    assert free[0]["candidate_rounds"] == 1 and free[0]["pair_runs"] == 0
+    assert tiny[0]["candidate_rounds"] == MAX_VERIFY_ROUNDS and tiny[0]["pair_runs"] >= 1
+    assert not list((tiny[2].parent / "spill").glob("dedup-index-*"))
+    assert not list((tiny[2].parent / "spill").glob("dedup-pairs-*"))
     # every pair forwarded exactly once, whatever the rounds
     assert np.array_equal(tiny_spy.sent(), free_spy.sent())
     assert len(free_spy.sent()) >= BIG_CLUSTER - 1

@@ -11,13 +11,18 @@ as Ray actors (this module has no ray import). Lifecycle of a shard:
    not depend on the shard count; a false 32-bit match only makes a candidate,
    which verification rejects), packed with the document key into one uint64, so a MinHash
    document with ``b`` bands costs ``8 * b`` bytes spread over the shards; exact keeps 64
-   bits, SimHash 64 bits plus the uint64 fingerprint.
-2. ``candidate_edges``: sort the entries, turn every bucket into candidate pairs
+   bits, SimHash 64 bits plus the uint64 fingerprint. Past ``hold_bytes`` the entries
+   wait on disk in sorted runs (:class:`dataforge.ops.dedup.runs.KeyRuns`).
+2. ``candidate_edges`` in rounds of bucket keys (about equal in entries, a bucket never
+   split): read a round's entries, turn every bucket into candidate pairs
    (:func:`dataforge.ops.dedup.buckets.bucket_pair_edges`; SimHash: pairs within
-   ``max_hamming``), free the entries, route each pair to the owner of its first node.
+   ``max_hamming``), route each pair to the owners of its nodes, whose
+   ``receive_candidates`` keep them in sorted runs too; every later pass reads them in
+   rounds of first nodes (repeats dropped as they are read).
 3. Verified methods: ``receive_candidates``; with a screen (MinHash) ``add_signatures`` /
    ``forward_signatures`` / ``screen`` / ``emit_screened`` drop the pairs whose signature
-   estimate is far below the threshold (chance band collisions) before any text is read;
+   estimate is far below the threshold (chance band collisions) before any text is read
+   (the signatures held as the texts are, past ``hold_bytes`` on disk);
    ``add_texts`` turns the texts of the owned candidate nodes into their shingle
    sequences (with the planner's ``texts_of``: the dedup op's ``verification_texts``, so
    that this work spreads over the shards) and keeps them and their signatures
@@ -34,7 +39,7 @@ as Ray actors (this module has no ray import). Lifecycle of a shard:
 4. ``finish_edges``, then ``edge_histogram`` and ``edges_between``: the decided pairs and
    their similarity, a range of larger nodes at a time, for the star clustering in the
    planner (:mod:`dataforge.ops.dedup.star`); held past ``hold_bytes`` in sorted runs on
-   disk (:mod:`dataforge.ops.dedup.edge_runs`).
+   disk (:mod:`dataforge.ops.dedup.runs`).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dataforge.ops.barrier.memory import return_free_memory
 from dataforge.ops.dedup.buckets import (
     bucket_pair_edges,
     kept_key_bits,
@@ -55,9 +61,9 @@ from dataforge.ops.dedup.buckets import (
     unpack_edges,
 )
 from dataforge.ops.dedup.copies import copy_pairs
-from dataforge.ops.dedup.edge_runs import EdgeRuns
 from dataforge.ops.dedup.method import DedupMethod
 from dataforge.ops.dedup.pool import Block, CandidatePool
+from dataforge.ops.dedup.runs import EdgeRuns, KeyRuns
 from dataforge.ops.dedup.simhash import hamming_pairs
 from dataforge.ops.dedup.template import doc_ngrams, frequent, residues, route_ngrams
 from dataforge.ops.dedup.verify import ResidueRule, Texts, verify_rows
@@ -98,18 +104,23 @@ class IndexShard:
         self.method = method
         self.config = method.config
         self.fixed = fixed
+        self.hold_bytes = hold_bytes
         self._packed = method.key_bits == 32
-        self._keys: list[np.ndarray] = []
-        self._nodes: list[np.ndarray] = []
-        self._fingerprints: list[np.ndarray] = []
-        self._candidates = np.zeros(0, dtype=np.int64)
+        columns = [] if self._packed else [np.uint32]  # the node beside a 64-bit key
+        if method.max_hamming() is not None:
+            columns.append(np.uint64)  # SimHash: the fingerprint
+        self._entries = KeyRuns(np.uint64, columns, hold_bytes, spill_root, "dedup-index-")
+        """The bucket entries: MinHash ``kept key bits | node`` (one uint64), else the key
+        and the node (and the fingerprint); spilled past ``hold_bytes``."""
+        self._candidates = KeyRuns(np.int64, (), hold_bytes, spill_root, "dedup-pairs-")
         """The candidate pairs of the owned nodes, both directions, packed ``u << 32 | v``
-        (one int64 each, sorted: by ``u``, then ``v``)."""
-        self._firsts: np.ndarray | None = None
-        """The distinct ``u`` of :meth:`pairs`, for :meth:`forward`'s rounds."""
-        self._parts: list[tuple[np.ndarray, np.ndarray, Texts | None]] = []
-        self._screened: list[np.ndarray] = []
-        self._sig_pool: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        (one int64 each; repeats and pairs between against records are dropped where they
+        are read, :meth:`_candidate_keys`)."""
+        self._candidate_scan: tuple[int, np.ndarray] | None = None
+        self._signatures = CandidatePool(hold_bytes, spill_root)
+        """The owned candidates' signatures for the screen (spilled past ``hold_bytes``)."""
+        self._signed = 0
+        self._screened = KeyRuns(np.int64, (), hold_bytes, spill_root, "dedup-screened-")
         self._pool = CandidatePool(hold_bytes, spill_root)
         self._received = 0
         """The owned candidates' signatures and texts (spilled past ``hold_bytes``)."""
@@ -123,6 +134,11 @@ class IndexShard:
     def ping(self) -> int:
         return os.getpid()
 
+    def trim(self) -> bool:
+        """Give the heap's free pages back to the system (between phases: a phase's
+        frees would otherwise stay under the next one's peak)."""
+        return return_free_memory()
+
     def peak_rss_mb(self) -> float:
         """Peak resident memory of this process (MiB), for the stage summary."""
         return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -135,13 +151,12 @@ class IndexShard:
         nodes = np.asarray(nodes, dtype=np.uint32)
         if self._packed:
             # One uint64 per entry: the 32 key bits a shard keeps (the high ones) | node.
-            self._keys.append(kept_key_bits(keys, self.method.key_bits) | nodes.astype(np.uint64))
+            self._entries.add(kept_key_bits(keys, self.method.key_bits) | nodes.astype(np.uint64))
+        elif fingerprints is None:
+            self._entries.add(keys, nodes)
         else:
-            self._keys.append(keys)
-            self._nodes.append(nodes)
-        if fingerprints is not None:
-            self._fingerprints.append(np.asarray(fingerprints, dtype=np.uint64))
-        return sum(len(k) for k in self._keys)
+            self._entries.add(keys, nodes, np.asarray(fingerprints, dtype=np.uint64))
+        return self._entries.count
 
     def add_text_hashes(self, hashes: np.ndarray, nodes: np.ndarray) -> int:
         """Store the text hashes this shard owns (:mod:`dataforge.ops.dedup.copies`);
@@ -165,71 +180,116 @@ class IndexShard:
         return len(heads)
 
     def index_bytes(self) -> int:
-        """Bytes held by the bucket entries."""
-        return sum(a.nbytes for a in (*self._keys, *self._nodes, *self._fingerprints))
+        """Bytes of the bucket entries (held or spilled)."""
+        return self._entries.nbytes
 
-    def candidate_edges(self) -> list[np.ndarray]:
-        """Candidate pairs of this shard's buckets, routed by owner; frees the entries."""
+    def candidate_edges(self, round_: int = 0, rounds: int = 1) -> list[np.ndarray]:
+        """Candidate pairs of this shard's buckets, routed by owner. In ``rounds`` rounds,
+        round ``round_`` makes the pairs of the ``round_``-th of ``rounds`` ranges of
+        bucket keys (about equal in entries; a bucket is never split): a round holds a
+        share of the entries and their pairs. The last round frees the entries."""
         # Unverified (exact): a shared key decides, and the smallest member is every
         # member's representative; pairing each member with it alone gives the same stars.
         partners = self.config.verify.max_partners if self.method.verified else 1
+        lo, hi = self._entries.round_range(round_, rounds, align=32)
+        columns = self._entries.between(lo, hi)
+        if round_ == rounds - 1:
+            self._entries.clear()
         if self._packed:
-            packed = np.concatenate(self._keys) if self._keys else np.zeros(0, np.uint64)
-            self._keys = []  # free the pieces before sorting
-            return route_packed(packed_bucket_pair_edges(packed, partners), self.shards)
-        keys = np.concatenate(self._keys) if self._keys else np.zeros(0, np.uint64)
-        nodes = np.concatenate(self._nodes) if self._nodes else np.zeros(0, np.uint32)
+            return route_packed(packed_bucket_pair_edges(columns[0], partners), self.shards)
+        keys, nodes, *fps = columns
+        del columns
         max_hamming = self.method.max_hamming()
         if max_hamming is None:
             edges = bucket_pair_edges(keys, nodes, partners)
         else:
-            fps = np.concatenate(self._fingerprints) if self._fingerprints else keys[:0]
-            edges = hamming_pairs(keys, fps, nodes, max_hamming)
-        self._keys, self._nodes, self._fingerprints = [], [], []
+            edges = hamming_pairs(keys, fps[0], nodes, max_hamming)
         return route_edges(edges, self.shards)
 
     # -- verification ----------------------------------------------------------------------
 
     def receive_candidates(self, *parts: np.ndarray | list[np.ndarray]) -> int:
         """Keep the candidate pairs of the owned nodes (both directions, packed as
-        :func:`~dataforge.ops.dedup.buckets.route_edges` sends them); returns how many."""
-        flat = [p for p in _flatten(parts) if len(p)]
-        self._candidates, self._firsts = np.zeros(0, np.int64), None  # replaced below
-        packed = np.concatenate([np.zeros(0, np.int64), *flat])
-        del flat
-        packed.sort()  # in place: the join and a mask are the only copies
+        :func:`~dataforge.ops.dedup.buckets.route_packed` sends them; spilled past
+        ``hold_bytes``); returns how many were received so far (repeats included)."""
+        for part in _flatten(parts):
+            self._candidates.add(np.asarray(part, np.int64))
+        self._candidate_scan = None
+        return self._candidates.count
+
+    def candidate_bytes(self) -> int:
+        """Bytes of the candidate pairs received (held or spilled)."""
+        return self._candidates.nbytes
+
+    def _candidate_keys(self, lo: int, hi: int | None) -> np.ndarray:
+        """The distinct candidate pairs (packed, sorted) with keys in ``[lo, hi)``, without
+        pairs between two records of against runs (never decided here) and self loops."""
+        (packed,) = self._candidates.between(lo, hi)
         u, v = packed >> 32, packed & 0xFFFFFFFF
         keep = (u != v) & ((u >= self.fixed) | (v >= self.fixed))
         del u, v
         keep[1:] &= packed[1:] != packed[:-1]  # once each
-        # Pairs between two records of against runs are never decided here.
-        self._candidates = packed[keep]
-        return len(self._candidates)
+        return packed[keep]
 
-    def pairs(self) -> np.ndarray:
-        """The candidate pairs ``(u, v)`` with ``u < v`` held here (each pair is held by
-        the owner of its u alone), sorted."""
-        packed = self._candidates
-        return unpack_edges(packed[(packed >> 32) < (packed & 0xFFFFFFFF)])
+    def _held_ranges(self, runs: KeyRuns) -> Iterator[tuple[int, int | None]]:
+        """Key ranges that read ``runs`` in pieces of about ``hold_bytes`` (one range
+        without a budget)."""
+        rounds = 1 if self.hold_bytes is None else -(-runs.nbytes // max(1, self.hold_bytes))
+        rounds = max(1, rounds)
+        for r in range(rounds):
+            yield runs.round_range(r, rounds, align=32)
+
+    def _scan_candidates(self) -> tuple[int, np.ndarray]:
+        """The number of distinct candidate pairs and their distinct first nodes (once
+        per change of the candidates, a range at a time)."""
+        if self._candidate_scan is None:
+            count, firsts = 0, [np.zeros(0, np.int64)]
+            for lo, hi in self._held_ranges(self._candidates):
+                packed = self._candidate_keys(lo, hi)
+                count += len(packed)
+                u = packed >> 32  # sorted
+                firsts.append(u[np.append(True, u[1:] != u[:-1])] if len(u) else u)
+            self._candidate_scan = count, np.concatenate(firsts)
+        return self._candidate_scan
+
+    def finish_candidates(self) -> int:
+        """The number of distinct candidate pairs held (both directions)."""
+        return self._scan_candidates()[0]
 
     def candidate_nodes(self) -> np.ndarray:
         """The owned nodes that have a candidate pair (their payload is needed)."""
-        firsts = self._candidates >> 32  # sorted
-        return firsts[np.append(True, firsts[1:] != firsts[:-1])] if len(firsts) else firsts
+        return self._scan_candidates()[1]
+
+    def pairs(self, round_: int = 0, rounds: int = 1) -> np.ndarray:
+        """The candidate pairs ``(u, v)`` with ``u < v`` held here (each pair is held by
+        the owner of its u alone), sorted. In ``rounds`` rounds, round ``round_`` has
+        those whose ``u`` is in the ``round_``-th of ``rounds`` equal slices of the
+        distinct first nodes in key order (every pair in exactly one round, and a round's
+        first nodes, whose texts travel, a ``1 / rounds`` share of them)."""
+        lo, hi = 0, None
+        if rounds > 1:
+            firsts = self.candidate_nodes()
+            a, b = (len(firsts) * r // rounds for r in (round_, round_ + 1))
+            if a == b:
+                return np.zeros((0, 2), np.int64)
+            lo, hi = int(firsts[a]) << 32, int(firsts[b]) << 32 if b < len(firsts) else None
+        packed = self._candidate_keys(lo, hi)
+        return unpack_edges(packed[(packed >> 32) < (packed & 0xFFFFFFFF)])
 
     # -- screening on signatures (methods with a screen_floor) ----------------------------
 
     def add_signatures(self, nodes: np.ndarray, signatures: np.ndarray) -> int:
-        """Keep the signatures of owned candidate nodes (for :meth:`screen`)."""
-        self._parts.append((np.asarray(nodes, dtype=np.int64), signatures, None))
-        return sum(len(p[0]) for p in self._parts)
+        """Keep the signatures of owned candidate nodes (for :meth:`screen`; spilled past
+        ``hold_bytes``); returns how many so far."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        self._signatures.add(Block(nodes, np.asarray(signatures), Texts.empty(len(nodes))))
+        self._signed += len(nodes)
+        return self._signed
 
     def signature_bytes(self) -> int:
         """Bytes of the owned candidates' signatures (what :meth:`forward_signatures`
         copies, over its rounds)."""
-        return sum(p[1].nbytes for p in self._parts) + (
-            0 if self._sig_pool is None else self._sig_pool[2].nbytes
-        )
+        return self._signatures.nbytes
 
     def forward_signatures(
         self, round_: int = 0, rounds: int = 1
@@ -237,67 +297,38 @@ class IndexShard:
         """``(pairs (u, v) with u < v, their distinct u, sig(u))`` routed to the owner of
         ``v`` (each ``u`` travels once per destination, not once per pair); in rounds as
         :meth:`forward`."""
-        nodes, order, sigs = self._signature_pool()
-        edges = self._round_pairs(round_, rounds)
-        owner = edges[:, 1] % self.shards
-        out = []
-        for i in range(self.shards):
-            part = edges[owner == i]
-            left = np.unique(part[:, 0])
-            rows = order[np.searchsorted(nodes, left, sorter=order)]
-            out.append((part, left, sigs[rows] if len(part) else np.zeros(0)))
-        return out
-
-    def _round_pairs(self, round_: int, rounds: int) -> np.ndarray:
-        """The pairs ``(u, v)``, ``u < v``, of round ``round_`` of ``rounds``: those whose
-        ``u`` is in the ``round_``-th of ``rounds`` equal slices of the distinct ``u`` in
-        key order (every pair in exactly one round)."""
-        edges = self.pairs()
-        if rounds <= 1:
-            return edges
-        if round_ == 0 or self._firsts is None:  # the slices' bounds, once per pass
-            self._firsts = np.unique(edges[:, 0])
-        firsts = self._firsts
-        lo, hi = (len(firsts) * r // rounds for r in (round_, round_ + 1))
-        mine = (edges[:, 0] >= firsts[lo]) if lo < len(firsts) else np.zeros(len(edges), bool)
-        if hi < len(firsts):
-            mine &= edges[:, 0] < firsts[hi]
-        return edges[mine]
-
-    def _signature_pool(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The owned candidates' signatures as one pool, joined once (the parts freed)."""
-        if self._sig_pool is None or self._parts:
-            parts = self._parts
-            if self._sig_pool is not None:
-                parts = [(self._sig_pool[0], self._sig_pool[2], None), *parts]
-            self._parts = []
-            nodes = np.concatenate([np.zeros(0, np.int64), *(p[0] for p in parts)])
-            sigs = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
-            del parts
-            self._sig_pool = (nodes, np.argsort(nodes, kind="stable"), sigs)
-        return self._sig_pool
+        return [
+            part[:3] for part in _routed(self.pairs(round_, rounds), self._signatures, self.shards)
+        ]
 
     def screen(self, *parts) -> int:
-        """Keep the forwarded pairs whose signature estimate reaches the method's floor;
-        returns how many so far (over the rounds)."""
-        flat = [p for p in _flatten(parts) if len(p[0])]
-        nodes, order, sigs = self._signature_pool()
-        for edges, left, left_sigs in flat:
+        """Keep the forwarded pairs whose signature estimate reaches the method's floor,
+        block of owned signatures by block (spilled: one read at a time); returns how many
+        so far (over the rounds)."""
+        floor = self.method.screen_floor()
+        for edges, left, right in _by_block(parts, self._signatures):
+            (l_nodes, l_order, l_sigs, _), (r_nodes, r_order, r_sigs, _) = left, right
             for lo in range(0, len(edges), _SCREEN_CHUNK):  # bounded copies of signatures
                 chunk = edges[lo : lo + _SCREEN_CHUNK]
-                rows = order[np.searchsorted(nodes, chunk[:, 1], sorter=order)]
-                sig_u = left_sigs[np.searchsorted(left, chunk[:, 0])]
-                estimate = self.method.signature_similarity(sig_u, sigs[rows])
-                kept = chunk[estimate >= self.method.screen_floor()]
-                self._screened.append(kept[:, 0] << 32 | kept[:, 1])  # packed: 8 bytes a pair
-        return sum(len(k) for k in self._screened)
+                sig_u = l_sigs[l_order[np.searchsorted(l_nodes, chunk[:, 0], sorter=l_order)]]
+                sig_v = r_sigs[r_order[np.searchsorted(r_nodes, chunk[:, 1], sorter=r_order)]]
+                kept = chunk[self.method.signature_similarity(sig_u, sig_v) >= floor]
+                self._screened.add(kept[:, 0] << 32 | kept[:, 1])  # packed: 8 bytes a pair
+        return self._screened.count
 
-    def emit_screened(self) -> list[np.ndarray]:
-        """The screened pairs, routed for :meth:`receive_candidates`; frees the signatures."""
-        packed = np.concatenate([np.zeros(0, np.int64), *self._screened])
-        self._screened, self._parts, self._sig_pool = [], [], None
-        # the screened pairs replace the candidates (receive_candidates): free them first
-        self._candidates, self._firsts = np.zeros(0, np.int64), None
+    def emit_screened(self, round_: int = 0, rounds: int = 1) -> list[np.ndarray]:
+        """The screened pairs of round ``round_`` of ``rounds`` (ranges of ``u``), routed
+        for :meth:`receive_candidates`, which they replace: the first round frees the
+        candidates and signatures, the last the screened pairs."""
+        if round_ == 0:
+            self._candidates.clear()
+            self._candidate_scan = None
+            self._signatures.clear()
+            self._signed = 0
+        lo, hi = self._screened.round_range(round_, rounds, align=32)
+        (packed,) = self._screened.between(lo, hi)
+        if round_ == rounds - 1:
+            self._screened.clear()
         return route_packed(packed, self.shards)
 
     # -- verification on the texts ----------------------------------------------------------
@@ -402,57 +433,19 @@ class IndexShard:
         """``(pairs (u, v) with u < v, their distinct u, sig(u), texts(u))`` routed to the
         owner of ``v`` (each ``u`` travels once per destination, not once per pair). In
         ``rounds`` rounds, round ``round_`` forwards the pairs of the ``round_``-th of
-        ``rounds`` equal slices of the distinct ``u`` in key order: a round copies a
+        ``rounds`` ranges of ``u`` (about equal in pairs): a round copies about a
         ``1 / rounds`` share of the texts, and every pair goes in exactly one round."""
-        edges = self._round_pairs(round_, rounds)
-        # This round's first nodes, gathered block by block.
-        wanted = np.unique(edges[:, 0])
-        if len(wanted) == 0:
-            return [(np.zeros((0, 2), np.int64), np.zeros(0, np.int64), np.zeros(0), Texts.empty())
-                    for _ in range(self.shards)]  # fmt: skip
-        picked = [  # only the blocks that hold some of them are read (held: used as is)
-            b if len(self._pool) == 1 else b.take(np.flatnonzero(np.isin(b.nodes, wanted)))
-            for _, b in self._pool.blocks(only=self._pool.block_of(wanted))
-        ]
-        pool = Block.concat(picked) if len(picked) > 1 else picked[0]
-        del picked
-        nodes, sigs, texts = pool.nodes, pool.signatures, pool.texts
-        order = np.argsort(nodes, kind="stable")
-        owner = edges[:, 1] % self.shards
-        out = []
-        for i in range(self.shards):
-            part = edges[owner == i]
-            if len(part) == 0:
-                out.append((part, part[:, 0], np.zeros(0), Texts.empty()))
-                continue
-            left = np.unique(part[:, 0])
-            rows = order[np.searchsorted(nodes, left, sorter=order)]
-            out.append((part, left, sigs[rows], texts.take(rows)))
-        return out
+        return _routed(self.pairs(round_, rounds), self._pool, self.shards)
 
     def verify(self, *parts) -> int:
         """Decide the forwarded pairs, block of owned candidates by block, part by part and
         chunk by chunk (bounded copies); keeps the duplicates."""
-        flat = [p for p in _flatten(parts) if len(p[0])]
-        # Each part's pairs grouped by the block that holds their v (one block when held).
-        grouped, needed = [], [np.zeros(0, np.int64)]
-        for edges, nodes, sigs, texts in flat:
-            where = self._pool.block_of(edges[:, 1])
-            order = np.argsort(where, kind="stable")
-            bounds = np.searchsorted(where[order], np.arange(len(self._pool) + 1))
-            grouped.append((edges[order], bounds, (nodes, np.argsort(nodes), sigs, texts)))
-            needed.append(np.unique(where))
-        needed = np.unique(np.concatenate(needed))
         count = 0
-        for i, block in self._pool.blocks(only=needed):
-            right = (block.nodes, np.argsort(block.nodes), block.signatures, block.texts)
-            for edges, bounds, left in grouped:
-                mine = edges[bounds[i] : bounds[i + 1]]
-                if len(mine):
-                    # each part is decided on its own texts: no copy of all of them at once
-                    decided = decide_pairs(mine, left, right, self.method, self.fixed)
-                    self._edges.add(*decided)
-                    count += len(decided[0])
+        for edges, left, right in _by_block(parts, self._pool):
+            # each part is decided on its own texts: no copy of all of them at once
+            decided = decide_pairs(edges, left, right, self.method, self.fixed)
+            self._edges.add(*decided)
+            count += len(decided[0])
         return count
 
     def finish_edges(self) -> int:
@@ -460,10 +453,13 @@ class IndexShard:
         pairs by larger node (unverified methods: every candidate pair, similarity 1.0);
         returns how many there are."""
         if not self.method.verified:
-            edges = self.pairs()
-            self._candidates = np.zeros(0, np.int64)
-            self._edges.add(edges, np.ones(len(edges)))
-        self._parts = []
+            for lo, hi in self._held_ranges(self._candidates):
+                packed = self._candidate_keys(lo, hi)
+                edges = unpack_edges(packed[(packed >> 32) < (packed & 0xFFFFFFFF)])
+                self._edges.add(edges, np.ones(len(edges)))
+        self._candidates.clear()
+        self._candidate_scan = None
+        self._signatures.clear()
         self._pool.clear()
         self._edges.finish()
         return self._edges.count
@@ -477,6 +473,10 @@ class IndexShard:
         ``[lo, hi)``, for the star clustering in the planner (:mod:`dataforge.ops.dedup.star`)."""
         return self._edges.between(lo, hi)
 
+    def pair_runs(self) -> int:
+        """Sorted runs of bucket entries and candidate pairs written to disk (0: held)."""
+        return sum(r.spilled_runs for r in (self._entries, self._candidates, self._screened))
+
     def edge_runs(self) -> int:
         """Sorted runs of decided pairs written to disk (0: held)."""
         return self._edges.spilled_runs
@@ -484,6 +484,56 @@ class IndexShard:
     def release_edges(self) -> None:
         """Forget the decided pairs (their spilled runs too)."""
         self._edges.clear()
+
+
+def _routed(
+    edges: np.ndarray, pool: CandidatePool, shards: int
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Texts]]:
+    """``(pairs, their distinct u, sig(u), texts(u))`` of ``edges`` ``(u, v)`` per owner
+    of ``v``, the ``u`` gathered from the blocks of ``pool`` that hold them."""
+    wanted = np.unique(edges[:, 0])
+    if len(wanted) == 0:
+        empty = (np.zeros((0, 2), np.int64), np.zeros(0, np.int64), np.zeros(0), Texts.empty())
+        return [empty for _ in range(shards)]
+    picked = [  # only the blocks that hold some of them are read (held: used as is)
+        b if len(pool) == 1 else b.take(np.flatnonzero(np.isin(b.nodes, wanted)))
+        for _, b in pool.blocks(only=pool.block_of(wanted))
+    ]
+    block = Block.concat(picked) if len(picked) > 1 else picked[0]
+    del picked
+    nodes, sigs, texts = block.nodes, block.signatures, block.texts
+    order = np.argsort(nodes, kind="stable")
+    owner = edges[:, 1] % shards
+    out = []
+    for i in range(shards):
+        part = edges[owner == i]
+        if len(part) == 0:
+            out.append((part, part[:, 0], np.zeros(0), Texts.empty()))
+            continue
+        left = np.unique(part[:, 0])
+        rows = order[np.searchsorted(nodes, left, sorter=order)]
+        out.append((part, left, sigs[rows], texts.take(rows)))
+    return out
+
+
+def _by_block(parts: tuple, pool: CandidatePool) -> Iterator[tuple[np.ndarray, Pool, Pool]]:
+    """``(pairs, left, right)`` of the forwarded ``parts`` (``(pairs (u, v), u's nodes,
+    sigs[, texts])``) grouped by the block of ``pool`` that holds their ``v``: each block
+    read once (held: the one block), with each part's pairs in it."""
+    grouped, needed = [], [np.zeros(0, np.int64)]
+    for edges, nodes, sigs, *texts in (p for p in _flatten(parts) if len(p[0])):
+        where = pool.block_of(edges[:, 1])
+        order = np.argsort(where, kind="stable")
+        bounds = np.searchsorted(where[order], np.arange(len(pool) + 1))
+        left = (nodes, np.argsort(nodes), sigs, texts[0] if texts else None)
+        grouped.append((edges[order], bounds, left))
+        needed.append(np.unique(where))
+    for i, block in pool.blocks(only=np.unique(np.concatenate(needed))):
+        right = (block.nodes, np.argsort(block.nodes), block.signatures, block.texts)
+        for edges, bounds, left in grouped:
+            mine = edges[bounds[i] : bounds[i + 1]]
+            if len(mine):
+                yield mine, left, right
 
 
 def decide_pairs(

@@ -24,7 +24,10 @@ driver. Steps (``plan``):
    the local one objects in the planning worker, each on a thread of its own. Same shards,
    same calls, same results.
 4. **Candidates and verification.** Each shard turns its buckets into candidate pairs,
-   routed to the shard that owns the first node. MinHash first screens them on the
+   routed to the shard that owns the first node; in rounds of bucket keys, a share of
+   ``ctx.memory_bytes // VERIFY_SHARE`` each at :data:`CANDIDATE_COPIES` bytes per byte of
+   entries, the entries and the pairs on disk past the shards' share
+   (:mod:`dataforge.ops.dedup.runs`). MinHash first screens them on the
    signatures (chance band collisions, far below the threshold, go). Verified methods
    (MinHash, SimHash): the parts are read again and only the candidate records are shingled, their shingle
    sequences going to the owning shard; each pair is scored on the shard that owns its
@@ -72,6 +75,7 @@ import pyarrow.parquet as pq
 
 from dataforge.io import fs
 from dataforge.ops.barrier import WORK_NODES, BarrierContext, ShardBackend
+from dataforge.ops.barrier.memory import return_free_memory
 from dataforge.ops.dedup import DECISION_REASON, Dedup
 from dataforge.ops.dedup.calls import (
     Calls,
@@ -81,9 +85,9 @@ from dataforge.ops.dedup.calls import (
     text_hash_calls,
 )
 from dataforge.ops.dedup.copies import join_heads
-from dataforge.ops.dedup.edge_runs import MIN_RUN_EDGES
 from dataforge.ops.dedup.index import IndexShard
 from dataforge.ops.dedup.keys import assign_keys
+from dataforge.ops.dedup.runs import MIN_RUN_ROWS, cut_ranges
 from dataforge.ops.dedup.star import StarWalk
 from dataforge.records import ORD
 
@@ -104,6 +108,10 @@ planner's budget (the shards' own texts, and the index's other state, share it).
 TEMPLATE_COPIES = 5
 """Bytes alive at once per byte of a template round's n-grams: sent, joined on the
 counting shard, sorted, and the positions (8 bytes per distinct n-gram) of the count."""
+CANDIDATE_COPIES = 6
+"""Bytes alive at once per byte of a candidate round's bucket entries (8 each): the
+entries read, sorted, the buckets' keys and nodes (12), their pairs made unique, and the
+pairs routed and received."""
 FORWARD_COPIES = 3
 """Copies of a round's texts alive at once while a shard forwards them."""
 STAR_BYTES_PER_EDGE = 160
@@ -278,9 +286,17 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
     heads_only = functools.partial(index_calls, copies=is_copy)
     indexed = _stream(backend, heads_only, op, ctx, tasks, keys, previous) - len(copies)
     index_bytes = sum(backend.call_all("index_bytes"))
+    _trim(backend)
     _hook("indexed", attempt, backend)
     stats: dict[str, Any] = {"copies": len(copies)}
-    stats["candidate_pairs"] = sum(backend.exchange("candidate_edges", "receive_candidates")) // 2
+    # the candidate pairs in rounds of bucket keys (each round's entries, pairs and their
+    # routed copies alive at once), received into runs that spill past the shards' share
+    rounds = _rounds(ctx, CANDIDATE_COPIES * index_bytes)
+    for r in range(rounds):
+        backend.exchange("candidate_edges", "receive_candidates", r, rounds)
+    stats["candidate_rounds"] = rounds
+    _trim(backend)
+    stats["candidate_pairs"] = sum(backend.call_all("finish_candidates")) // 2
     if op.method.verified and op.method.screen_floor() is not None:
         calls_of = functools.partial(signature_calls, needed=_needed(backend))
         _stream(backend, calls_of, op, ctx, tasks, keys, previous)
@@ -289,7 +305,10 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         for r in range(rounds):  # the signatures of a slice of the first nodes per round
             screened = backend.exchange("forward_signatures", "screen", r, rounds)
         stats["screened_pairs"], stats["screen_rounds"] = sum(screened), rounds
-        backend.exchange("emit_screened", "receive_candidates")
+        rounds = _rounds(ctx, CANDIDATE_COPIES * sum(backend.call_all("candidate_bytes")))
+        for r in range(rounds):  # the screened pairs replace the candidates
+            backend.exchange("emit_screened", "receive_candidates", r, rounds)
+        _trim(backend)
     if op.method.verified:
         # Only candidate records are read back and shingled (the planner holds their keys).
         needed = _needed(backend)
@@ -298,6 +317,7 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
             needed = np.union1d(needed, _send_group_sizes(backend, copies))
         calls_of = functools.partial(payload_calls, needed=needed)
         _stream(backend, calls_of, op, ctx, tasks, keys, previous, with_text=True)
+        _trim(backend)
         if op.config.verify.template_docs:  # the candidates' template, counted on the shards
             rounds = _rounds(ctx, TEMPLATE_COPIES * sum(backend.call_all("template_bytes")))
             for r in range(rounds):  # a share of the n-grams (by value) counted per round
@@ -305,19 +325,24 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
             stats["template_ngrams"] = sum(counted)
             stats["template_rounds"] = rounds
             backend.exchange("template_share", "receive_template")
+            _trim(backend)
         _hook("signatures", attempt, backend)
         rounds = _verify_rounds(backend, ctx)
         verified = [sum(backend.exchange("forward", "verify", r, rounds)) for r in range(rounds)]
         stats["verify_rounds"] = rounds
         stats["texts_spilled_shards"] = sum(backend.call_all("texts_spilled"))
         stats["verified_pairs"] = sum(verified)
+        _trim(backend)
     _hook("edges", attempt, backend)
     total = sum(backend.call_all("finish_edges"))
+    _trim(backend)
     stats["edge_runs"] = sum(backend.call_all("edge_runs"))
+    stats["pair_runs"] = sum(backend.call_all("pair_runs"))
     n_prev = 0 if previous is None else previous.num_rows
     members, stats["star_ranges"] = _star_walk(backend, ctx, keys.count, n_prev, total)
     stats["shard_peak_rss_mb"] = backend.call_all("peak_rss_mb")
     backend.call_all("release_edges")
+    _trim(backend)
     stats.update(
         indexed=int(indexed),
         index_bytes=int(index_bytes),
@@ -358,25 +383,18 @@ def _star_ranges(
 ) -> list[tuple[int, int]]:
     """Ranges ``[lo, hi)`` of the larger node that cover every key, in order, each with
     at most a ``memory_bytes // VERIFY_SHARE`` share of the pairs, and at least
-    :data:`~dataforge.ops.dedup.edge_runs.MIN_RUN_EDGES` of them (one range without a
+    :data:`~dataforge.ops.dedup.runs.MIN_RUN_ROWS` of them (one range without a
     budget, or when all of them fit): cut at bins of ``2^shift`` keys, at most
     :data:`_STAR_BINS` of them, whose counts the shards report."""
     end = 1 << 31
     per_range = None if ctx.memory_bytes is None else ctx.memory_bytes // VERIFY_SHARE
     if per_range is None or total * STAR_BYTES_PER_EDGE <= per_range:
         return [(0, end)]
-    per_range = max(MIN_RUN_EDGES, per_range // STAR_BYTES_PER_EDGE)
+    per_range = max(MIN_RUN_ROWS, per_range // STAR_BYTES_PER_EDGE)
     shift = max(0, max(key_count - 1, 1).bit_length() - _STAR_BINS.bit_length() + 1)
     bins = (max(key_count - 1, 0) >> shift) + 1
     counts = np.sum(backend.broadcast("edge_histogram", shift, bins), axis=0).tolist()
-    ranges, start, held = [], 0, 0
-    for b, count in enumerate(counts):
-        if held and held + count > per_range:
-            ranges.append((start << shift, b << shift))
-            start, held = b, 0
-        held += count
-    ranges.append((start << shift, end))
-    return ranges
+    return [(lo, end if hi is None else hi) for lo, hi in cut_ranges(counts, per_range, shift)]
 
 
 def _with_representatives(
@@ -414,6 +432,12 @@ def _rounds(ctx: BarrierContext, held: int) -> int:
         return 1
     share = max(1, ctx.memory_bytes // VERIFY_SHARE)
     return int(min(MAX_VERIFY_ROUNDS, max(1, -(-held // share))))
+
+
+def _trim(backend: Any) -> None:
+    """A phase ended: the shards and this process give their free heap pages back."""
+    backend.call_all("trim")
+    return_free_memory()
 
 
 def _hook(phase: str, attempt: int, backend: Any) -> None:
