@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["BYTES_PER_EDGE", "FAN_IN", "MIN_RUN_ROWS", "EdgeRuns", "KeyRuns", "cut_ranges"]
+__all__ = ["FAN_IN", "MIN_RUN_ROWS", "EdgeRuns", "KeyRuns", "cut_ranges"]
 
 MIN_RUN_ROWS = 4096
 """Rows a run holds at least, whatever ``hold_bytes``: below that the runs' count, not the
@@ -178,7 +178,7 @@ class KeyRuns:
         try:
             for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
                 for file, column in zip(files, self._gather(runs, lo, hi), strict=True):
-                    file.write(column.astype(column.dtype.newbyteorder("<"), copy=False).tobytes())
+                    _append(file, column)
         finally:
             for file in files:
                 file.close()
@@ -290,11 +290,12 @@ def cut_ranges(counts: list[int], per_range: int, shift: int) -> list[tuple[int,
 
 def _write(path: Path, column: np.ndarray) -> None:
     with open(path, "wb") as file:
-        file.write(column.astype(column.dtype.newbyteorder("<"), copy=False).tobytes())
+        _append(file, column)
 
 
-BYTES_PER_EDGE = 16
-"""Bytes a shard keeps per decided edge (packed nodes and similarity)."""
+def _append(file, column: np.ndarray) -> None:
+    """``column`` as raw little-endian bytes at the end of ``file``."""
+    file.write(column.astype(column.dtype.newbyteorder("<"), copy=False).tobytes())
 
 
 class EdgeRuns:
