@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dataforge.ops.dedup.pool import Block, CandidatePool
+from dataforge.ops.dedup.pool import WRITE_SHARE, Block, CandidatePool
 from dataforge.ops.dedup.shingles import ShingleSet
 from dataforge.ops.dedup.verify import Texts
 
@@ -91,3 +91,30 @@ def test_a_spill_root_missing_on_this_node_falls_back_to_the_temp_dir(tmp_path, 
     assert [p.name[:12] for p in (tmp_path / "tmp").iterdir()] == ["dedup-shard-"]
     pool.clear()
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_spilled_blocks_are_gathered_to_a_share_of_the_hold_and_read_back_in_order(tmp_path):
+    """Past the hold, small blocks are written together, about hold_bytes / WRITE_SHARE
+    each (a pass opens a few files, not one per part): the same candidates come back, in
+    the order added, and every node is found in the block that holds it."""
+    blocks = [_block(10 * i, 1 + i % 4) for i in range(40)]
+    hold = sum(b.nbytes for b in blocks[:16])
+    pool = CandidatePool(hold, str(tmp_path))
+    for block in blocks:
+        pool.add(block)
+    assert pool.spilled
+    read = [b for _, b in pool.blocks()]
+    assert pool.nbytes == sum(b.nbytes for b in read)  # joined: fewer offsets than apart
+    (spill,) = tmp_path.iterdir()
+    assert len(read) == len(list(spill.iterdir())) < len(blocks) // 3
+    share = hold // WRITE_SHARE
+    largest = max(b.nbytes for b in blocks)
+    joined = 4 * 8 * len(blocks)  # at most the offsets a join saves (one per set and block)
+    assert all(share - joined <= b.nbytes < share + largest for b in read[:-1])
+    _same(Block.concat(read), Block.concat(blocks))
+    nodes = np.concatenate([b.nodes for b in blocks])
+    where = pool.block_of(nodes)
+    for i, block in enumerate(read):
+        assert sorted(nodes[where == i].tolist()) == sorted(block.nodes.tolist())
+    pool.add(_block(1000, 2))  # added after a read: written at the next read
+    assert len(pool) == len(read) + 1 and pool.block_of(np.array([1001])).tolist() == [len(read)]

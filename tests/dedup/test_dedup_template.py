@@ -126,17 +126,20 @@ def test_native_template_kernels_check_their_inputs():
         kernels.doc_ngrams(values, np.array([0, 7, 6], np.int64), on)
     with pytest.raises(ValueError, match="templated: 3 flags for 2 documents"):
         kernels.doc_ngrams(values, offsets, np.ones(3, bool))
+    lookup = kernels.template_set(tmpl)
     with pytest.raises(TypeError, match="templated: need a 1-d contiguous bool array"):
-        kernels.residues(values, offsets, on.astype(np.int64), tmpl, 1)
+        kernels.residues(values, offsets, on.astype(np.int64), lookup, 1)
     with pytest.raises(TypeError, match="values: need a 1-d contiguous array"):
         kernels.doc_ngrams(values.astype(np.float64), offsets, on)
     with pytest.raises(TypeError, match="template: need"):
-        kernels.residues(values, offsets, on, tmpl.astype(np.uint64), 1)
+        kernels.template_set(tmpl.astype(np.uint64))
+    with pytest.raises(TypeError, match=r"template: need a template_set\(...\), got numpy.ndarray"):
+        kernels.residues(values, offsets, on, tmpl, 1)
     with pytest.raises(ValueError, match="template: value 1 is below the one before"):
-        kernels.residues(values, offsets, on, tmpl[::-1].copy(), 1)
+        kernels.template_set(tmpl[::-1].copy())
     with pytest.raises(ValueError, match="run: 0; valid: >= 1"):
-        kernels.residues(values, offsets, on, tmpl, 0)
-    hashes, cuts = kernels.residues(values, offsets, on, tmpl, 1)
+        kernels.residues(values, offsets, on, lookup, 0)
+    hashes, cuts = kernels.residues(values, offsets, on, lookup, 1)
     assert np.frombuffer(hashes, np.uint32).tolist() == [0]
     assert np.frombuffer(cuts, np.int64).tolist() == [0, 1, 1]
 

@@ -413,6 +413,36 @@ def test_native_kernels_read_4_byte_values_as_the_low_32_bits_of_8_byte_ones():
     assert len(set(want.tolist())) > 5  # pairs of every kind, not one value
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 9), max_size=30), min_size=1, max_size=8),
+    st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7)), max_size=40),
+    st.booleans(),
+    st.integers(1, 4),
+)
+def test_native_kernels_reuse_a_repeated_document_exactly(docs, pairs, by_left, block):
+    """The kernels keep one side's set while the next pair has the same document (pairs
+    come sorted by it): the values are those of each pair computed alone, whether the
+    rows repeat in runs (sorted) or not."""
+    pool = _sets(docs)
+    n = len(docs)
+    rows = sorted(((a % n, b % n) for a, b in pairs), key=lambda p: p[0 if by_left else 1])
+    left = np.array([a for a, _ in rows], np.int64)
+    right = np.array([b for _, b in rows], np.int64)
+    for kernel, extra in ((native.jaccard, ()), (native.own, (block,))):
+        got = np.frombuffer(kernel(*_pool(pool), left, *_pool(pool), right, *extra)).tolist()
+        alone = [
+            np.frombuffer(kernel(*_pool(pool), left[i : i + 1], *_pool(pool), right[i : i + 1],
+                                 *extra))[0]
+            for i in range(len(rows))
+        ]  # fmt: skip
+        assert got == alone
+    for (a, b), got in zip(rows, np.frombuffer(native.jaccard(*_pool(pool), left, *_pool(pool),
+                                                              right)), strict=True):  # fmt: skip
+        union = set(docs[a]) | set(docs[b])
+        assert got == (len(set(docs[a]) & set(docs[b])) / len(union) if union else 0.0)
+
+
 def test_native_kernels_with_no_pairs_or_empty_pools():
     pool = _sets([[1, 2], []])
     none = np.zeros(0, np.int64)

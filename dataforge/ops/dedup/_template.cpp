@@ -8,9 +8,10 @@
 //   distinct values ascending; a bytearray of uint32. The module's numpy code gets the same
 //   order from one sort of every position tagged with its document (O(N log N) over the
 //   batch); here each (small) document is sorted alone, by radix.
-// * residues(values, offsets, templated, template, run): per templated document, its values
-//   not in `template` (sorted uint32) that lie in runs of at least `run` consecutive such
-//   positions, in text order; (bytearray of uint32, bytearray of int64 offsets).
+// * template_set(template): the hash set of `template` (sorted uint32), made once.
+// * residues(values, offsets, templated, set, run): per templated document, its values not
+//   in the template of `set` (a template_set) that lie in runs of at least `run` consecutive
+//   such positions, in text order; (bytearray of uint32, bytearray of int64 offsets).
 //
 // Both give the values of the numpy code, bit for bit (tested).
 
@@ -247,10 +248,37 @@ uint32_t *CutResidue(const T *values, int64_t first, int64_t last, const Templat
   return out;
 }
 
+constexpr const char *kSetName = "dataforge.dedup.TemplateSet";
+
+void DestroySet(PyObject *capsule) {
+  delete static_cast<TemplateSet *>(PyCapsule_GetPointer(capsule, kSetName));
+}
+
+// The hash set of a template, made once for many `residues` calls (a shard cuts its
+// candidates block by block: a set per call cost more than the cutting).
+PyObject *MakeTemplateSet(PyObject *, PyObject *args) {
+  PyObject *template_obj;
+  if (!PyArg_ParseTuple(args, "O", &template_obj)) return nullptr;
+  Buffer buffer;
+  if (!ParseTemplate(template_obj, buffer)) return nullptr;
+  TemplateSet *set = nullptr;
+  Py_BEGIN_ALLOW_THREADS
+  try {
+    set = new TemplateSet(buffer.data<uint32_t>(), buffer.size());
+  } catch (...) {  // std::bad_alloc: no C++ exception crosses into Python
+    set = nullptr;
+  }
+  Py_END_ALLOW_THREADS
+  if (set == nullptr) return PyErr_NoMemory();
+  PyObject *capsule = PyCapsule_New(set, kSetName, DestroySet);
+  if (capsule == nullptr) delete set;
+  return capsule;
+}
+
 PyObject *Residues(PyObject *, PyObject *args) {
-  PyObject *values_obj, *offsets_obj, *templated_obj, *template_obj;
+  PyObject *values_obj, *offsets_obj, *templated_obj, *set_obj;
   Py_ssize_t run;
-  if (!PyArg_ParseTuple(args, "OOOOn", &values_obj, &offsets_obj, &templated_obj, &template_obj,
+  if (!PyArg_ParseTuple(args, "OOOOn", &values_obj, &offsets_obj, &templated_obj, &set_obj,
                         &run)) {
     return nullptr;
   }
@@ -258,12 +286,14 @@ PyObject *Residues(PyObject *, PyObject *args) {
     PyErr_Format(PyExc_ValueError, "run: %zd; valid: >= 1", run);
     return nullptr;
   }
-  Pool pool;
-  Buffer template_buffer;
-  if (!pool.Parse(values_obj, offsets_obj, templated_obj) ||
-      !ParseTemplate(template_obj, template_buffer)) {
+  if (!PyCapsule_IsValid(set_obj, kSetName)) {
+    PyErr_Format(PyExc_TypeError, "template: need a template_set(...), got %s",
+                 Py_TYPE(set_obj)->tp_name);
     return nullptr;
   }
+  const TemplateSet &tmpl = *static_cast<TemplateSet *>(PyCapsule_GetPointer(set_obj, kSetName));
+  Pool pool;
+  if (!pool.Parse(values_obj, offsets_obj, templated_obj)) return nullptr;
   uint32_t *out = nullptr;
   int64_t *offsets = nullptr;
   PyObject *hashes = NewItems(pool.templated_positions(), &out);
@@ -274,7 +304,6 @@ PyObject *Residues(PyObject *, PyObject *args) {
     return nullptr;
   }
   bool ok = FillAndCut(hashes, [&]() {
-    TemplateSet tmpl(template_buffer.data<uint32_t>(), template_buffer.size());
     uint32_t *next = out;
     offsets[0] = 0;
     pool.WithValues([&](const auto *values) {
@@ -297,9 +326,13 @@ PyMethodDef kMethods[] = {
     {"doc_ngrams", DocNgrams, METH_VARARGS,
      "doc_ngrams(values, offsets, templated) -> bytearray of uint32: each templated "
      "document's distinct values (low 32 bits), ascending"},
+    {"template_set", MakeTemplateSet, METH_VARARGS,
+     "template_set(template) -> capsule: the hash set of a template (sorted uint32) for "
+     "residues"},
     {"residues", Residues, METH_VARARGS,
-     "residues(values, offsets, templated, template, run) -> (bytearray of uint32, bytearray "
-     "of int64 offsets): each templated document's runs of >= run non-template values"},
+     "residues(values, offsets, templated, template_set, run) -> (bytearray of uint32, "
+     "bytearray of int64 offsets): each templated document's runs of >= run non-template "
+     "values"},
     {nullptr, nullptr, 0, nullptr},
 };
 

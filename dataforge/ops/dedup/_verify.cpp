@@ -115,6 +115,7 @@ struct Side {
   // The values of pair i's document: [begin(i), end(i)).
   int64_t begin(Py_ssize_t i) const { return offsets.data<int64_t>()[rows.data<int64_t>()[i]]; }
   int64_t end(Py_ssize_t i) const { return offsets.data<int64_t>()[rows.data<int64_t>()[i] + 1]; }
+  int64_t row(Py_ssize_t i) const { return rows.data<int64_t>()[i]; }
   template <typename T>
   const T *data() const { return values.data<T>(); }
   bool wide() const { return values.itemsize() == 8; }
@@ -189,8 +190,12 @@ void FillJaccard(const Side &left, const Side &right, Py_ssize_t pairs, double *
   ValueSet a, b;
   const R *values = right.data<R>();
   const uint64_t mask = CompareMask(left, right);
+  int64_t held = -1;  // the left document in `a`: pairs come sorted by it, so it repeats
   for (Py_ssize_t i = 0; i < pairs; ++i) {
-    a.Fill(left.data<L>(), left.begin(i), left.end(i), mask);
+    if (left.row(i) != held) {
+      a.Fill(left.data<L>(), left.begin(i), left.end(i), mask);
+      held = left.row(i);
+    }
     int64_t first = right.begin(i), last = right.end(i), common = 0;
     b.Reset(static_cast<size_t>(last - first));
     for (int64_t k = first; k < last; ++k) {
@@ -216,13 +221,17 @@ void FillOwn(const Side &mine, const Side &other, Py_ssize_t pairs, Blocks block
   ValueSet theirs;
   const M *values = mine.data<M>();
   const uint64_t mask = CompareMask(mine, other);
+  int64_t held = -1;  // the other document in `theirs`, kept while the next pair has it too
   for (Py_ssize_t i = 0; i < pairs; ++i) {
     int64_t first = mine.begin(i), last = mine.end(i);
     if (last == first) {
       out[i] = 0.0;
       continue;
     }
-    theirs.Fill(other.data<O>(), other.begin(i), other.end(i), mask);
+    if (other.row(i) != held) {
+      theirs.Fill(other.data<O>(), other.begin(i), other.end(i), mask);
+      held = other.row(i);
+    }
     const int64_t block = blocks[i];
     int64_t own = 0, run = 0;  // unshared positions in long runs; the current run
     for (int64_t k = first; k < last; ++k) {

@@ -65,7 +65,13 @@ from dataforge.ops.dedup.method import DedupMethod
 from dataforge.ops.dedup.pool import Block, CandidatePool
 from dataforge.ops.dedup.runs import EdgeRuns, KeyRuns
 from dataforge.ops.dedup.simhash import hamming_pairs
-from dataforge.ops.dedup.template import doc_ngrams, frequent, residues, route_ngrams
+from dataforge.ops.dedup.template import (
+    Template,
+    doc_ngrams,
+    frequent,
+    residues,
+    route_ngrams,
+)
 from dataforge.ops.dedup.verify import ResidueRule, Texts, verify_rows
 
 if TYPE_CHECKING:
@@ -405,7 +411,8 @@ class IndexShard:
         """Take the whole template (every shard's share) and cut the owned documents'
         residues from it; returns the residue n-grams."""
         flat = [p for p in _flatten(parts) if len(p)]
-        template = np.sort(np.concatenate(flat)) if flat else np.zeros(0, np.uint32)
+        template = Template(np.sort(np.concatenate(flat)) if flat else np.zeros(0, np.uint32))
+        del flat
         self._template = np.zeros(0, np.uint32)
         run, found = self.config.verify.template_run, [0]
 

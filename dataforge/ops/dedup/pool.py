@@ -1,9 +1,12 @@
 """The candidates an index shard owns for verification: signatures and texts, in blocks.
 
-A block is what one ``add_payload`` call brought (one prepared part's candidates of this
-shard): ``(nodes, signatures, texts)``. Blocks stay in memory while they hold at most
-``hold_bytes`` together; past that every block, held and later, goes to a file of its own
-in a directory made for the shard (under ``spill_root`` where that is a directory on this
+A block is ``(nodes, signatures, texts)`` of some candidates: what one ``add_payload`` call
+brought (one prepared part's candidates of this shard) while they are held. Blocks stay in
+memory while they hold at most ``hold_bytes`` together; past that every block, held and
+later, goes to disk, the small ones gathered into blocks of about ``hold_bytes //
+WRITE_SHARE`` first (a pass reads every block it needs, each a directory of files: a block
+per part made the opening of files, not the reading, what a pass paid for), each block to a
+directory of its own in a directory made for the shard (under ``spill_root`` where that is a directory on this
 node, e.g. the run's spill dir; else the system's temporary directory, as on another node
 of a cluster) and is read back one at a time by the shard's passes (template counting,
 forwarding a round, verifying), so that a shard holds one block and a round's share of
@@ -26,7 +29,11 @@ import numpy as np
 from dataforge.ops.dedup.shingles import ShingleSet
 from dataforge.ops.dedup.verify import Texts
 
-__all__ = ["Block", "CandidatePool"]
+__all__ = ["WRITE_SHARE", "Block", "CandidatePool"]
+
+WRITE_SHARE = 4
+"""Spilled blocks are gathered up to ``hold_bytes // WRITE_SHARE`` before they are written
+(a pass then holds one such block beside its share of forwarded texts)."""
 
 
 @dataclasses.dataclass
@@ -69,6 +76,9 @@ class CandidatePool:
         self._lookup: tuple[np.ndarray, np.ndarray] | None = None
         """Every node sorted, and its block: :meth:`block_of`, made once per change."""
         self._dir: Path | None = None
+        self._pending: list[Block] = []
+        """Spilled: blocks added since the last write, written as one when they reach
+        ``hold_bytes // WRITE_SHARE`` or anything reads the pool."""
 
     @property
     def spilled(self) -> bool:
@@ -77,21 +87,45 @@ class CandidatePool:
     @property
     def nbytes(self) -> int:
         """Bytes of every block, held or spilled."""
-        return sum(self._sizes)
+        return sum(self._sizes) + sum(b.nbytes for b in self._pending)
 
     def __len__(self) -> int:
+        self._join_held()
         return len(self._blocks)
 
     def add(self, block: Block) -> None:
+        if self._dir is not None:
+            self._pending.append(block)
+            if sum(b.nbytes for b in self._pending) >= self._write_bytes():
+                self._write_pending()
+            return
         self._blocks.append(block)
         self._note(len(self._blocks) - 1, block)
-        if self._dir is None and self.hold_bytes is not None and self.nbytes > self.hold_bytes:
+        if self.hold_bytes is not None and self.nbytes > self.hold_bytes:
             root = self.spill_root if self.spill_root and os.path.isdir(self.spill_root) else None
             self._dir = Path(tempfile.mkdtemp(prefix="dedup-shard-", dir=root))
-            for i, held in enumerate(self._blocks[:-1]):  # the held ones, once
-                self._blocks[i] = self._write(i, held)  # type: ignore[arg-type]
-        if self._dir is not None:
-            self._blocks[-1] = self._write(len(self._blocks) - 1, block)
+            held, self._blocks, self._sizes, self._nodes, self._lengths = (
+                self._blocks,
+                [],
+                [],
+                [],
+                [],
+            )
+            for one in held:  # the held ones, gathered as later ones are
+                self.add(one)  # type: ignore[arg-type]
+
+    def _write_bytes(self) -> int:
+        return (self.hold_bytes or 0) // WRITE_SHARE
+
+    def _write_pending(self) -> None:
+        """The blocks added since the last write, as one block on disk."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        block = pending[0] if len(pending) == 1 else Block.concat(pending)
+        del pending
+        self._blocks.append(self._write(len(self._blocks), block))
+        self._note(len(self._blocks) - 1, block)
 
     def templated_lengths(self) -> list[np.ndarray]:
         """Per block, each document's ``chars`` count where the template rule applies
@@ -144,8 +178,11 @@ class CandidatePool:
         return which[np.searchsorted(held, nodes)]
 
     def _join_held(self) -> None:
-        """Held blocks (nothing spilled) become one: one pool, sorted once per pass."""
-        if not self.spilled and len(self._blocks) > 1:
+        """Before a read: held blocks (nothing spilled) become one (one pool, sorted once
+        per pass); spilled, the blocks not written yet are."""
+        if self.spilled:
+            self._write_pending()
+        elif len(self._blocks) > 1:
             joined = Block.concat(self._blocks)  # type: ignore[arg-type]
             self._blocks, self._sizes, self._nodes, self._lengths = [joined], [], [], []
             self._note(0, joined)
@@ -159,6 +196,7 @@ class CandidatePool:
     def clear(self) -> None:
         """Forget every block; remove the spill directory."""
         self._blocks, self._sizes, self._nodes, self._lengths = [], [], [], []
+        self._pending = []
         self._lookup = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)

@@ -19,8 +19,8 @@ tasks, batches, shards or workers. Records of ``against`` runs (texts gone) coun
 
 Where ``make dedup-verify`` built ``_template`` (``_template.cpp``), :func:`doc_ngrams` and
 :func:`residues` run one pass per document in C++ with the GIL released (a sort of each small
-document instead of one of the whole batch, a hash set of the template instead of a search
-per position); the numpy code runs where it is not built. Both give identical values (tested).
+document instead of one of the whole batch, a hash set of the template, made once per
+shard (:class:`Template`), instead of a search per position); the numpy code runs where it is not built. Both give identical values (tested).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ try:
 except ImportError:  # not built: the numpy code below
     _template = None
 
-__all__ = ["doc_ngrams", "frequent", "residues", "route_ngrams"]
+__all__ = ["Template", "doc_ngrams", "frequent", "residues", "route_ngrams"]
 
 
 def doc_ngrams(chars: ShingleSet, templated: np.ndarray | None) -> np.ndarray:
@@ -66,25 +66,35 @@ def frequent(ngrams: np.ndarray, min_docs: int) -> np.ndarray:
     return values[counts >= min_docs]
 
 
+class Template:
+    """A template's n-grams (sorted uint32) and, where the kernels are built, their hash
+    set, made once: a shard cuts its candidates block by block, and one set per block
+    cost more than the cutting (it grows with the corpus, and so does the block count)."""
+
+    def __init__(self, ngrams: np.ndarray) -> None:
+        self.ngrams = np.ascontiguousarray(ngrams, dtype=np.uint32)
+        self.lookup = None if _template is None else _template.template_set(self.ngrams)
+
+
 def residues(
-    chars: ShingleSet, templated: np.ndarray | None, template: np.ndarray, run: int
+    chars: ShingleSet, templated: np.ndarray | None, template: np.ndarray | Template, run: int
 ) -> ShingleSet:
-    """Per document, its n-grams not in ``template`` (sorted uint32) that lie in runs of at
-    least ``run`` consecutive such positions, in text order; no residue (empty) for
-    documents without the template rule."""
+    """Per document, its n-grams not in ``template`` (sorted uint32, or a
+    :class:`Template` of them) that lie in runs of at least ``run`` consecutive such
+    positions, in text order; no residue (empty) for documents without the template rule."""
     if run < 1:
         raise ValueError(f"run: {run}; valid: >= 1")
     docs = len(chars.offsets) - 1
     if templated is None or len(chars.hashes) == 0:
         return ShingleSet(np.zeros(0, np.uint32), np.zeros(docs + 1, np.int64))
-    if _template is not None:
-        hashes, offsets = _template.residues(
-            *_kernel_pool(chars, templated), np.ascontiguousarray(template), run
-        )
+    if not isinstance(template, Template):
+        template = Template(template)
+    if template.lookup is not None:
+        hashes, offsets = _template.residues(*_kernel_pool(chars, templated), template.lookup, run)
         return ShingleSet(np.frombuffer(hashes, np.uint32), np.frombuffer(offsets, np.int64))
     doc = chars.doc_index()
     values = chars.hashes.astype(np.uint32, copy=False)
-    own = ~_members(values, template) & templated[doc]
+    own = ~_members(values, template.ngrams) & templated[doc]
     # Runs of own positions within one document: a new run where either changes.
     change = np.ones(len(own), bool)
     np.not_equal(own[1:], own[:-1], out=change[1:])
