@@ -63,7 +63,7 @@ from dataforge.ops.dedup.buckets import (
 from dataforge.ops.dedup.copies import copy_pairs
 from dataforge.ops.dedup.method import DedupMethod
 from dataforge.ops.dedup.pool import Block, CandidatePool
-from dataforge.ops.dedup.runs import EdgeRuns, KeyRuns
+from dataforge.ops.dedup.runs import MIN_RUN_ROWS, EdgeRuns, KeyRuns
 from dataforge.ops.dedup.simhash import hamming_pairs
 from dataforge.ops.dedup.template import (
     Template,
@@ -77,10 +77,28 @@ from dataforge.ops.dedup.verify import ResidueRule, Texts, verify_rows
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["IndexShard", "Pool", "TextsOf", "decide_pairs"]
+__all__ = [
+    "FORWARD_COPIES",
+    "PAIR_BYTES",
+    "SCAN_COPIES",
+    "IndexShard",
+    "Pool",
+    "TextsOf",
+    "decide_pairs",
+]
 
 _VERIFY_CHUNK = 8192  # pairs per verification step (numpy kernels: their shingles copied once)
 _SCREEN_CHUNK = 1 << 16  # pairs per screening step (two copies of their signatures)
+SCAN_COPIES = 4
+"""Copies of a range's candidate keys alive while it is read (:meth:`IndexShard._candidate_keys`:
+the keys, their two halves, the distinct ones): a range is at most ``hold_bytes`` over it."""
+FORWARD_COPIES = 3
+"""Copies of a round's texts alive at once while a shard forwards them (gathered from the
+blocks, joined, taken per destination)."""
+PAIR_BYTES = 80
+"""Bytes alive at once per forwarded pair: its two directions read (8 each), unpacked
+(16), taken per destination (16), and on the receiver its block number, order and sorted
+copy (32)."""
 
 TextsOf = Callable[["pa.Array", "pa.Array"], Texts]
 """The dedup op's ``verification_texts``: (texts, langs) -> what verification compares."""
@@ -122,7 +140,7 @@ class IndexShard:
         """The candidate pairs of the owned nodes, both directions, packed ``u << 32 | v``
         (one int64 each; repeats and pairs between against records are dropped where they
         are read, :meth:`_candidate_keys`)."""
-        self._candidate_scan: tuple[int, np.ndarray] | None = None
+        self._candidate_scan: tuple[int, np.ndarray, np.ndarray] | None = None
         self._signatures = CandidatePool(hold_bytes, spill_root)
         """The owned candidates' signatures for the screen (spilled past ``hold_bytes``)."""
         self._signed = 0
@@ -238,24 +256,33 @@ class IndexShard:
         return packed[keep]
 
     def _held_ranges(self, runs: KeyRuns) -> Iterator[tuple[int, int | None]]:
-        """Key ranges that read ``runs`` in pieces of about ``hold_bytes`` (one range
+        """Key ranges that read the candidate keys ``runs`` in pieces of at most about
+        ``hold_bytes`` with their :data:`SCAN_COPIES`, and of at least
+        :data:`~dataforge.ops.dedup.runs.MIN_RUN_ROWS` keys (a run's least; one range
         without a budget)."""
-        rounds = 1 if self.hold_bytes is None else -(-runs.nbytes // max(1, self.hold_bytes))
-        rounds = max(1, rounds)
+        held = SCAN_COPIES * runs.nbytes
+        rounds = 1 if self.hold_bytes is None else -(-held // max(1, self.hold_bytes))
+        rounds = max(1, min(rounds, runs.count // MIN_RUN_ROWS))
         for r in range(rounds):
             yield runs.round_range(r, rounds, align=32)
 
-    def _scan_candidates(self) -> tuple[int, np.ndarray]:
-        """The number of distinct candidate pairs and their distinct first nodes (once
-        per change of the candidates, a range at a time)."""
+    def _scan_candidates(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """The number of distinct candidate pairs, their distinct first nodes, and per
+        first node its pairs ``(u, v)`` with ``u < v`` (once per change of the
+        candidates, a range at a time)."""
         if self._candidate_scan is None:
-            count, firsts = 0, [np.zeros(0, np.int64)]
+            count, firsts, forward = 0, [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
             for lo, hi in self._held_ranges(self._candidates):
                 packed = self._candidate_keys(lo, hi)
                 count += len(packed)
                 u = packed >> 32  # sorted
-                firsts.append(u[np.append(True, u[1:] != u[:-1])] if len(u) else u)
-            self._candidate_scan = count, np.concatenate(firsts)
+                starts = np.flatnonzero(np.append(True, u[1:] != u[:-1])) if len(u) else u
+                firsts.append(u[starts])
+                ahead = np.cumsum(u < (packed & 0xFFFFFFFF))
+                del packed
+                ends = np.append(starts[1:], len(u)) - 1
+                forward.append(ahead[ends] - np.append(0, ahead[ends[:-1]]) if len(u) else u)
+            self._candidate_scan = count, np.concatenate(firsts), np.concatenate(forward)
         return self._candidate_scan
 
     def finish_candidates(self) -> int:
@@ -266,16 +293,39 @@ class IndexShard:
         """The owned nodes that have a candidate pair (their payload is needed)."""
         return self._scan_candidates()[1]
 
-    def pairs(self, round_: int = 0, rounds: int = 1) -> np.ndarray:
+    def forward_bytes(self, signatures: bool = False) -> int:
+        """Bytes a forwarding pass holds over its rounds: :data:`FORWARD_COPIES` of the
+        texts and signatures (``signatures``: of the signatures alone, for the screen)
+        and :data:`PAIR_BYTES` per pair; :meth:`pairs` cuts its rounds in these bytes."""
+        return int(self._forward_weights(signatures).sum())
+
+    def _forward_weights(self, signatures: bool) -> np.ndarray:
+        """Per distinct first node, the bytes forwarding it holds: the mean document of
+        the pool forwarded, :data:`FORWARD_COPIES` times, and its pairs."""
+        _, firsts, forward = self._scan_candidates()
+        pool, docs = (
+            (self._signatures, self._signed) if signatures else (self._pool, self._received)
+        )
+        per_doc = FORWARD_COPIES * pool.nbytes // max(1, docs)
+        return per_doc + PAIR_BYTES * forward
+
+    def pairs(self, round_: int = 0, rounds: int = 1, signatures: bool = False) -> np.ndarray:
         """The candidate pairs ``(u, v)`` with ``u < v`` held here (each pair is held by
         the owner of its u alone), sorted. In ``rounds`` rounds, round ``round_`` has
-        those whose ``u`` is in the ``round_``-th of ``rounds`` equal slices of the
-        distinct first nodes in key order (every pair in exactly one round, and a round's
-        first nodes, whose texts travel, a ``1 / rounds`` share of them)."""
+        those whose ``u`` is in the ``round_``-th of ``rounds`` slices of the distinct
+        first nodes in key order, cut at equal shares of :meth:`forward_bytes` (every pair
+        in exactly one round; a round holds about a ``1 / rounds`` share of the texts
+        and pairs forwarded, also where a few first nodes have most of the pairs)."""
         lo, hi = 0, None
         if rounds > 1:
             firsts = self.candidate_nodes()
-            a, b = (len(firsts) * r // rounds for r in (round_, round_ + 1))
+            starts = np.cumsum(self._forward_weights(signatures))
+            total = int(starts[-1]) if len(starts) else 0
+            starts -= self._forward_weights(signatures)  # where each first node's bytes start
+            a, b = (
+                len(firsts) if r == rounds else int(np.searchsorted(starts, total * r // rounds))
+                for r in (round_, round_ + 1)
+            )
             if a == b:
                 return np.zeros((0, 2), np.int64)
             lo, hi = int(firsts[a]) << 32, int(firsts[b]) << 32 if b < len(firsts) else None
@@ -292,11 +342,6 @@ class IndexShard:
         self._signed += len(nodes)
         return self._signed
 
-    def signature_bytes(self) -> int:
-        """Bytes of the owned candidates' signatures (what :meth:`forward_signatures`
-        copies, over its rounds)."""
-        return self._signatures.nbytes
-
     def forward_signatures(
         self, round_: int = 0, rounds: int = 1
     ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -304,7 +349,8 @@ class IndexShard:
         ``v`` (each ``u`` travels once per destination, not once per pair); in rounds as
         :meth:`forward`."""
         return [
-            part[:3] for part in _routed(self.pairs(round_, rounds), self._signatures, self.shards)
+            part[:3]
+            for part in _routed(self.pairs(round_, rounds, True), self._signatures, self.shards)
         ]
 
     def screen(self, *parts) -> int:
@@ -428,11 +474,6 @@ class IndexShard:
     def texts_spilled(self) -> bool:
         """Whether the candidates' texts went to disk (past ``hold_bytes``)."""
         return self._pool.spilled
-
-    def payload_bytes(self) -> int:
-        """Bytes of the received candidates' signatures and texts (what :meth:`forward`
-        copies, over its rounds)."""
-        return self._pool.nbytes
 
     def forward(
         self, round_: int = 0, rounds: int = 1

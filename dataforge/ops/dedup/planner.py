@@ -38,8 +38,8 @@ driver. Steps (``plan``):
    (:mod:`dataforge.ops.dedup.pool`); the signatures forwarded for the screen, the
    template's n-grams and the texts forwarded for the pairs go in rounds of at most
    ``ctx.memory_bytes // VERIFY_SHARE`` (counting the copies each makes; slices of the
-   first nodes in key order, or of the n-grams by value: the same pairs and template in
-   any number of rounds).
+   first nodes in key order cut at equal bytes of texts and pairs, or of the n-grams by
+   value: the same pairs and template in any number of rounds).
 5. **Star clusters.** The decided pairs (few: near-duplicates only) come back to the
    planner, which builds star clusters in key order (:mod:`dataforge.ops.dedup.star`):
    every dropped record was verified against its representative, never chained (a copy:
@@ -112,8 +112,6 @@ CANDIDATE_COPIES = 6
 """Bytes alive at once per byte of a candidate round's bucket entries (8 each): the
 entries read, sorted, the buckets' keys and nodes (12), their pairs made unique, and the
 pairs routed and received."""
-FORWARD_COPIES = 3
-"""Copies of a round's texts alive at once while a shard forwards them."""
 STAR_BYTES_PER_EDGE = 160
 """Bytes alive at once per decided pair of a star range in the planner: the shards'
 pieces (24) and, at the walk's peak, their join, node ranks, order and sorted copies
@@ -300,8 +298,8 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
     if op.method.verified and op.method.screen_floor() is not None:
         calls_of = functools.partial(signature_calls, needed=_needed(backend))
         _stream(backend, calls_of, op, ctx, tasks, keys, previous)
-        held = sum(backend.call_all("signature_bytes")) if ctx.memory_bytes else 0
-        rounds = _rounds(ctx, FORWARD_COPIES * held)
+        held = sum(backend.broadcast("forward_bytes", True)) if ctx.memory_bytes else 0
+        rounds = _rounds(ctx, held)
         for r in range(rounds):  # the signatures of a slice of the first nodes per round
             screened = backend.exchange("forward_signatures", "screen", r, rounds)
         stats["screened_pairs"], stats["screen_rounds"] = sum(screened), rounds
@@ -415,14 +413,14 @@ def _with_representatives(
 
 
 def _verify_rounds(backend: Any, ctx: BarrierContext) -> int:
-    """Rounds of the pairs' verification: each forwards a ``1 / rounds`` share of the
-    candidates' texts (copies, beside the shards' own), at most ``memory_bytes //
-    VERIFY_SHARE`` where that allows (1 without a budget; at most
-    :data:`MAX_VERIFY_ROUNDS`). A round's texts are copied :data:`FORWARD_COPIES` times
-    on their way (gathered from the blocks, joined, taken per destination), so that many
-    times the texts count. The pairs decided do not depend on it."""
-    held = sum(backend.call_all("payload_bytes")) if ctx.memory_bytes else 0
-    return _rounds(ctx, FORWARD_COPIES * held)
+    """Rounds of the pairs' verification: each forwards about a ``1 / rounds`` share of
+    the candidates' texts (copies, beside the shards' own) and of the pairs, at most
+    ``memory_bytes // VERIFY_SHARE`` where that allows (1 without a budget; at most
+    :data:`MAX_VERIFY_ROUNDS`), as the shards count them
+    (:meth:`~dataforge.ops.dedup.index.IndexShard.forward_bytes`: the copies the texts
+    and pairs make on their way). The pairs decided do not depend on it."""
+    held = sum(backend.call_all("forward_bytes")) if ctx.memory_bytes else 0
+    return _rounds(ctx, held)
 
 
 def _rounds(ctx: BarrierContext, held: int) -> int:
