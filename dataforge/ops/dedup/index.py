@@ -276,12 +276,12 @@ class IndexShard:
                 packed = self._candidate_keys(lo, hi)
                 count += len(packed)
                 u = packed >> 32  # sorted
-                starts = np.flatnonzero(np.append(True, u[1:] != u[:-1])) if len(u) else u
+                if len(u) == 0:
+                    continue
+                starts = np.flatnonzero(np.append(True, u[1:] != u[:-1]))
                 firsts.append(u[starts])
-                ahead = np.cumsum(u < (packed & 0xFFFFFFFF))
-                del packed
-                ends = np.append(starts[1:], len(u)) - 1
-                forward.append(ahead[ends] - np.append(0, ahead[ends[:-1]]) if len(u) else u)
+                ahead = (u < (packed & 0xFFFFFFFF)).astype(np.int64)
+                forward.append(np.add.reduceat(ahead, starts))  # per first node
             self._candidate_scan = count, np.concatenate(firsts), np.concatenate(forward)
         return self._candidate_scan
 
@@ -319,9 +319,9 @@ class IndexShard:
         lo, hi = 0, None
         if rounds > 1:
             firsts = self.candidate_nodes()
-            starts = np.cumsum(self._forward_weights(signatures))
-            total = int(starts[-1]) if len(starts) else 0
-            starts -= self._forward_weights(signatures)  # where each first node's bytes start
+            weights = self._forward_weights(signatures)
+            starts = np.cumsum(weights) - weights  # where each first node's bytes start
+            total = int(weights.sum())
             a, b = (
                 len(firsts) if r == rounds else int(np.searchsorted(starts, total * r // rounds))
                 for r in (round_, round_ + 1)

@@ -5,13 +5,14 @@ brought (one prepared part's candidates of this shard) while they are held. Bloc
 memory while they hold at most ``hold_bytes`` together; past that every block, held and
 later, goes to disk, the small ones gathered into blocks of about ``hold_bytes //
 WRITE_SHARE`` first (a pass reads every block it needs, each a directory of files: a block
-per part made the opening of files, not the reading, what a pass paid for), each block to a
-directory of its own in a directory made for the shard (under ``spill_root`` where that is a directory on this
-node, e.g. the run's spill dir; else the system's temporary directory, as on another node
-of a cluster) and is read back one at a time by the shard's passes (template counting,
-forwarding a round, verifying), so that a shard holds one block and a round's share of
-forwarded texts, not every candidate's texts. Files are plain ``.npy`` arrays (no pickle)
-and are removed by :meth:`CandidatePool.clear`. Without a ``hold_bytes`` nothing spills
+per part made the opening of files, not the reading, what a pass paid for), each block to
+a directory of its own in a directory made for the shard (under ``spill_root`` where that
+is a directory on this node, e.g. the run's spill dir; else the system's temporary
+directory, as on another node of a cluster) and is read back one at a time by the shard's
+passes (template counting, forwarding a round, verifying), so that a shard holds one block
+and a round's share of forwarded texts, not every candidate's texts. Files are plain
+``.npy`` arrays (no pickle) and are removed by :meth:`CandidatePool.clear`. Without a
+``hold_bytes`` nothing spills
 and the blocks are joined into one, as one pool in memory.
 """
 
