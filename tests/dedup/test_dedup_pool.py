@@ -118,3 +118,23 @@ def test_spilled_blocks_are_gathered_to_a_share_of_the_hold_and_read_back_in_ord
         assert sorted(nodes[where == i].tolist()) == sorted(block.nodes.tolist())
     pool.add(_block(1000, 2))  # added after a read: written at the next read
     assert len(pool) == len(read) + 1 and pool.block_of(np.array([1001])).tolist() == [len(read)]
+
+
+@pytest.mark.parametrize("hold", [None, 1])  # held and joined, or every block spilled
+@pytest.mark.parametrize("residue", [False, True])
+def test_doc_bytes_are_each_documents_rows_without_reading_the_blocks(tmp_path, hold, residue):
+    """A document's bytes are its rows of every array; they add up to the block's bytes but
+    for one offset per shingle set, and a node not held has none. Nothing is read."""
+    blocks = [_block(0, 5, residue), _block(5, 7, residue), _block(12, 3, residue)]
+    pool = CandidatePool(hold, str(tmp_path))
+    for block in blocks:
+        pool.add(block)
+    joined = Block.concat(blocks)
+    t, nodes = joined.texts, np.array([3, 14, 0, 99, 7], np.int64)
+    sets = [t.shingles, t.chars] + ([t.residue] if residue else [])
+    fixed = 8 + 4 * 4 + 8 + 8 + 1 + 8 * len(sets)  # node, signature, rules, offsets
+    own = [fixed + sum(4 * int(np.diff(s.offsets)[n]) for s in sets) for n in (3, 14, 0, 7)]
+    pool.blocks = None  # type: ignore[method-assign]  # a read would fail
+    assert pool.doc_bytes(nodes).tolist() == [*own[:3], 0, own[3]]
+    everything = pool.doc_bytes(joined.nodes).sum()
+    assert everything == joined.nbytes - 8 * len(sets)

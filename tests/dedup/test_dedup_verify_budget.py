@@ -183,3 +183,40 @@ def test_forward_rounds_cut_at_equal_bytes_of_texts_and_pairs():
     share, largest = PAIR_BYTES * len(pairs) / rounds, PAIR_BYTES * len(hub)
     for part in got:
         assert PAIR_BYTES * len(part) <= share + largest
+
+
+def test_forward_rounds_weigh_each_documents_own_texts():
+    """Long pages first in key order (a crawl's originals are not spread evenly): each
+    first node weighs its own document's bytes, so the long pages' rounds hold few of
+    them, where a mean size put all of them in the first round with five times the texts
+    of the next."""
+    from dataforge.ops.base import OpContext
+    from dataforge.ops.dedup import Dedup
+    from dataforge.ops.dedup.index import FORWARD_COPIES, PAIR_BYTES
+    from dataforge.ops.dedup.shingles import ShingleSet
+    from dataforge.ops.dedup.verify import Texts
+
+    op = Dedup(Dedup.Config(method="minhash"), OpContext())
+    shard = IndexShard(1, op.method)
+    n, long_docs = 400, 40
+    counts = np.where(np.arange(n) < long_docs, 2000, 10)  # shingles per document
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    chars = ShingleSet(np.arange(offsets[-1], dtype=np.uint64), offsets)
+    texts = Texts(chars, chars)
+    nodes = np.arange(n, dtype=np.int64)
+    shard.add_payload(nodes, np.zeros((n, 4), np.uint32), texts)
+    pairs = np.stack([nodes[:-1], nodes[1:]], axis=1)  # a chain: one pair per first node
+    both = np.concatenate([pairs, pairs[:, ::-1]])
+    shard.receive_candidates(both[:, 0] << 32 | both[:, 1])
+    own = shard._pool.doc_bytes(nodes)
+    assert own[0] > 100 * own[-1]
+    weights = FORWARD_COPIES * own + PAIR_BYTES * (nodes < n - 1)  # the last: no pair ahead
+    assert shard.forward_bytes() == weights.sum()
+    rounds = 8
+    got = [shard.pairs(r, rounds) for r in range(rounds)]
+    joined = np.concatenate(got)
+    assert np.array_equal(joined, shard.pairs())  # every pair once, in order
+    share = weights.sum() / rounds
+    for part in got:
+        assert weights[part[:, 0]].sum() <= share + weights.max()
+    assert len(got[0]) < long_docs // 4  # equal counts: all 40 long pages and more

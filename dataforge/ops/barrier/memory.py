@@ -6,7 +6,10 @@ threshold with ``mmap`` and unmaps them when freed, but it raises that threshold
 the heap, whose free pages it keeps: a worker's RSS then holds what earlier phases freed
 (1.4–2.0 GB in the dedup planner at 1 GB of input) under the next phase's peak.
 ``malloc_trim(0)`` returns every free whole page of the heap (it has no Python API; this
-is its one wrapper). Elsewhere than glibc it does nothing.
+is its one wrapper). Elsewhere than glibc it does nothing. Arrow's allocator (mimalloc or
+jemalloc) keeps the pages of the Parquet parts a phase read for itself: after the dedup
+planner streamed the candidates' texts at 1 GB of input, 290 MB of them while Arrow had
+42 MB allocated; ``release_unused`` hands them back too.
 """
 
 from __future__ import annotations
@@ -28,7 +31,11 @@ def _malloc_trim():
 
 
 def return_free_memory() -> bool:
-    """Return the heap's free pages to the system; whether it could (glibc only)."""
+    """Return Arrow's and the heap's free pages to the system; whether the heap's could
+    (glibc only)."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
     trim = _malloc_trim()
     if trim is None:
         return False

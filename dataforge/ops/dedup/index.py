@@ -300,14 +300,13 @@ class IndexShard:
         return int(self._forward_weights(signatures).sum())
 
     def _forward_weights(self, signatures: bool) -> np.ndarray:
-        """Per distinct first node, the bytes forwarding it holds: the mean document of
-        the pool forwarded, :data:`FORWARD_COPIES` times, and its pairs."""
+        """Per distinct first node, the bytes forwarding it holds: its own document in
+        the pool forwarded, :data:`FORWARD_COPIES` times, and its pairs (a crawl's long
+        pages are not spread evenly over the key order: a mean size let one round carry
+        five times the texts of the next)."""
         _, firsts, forward = self._scan_candidates()
-        pool, docs = (
-            (self._signatures, self._signed) if signatures else (self._pool, self._received)
-        )
-        per_doc = FORWARD_COPIES * pool.nbytes // max(1, docs)
-        return per_doc + PAIR_BYTES * forward
+        pool = self._signatures if signatures else self._pool
+        return FORWARD_COPIES * pool.doc_bytes(firsts) + PAIR_BYTES * forward
 
     def pairs(self, round_: int = 0, rounds: int = 1, signatures: bool = False) -> np.ndarray:
         """The candidate pairs ``(u, v)`` with ``u < v`` held here (each pair is held by

@@ -302,6 +302,7 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
         rounds = _rounds(ctx, held)
         for r in range(rounds):  # the signatures of a slice of the first nodes per round
             screened = backend.exchange("forward_signatures", "screen", r, rounds)
+            _trim(backend)  # a round's freed copies would sit under the next one's
         stats["screened_pairs"], stats["screen_rounds"] = sum(screened), rounds
         rounds = _rounds(ctx, CANDIDATE_COPIES * sum(backend.call_all("candidate_bytes")))
         for r in range(rounds):  # the screened pairs replace the candidates
@@ -326,7 +327,10 @@ def _cluster(op, ctx, tasks, keys, previous, backend, attempt):
             _trim(backend)
         _hook("signatures", attempt, backend)
         rounds = _verify_rounds(backend, ctx)
-        verified = [sum(backend.exchange("forward", "verify", r, rounds)) for r in range(rounds)]
+        verified = []
+        for r in range(rounds):
+            verified.append(sum(backend.exchange("forward", "verify", r, rounds)))
+            _trim(backend)
         stats["verify_rounds"] = rounds
         stats["texts_spilled_shards"] = sum(backend.call_all("texts_spilled"))
         stats["verified_pairs"] = sum(verified)

@@ -74,8 +74,14 @@ class CandidatePool:
         self._lengths: list[np.ndarray] = []
         """Each block's documents' ``chars`` counts where the template rule applies, else
         0 (held beside the nodes: the template's size needs no read of the blocks)."""
+        self._row_bytes: list[np.ndarray] = []
+        """Each block's bytes per document (its rows of every array), held beside the
+        nodes: :meth:`doc_bytes` sizes a forwarding round without reading the blocks."""
         self._lookup: tuple[np.ndarray, np.ndarray] | None = None
         """Every node sorted, and its block: :meth:`block_of`, made once per change."""
+        self._bytes_lookup: tuple[np.ndarray, np.ndarray] | None = None
+        """Every node sorted, and its document's bytes: :meth:`doc_bytes`, made once per
+        change."""
         self._dir: Path | None = None
         self._pending: list[Block] = []
         """Spilled: blocks added since the last write, written as one when they reach
@@ -105,13 +111,8 @@ class CandidatePool:
         if self.hold_bytes is not None and self.nbytes > self.hold_bytes:
             root = self.spill_root if self.spill_root and os.path.isdir(self.spill_root) else None
             self._dir = Path(tempfile.mkdtemp(prefix="dedup-shard-", dir=root))
-            held, self._blocks, self._sizes, self._nodes, self._lengths = (
-                self._blocks,
-                [],
-                [],
-                [],
-                [],
-            )
+            held, self._blocks = self._blocks, []
+            self._sizes, self._nodes, self._lengths, self._row_bytes = [], [], [], []
             for one in held:  # the held ones, gathered as later ones are
                 self.add(one)  # type: ignore[arg-type]
 
@@ -147,14 +148,15 @@ class CandidatePool:
             lengths = np.zeros_like(lengths)
         else:
             lengths = lengths * texts.templated
-        entry = (block.nbytes, block.nodes, lengths)
+        entry = (block.nbytes, block.nodes, lengths, _row_bytes(block))
         if i == len(self._sizes):
             self._sizes.append(entry[0])
             self._nodes.append(entry[1])
             self._lengths.append(entry[2])
+            self._row_bytes.append(entry[3])
         else:
-            self._sizes[i], self._nodes[i], self._lengths[i] = entry
-        self._lookup = None
+            self._sizes[i], self._nodes[i], self._lengths[i], self._row_bytes[i] = entry
+        self._lookup = self._bytes_lookup = None
 
     def blocks(self, only: np.ndarray | None = None) -> Iterator[tuple[int, Block]]:
         """``(index, block)`` of every block in the order added, one loaded at a time
@@ -178,6 +180,22 @@ class CandidatePool:
         held, which = self._lookup
         return which[np.searchsorted(held, nodes)]
 
+    def doc_bytes(self, nodes: np.ndarray) -> np.ndarray:
+        """The bytes each of ``nodes`` takes in its block (0 for a node not held), without
+        reading the blocks."""
+        self._join_held()
+        nodes = np.asarray(nodes, np.int64)
+        if self._bytes_lookup is None:
+            held = np.concatenate([np.zeros(0, np.int64), *self._nodes])
+            order = np.argsort(held, kind="stable")
+            sizes = np.concatenate([np.zeros(0, np.int64), *self._row_bytes])
+            self._bytes_lookup = (held[order], sizes[order])
+        held, sizes = self._bytes_lookup
+        if len(held) == 0:
+            return np.zeros(len(nodes), np.int64)
+        at = np.minimum(np.searchsorted(held, nodes), len(held) - 1)
+        return np.where(held[at] == nodes, sizes[at], 0)
+
     def _join_held(self) -> None:
         """Before a read: held blocks (nothing spilled) become one (one pool, sorted once
         per pass); spilled, the blocks not written yet are."""
@@ -185,7 +203,8 @@ class CandidatePool:
             self._write_pending()
         elif len(self._blocks) > 1:
             joined = Block.concat(self._blocks)  # type: ignore[arg-type]
-            self._blocks, self._sizes, self._nodes, self._lengths = [joined], [], [], []
+            self._blocks = [joined]
+            self._sizes, self._nodes, self._lengths, self._row_bytes = [], [], [], []
             self._note(0, joined)
 
     def replace_all(self, blocks: Iterator[Block]) -> None:
@@ -197,8 +216,8 @@ class CandidatePool:
     def clear(self) -> None:
         """Forget every block; remove the spill directory."""
         self._blocks, self._sizes, self._nodes, self._lengths = [], [], [], []
-        self._pending = []
-        self._lookup = None
+        self._row_bytes, self._pending = [], []
+        self._lookup = self._bytes_lookup = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -210,6 +229,20 @@ class CandidatePool:
         for name, array in _arrays(block).items():
             np.save(path / f"{name}.npy", array, allow_pickle=False)
         return path
+
+
+def _row_bytes(block: Block) -> np.ndarray:
+    """Per document of ``block``, the bytes of its rows: node, signature, each shingle
+    set's hashes and offset, and the per-document rules (they add up to ``nbytes`` but for
+    one offset per set)."""
+    n, t = len(block.nodes), block.texts
+    fixed = block.nodes.itemsize + (block.signatures.nbytes // n if n else 0)
+    fixed += sum(r.itemsize for r in (t.blocks, t.max_owns, t.templated) if r is not None)
+    per = np.full(n, fixed, np.int64)
+    for s in (t.shingles, t.chars, t.residue):
+        if s is not None:
+            per += np.diff(s.offsets).astype(np.int64) * s.hashes.itemsize + s.offsets.itemsize
+    return per
 
 
 def _arrays(block: Block) -> dict[str, np.ndarray]:
