@@ -20,7 +20,9 @@ Each (size, executor) is one fresh ``dataforge run --executor X`` subprocess; th
 polls ``/proc`` every 0.2 s for the run's process tree and prints wall seconds, CPU
 seconds of the whole tree (user + system, the last reading of each process), the peak RSS
 (``VmHWM``) of the driver and of the largest worker (Ray: its actors, named ``ray::``;
-local: the driver's children), and per executor the exponent of wall time against size
+local: the driver's children) with the largest worker's private bytes (``RssAnon``,
+sampled: ``VmHWM`` also counts the object store's shared pages an actor touched), and
+per executor the exponent of wall time against size
 fitted by least squares on the logs, with the Ray/local wall ratio per size. Linux only;
 not part of ``make test``.
 
@@ -176,9 +178,11 @@ def _with_near_copies(
     return out
 
 
-def _tree(root: int) -> dict[int, tuple[str, float, int, int | None]]:
-    """pid -> (command, CPU seconds, peak RSS bytes, parent) of ``root`` and its
-    descendants."""
+def _tree(root: int) -> dict[int, tuple[str, float, int, int | None, int]]:
+    """pid -> (command, CPU seconds, peak RSS bytes, parent, private bytes now) of ``root``
+    and its descendants. The peak RSS (``VmHWM``) counts the pages of shared memory a
+    process touched, such as Ray's object store, whose objects an actor writes and reads
+    in place; the private bytes (``RssAnon``) are its own."""
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -202,9 +206,10 @@ def _tree(root: int) -> dict[int, tuple[str, float, int, int | None]]:
             continue
         fields = stat.rsplit(")", 1)[1].split()
         cpu = (int(fields[11]) + int(fields[12])) / tick
-        hwm = next((int(line.split()[1]) * 1024 for line in status.splitlines()
-                    if line.startswith("VmHWM:")), 0)  # fmt: skip
-        found[pid] = (cmd, cpu, hwm, parents.get(pid))
+        kib = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in
+               status.splitlines()) if k in ("VmHWM", "RssAnon")}  # fmt: skip
+        found[pid] = (cmd, cpu, kib.get("VmHWM", 0) << 10, parents.get(pid),
+                      kib.get("RssAnon", 0) << 10)  # fmt: skip
     return found
 
 
@@ -221,15 +226,16 @@ def measure(pipeline: Path, out: Path, executor: str, budget: str | None = None)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     seen: dict[int, tuple] = {}
     while proc.poll() is None:
-        for pid, (cmd_, cpu, hwm, ppid) in _tree(proc.pid).items():
-            old = seen.get(pid, (cmd_, 0.0, 0, ppid))  # an exiting process reads as zeros
-            seen[pid] = (cmd_ or old[0], max(old[1], cpu), max(old[2], hwm), old[3] or ppid)
+        for pid, (cmd_, cpu, hwm, ppid, anon) in _tree(proc.pid).items():
+            old = seen.get(pid, (cmd_, 0.0, 0, ppid, 0))  # an exiting process reads as zeros
+            seen[pid] = (cmd_ or old[0], max(old[1], cpu), max(old[2], hwm), old[3] or ppid,
+                         max(old[4], anon))  # fmt: skip
         time.sleep(0.2)
     wall = time.perf_counter() - start
     stderr = proc.stderr.read().decode(errors="replace")
     if proc.returncode != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}\n{stderr[-3000:]}")
-    driver = seen.get(proc.pid, ("", 0.0, 0, None))
+    driver = seen.get(proc.pid, ("", 0.0, 0, None, 0))
     if executor == "ray":
         workers = [  # actors (tasks, index shards), not Ray's own agents
             v for v in seen.values() if v[0].startswith("ray::") and not v[0].endswith("Agent")
@@ -242,6 +248,8 @@ def measure(pipeline: Path, out: Path, executor: str, budget: str | None = None)
         "cpu_s": sum(v[1] for v in seen.values()),
         "driver_rss_mb": driver[2] / 2**20,
         "worker_rss_mb": max((v[2] for v in workers), default=0) / 2**20,
+        # sampled every 0.2 s: a shorter peak can be missed (VmHWM cannot)
+        "worker_private_mb": max((v[4] for v in workers), default=0) / 2**20,
         "tasks_on_driver": runtime["tasks_on_driver"],
     }
 
@@ -315,7 +323,8 @@ def main() -> int:
             results[executor][size] = r
             print(f"{size:6d} MB {docs:9d} docs  {executor:<5} wall {r['wall_s']:7.1f} s  "
                   f"CPU {r['cpu_s']:7.1f} s  driver RSS {r['driver_rss_mb']:6.0f} MB  "
-                  f"largest worker RSS {r['worker_rss_mb']:6.0f} MB  "
+                  f"largest worker RSS {r['worker_rss_mb']:6.0f} MB "
+                  f"(private {r['worker_private_mb']:6.0f} MB)  "
                   f"tasks on driver {r['tasks_on_driver']}", flush=True)  # fmt: skip
         shutil.rmtree(corpus)
     for executor, by_size in results.items():
