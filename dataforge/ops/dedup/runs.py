@@ -243,23 +243,30 @@ class KeyRuns:
             return 0, None
         if (rounds, align) not in self._cuts:
             self.finish()
-            sources = [self._held[0]] + [self._map(r, 0) for r in self._runs]
-            dtype = self.dtypes[0]
+            held, dtype = self._held[0], self.dtypes[0]
+            # The runs are searched by reads of one key, not through maps: the page faults
+            # of a map read ahead, and 61 cuts of 5.4 GB of runs left 4.4 GB of their pages
+            # resident in the shard (VmHWM) while the maps were open.
+            files = [open(run / _KEYS, "rb") for run in self._runs]  # noqa: SIM115
 
             def below(unit: int) -> int:  # rows with a key below unit << align
-                bound = np.array(unit << align, dtype)
-                return sum(int(np.searchsorted(keys, bound)) for keys in sources)
+                bound = unit << align
+                found = int(np.searchsorted(held, np.array(bound, dtype)))
+                return found + sum(_file_below(f.fileno(), dtype, bound) for f in files)
 
             # round k starts at the smallest multiple of 2^align with the first k shares of
             # the rows below it (binary search: exact, whatever the keys' distribution)
             top, starts = (self.max_key >> align) + 1, [0]
-            for k in range(1, rounds):
-                lo, hi, want = starts[-1] >> align, top, self.count * k // rounds
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    lo, hi = (mid + 1, hi) if below(mid) < want else (lo, mid)
-                starts.append(min(lo, top - 1) << align)  # a key past the last: overflow
-            del sources
+            try:
+                for k in range(1, rounds):
+                    lo, hi, want = starts[-1] >> align, top, self.count * k // rounds
+                    while lo < hi:
+                        mid = (lo + hi) // 2
+                        lo, hi = (mid + 1, hi) if below(mid) < want else (lo, mid)
+                    starts.append(min(lo, top - 1) << align)  # a key past the last: overflow
+            finally:
+                for file in files:
+                    file.close()
             self._cuts[(rounds, align)] = starts
         starts = self._cuts[(rounds, align)]
         return starts[round_], starts[round_ + 1] if round_ + 1 < len(starts) else None
@@ -286,6 +293,21 @@ def cut_ranges(counts: list[int], per_range: int, shift: int) -> list[tuple[int,
         held += count
     ranges.append((start << shift, None))
     return ranges
+
+
+def _file_below(fd: int, dtype: np.dtype, bound: int) -> int:
+    """Rows of the sorted little-endian keys in file ``fd`` below ``bound`` (binary search,
+    one key read at a time)."""
+    size = np.dtype(dtype).itemsize
+    lo, hi = 0, os.fstat(fd).st_size // size
+    little = np.dtype(dtype).newbyteorder("<")
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if int(np.frombuffer(os.pread(fd, size, mid * size), little)[0]) < bound:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _write(path: Path, column: np.ndarray) -> None:
