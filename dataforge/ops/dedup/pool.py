@@ -77,11 +77,9 @@ class CandidatePool:
         self._row_bytes: list[np.ndarray] = []
         """Each block's bytes per document (its rows of every array), held beside the
         nodes: :meth:`doc_bytes` sizes a forwarding round without reading the blocks."""
-        self._lookup: tuple[np.ndarray, np.ndarray] | None = None
-        """Every node sorted, and its block: :meth:`block_of`, made once per change."""
-        self._bytes_lookup: tuple[np.ndarray, np.ndarray] | None = None
-        """Every node sorted, and its document's bytes: :meth:`doc_bytes`, made once per
-        change."""
+        self._lookup: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        """Every node sorted, its block and its document's bytes (:meth:`block_of`,
+        :meth:`doc_bytes`), made once per change."""
         self._dir: Path | None = None
         self._pending: list[Block] = []
         """Spilled: blocks added since the last write, written as one when they reach
@@ -156,7 +154,7 @@ class CandidatePool:
             self._row_bytes.append(entry[3])
         else:
             self._sizes[i], self._nodes[i], self._lengths[i], self._row_bytes[i] = entry
-        self._lookup = self._bytes_lookup = None
+        self._lookup = None
 
     def blocks(self, only: np.ndarray | None = None) -> Iterator[tuple[int, Block]]:
         """``(index, block)`` of every block in the order added, one loaded at a time
@@ -172,12 +170,7 @@ class CandidatePool:
         self._join_held()
         if len(self._nodes) <= 1:
             return np.zeros(len(nodes), np.int64)
-        if self._lookup is None:
-            held = np.concatenate(self._nodes)
-            which = np.repeat(np.arange(len(self._nodes)), [len(n) for n in self._nodes])
-            order = np.argsort(held, kind="stable")
-            self._lookup = (held[order], which[order])
-        held, which = self._lookup
+        held, which, _ = self._sorted()
         return which[np.searchsorted(held, nodes)]
 
     def doc_bytes(self, nodes: np.ndarray) -> np.ndarray:
@@ -185,16 +178,21 @@ class CandidatePool:
         reading the blocks."""
         self._join_held()
         nodes = np.asarray(nodes, np.int64)
-        if self._bytes_lookup is None:
-            held = np.concatenate([np.zeros(0, np.int64), *self._nodes])
-            order = np.argsort(held, kind="stable")
-            sizes = np.concatenate([np.zeros(0, np.int64), *self._row_bytes])
-            self._bytes_lookup = (held[order], sizes[order])
-        held, sizes = self._bytes_lookup
+        held, _, sizes = self._sorted()
         if len(held) == 0:
             return np.zeros(len(nodes), np.int64)
         at = np.minimum(np.searchsorted(held, nodes), len(held) - 1)
         return np.where(held[at] == nodes, sizes[at], 0)
+
+    def _sorted(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every node sorted, with its block and its document's bytes."""
+        if self._lookup is None:
+            held = np.concatenate([np.zeros(0, np.int64), *self._nodes])
+            which = np.repeat(np.arange(len(self._nodes)), [len(n) for n in self._nodes])
+            sizes = np.concatenate([np.zeros(0, np.int64), *self._row_bytes])
+            order = np.argsort(held, kind="stable")
+            self._lookup = (held[order], which[order], sizes[order])
+        return self._lookup
 
     def _join_held(self) -> None:
         """Before a read: held blocks (nothing spilled) become one (one pool, sorted once
@@ -217,7 +215,7 @@ class CandidatePool:
         """Forget every block; remove the spill directory."""
         self._blocks, self._sizes, self._nodes, self._lengths = [], [], [], []
         self._row_bytes, self._pending = [], []
-        self._lookup = self._bytes_lookup = None
+        self._lookup = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
