@@ -22,9 +22,26 @@ RAY = str(Path(sys.executable).parent / "ray")
 _PORTS_PER_NODE = 60  # 10 service ports, then the worker port range
 
 
+def _ephemeral_ports() -> range:
+    """The kernel's range for outgoing connections' local ports: a port in it can be taken
+    by any client between our check and ``ray start``'s bind."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
 def _free_base_port() -> int:
+    """A block of ports that is free now and outside the ephemeral range."""
+    ephemeral = _ephemeral_ports()
+    bases = [
+        b
+        for b in range(10000, 65000 - _PORTS_PER_NODE, 100)
+        if b + _PORTS_PER_NODE <= ephemeral.start or b >= ephemeral.stop
+    ]
     for _ in range(200):
-        base = random.randrange(20000, 60000, 100)
+        base = random.choice(bases)
         try:
             for port in range(base, base + _PORTS_PER_NODE):
                 with socket.socket() as s:
@@ -55,10 +72,23 @@ class RayStartNode:
         self.temp_dir = temp_dir
         self.env = cluster_env(token)
         self.ray = RAY
+        # A port found free can still be taken before the node binds it (by another test
+        # run on this machine): then the node starts again on another block.
+        for attempt in range(3):
+            try:
+                self._start(token, head, num_cpus, hide)
+                return
+            except RuntimeError as e:
+                if "Address already in use" not in str(e) and "Failed to start" not in str(e):
+                    raise
+                if attempt == 2:
+                    raise
+
+    def _start(self, token: str, head: str | None, num_cpus: int, hide: Path | None) -> None:
         self.base = _free_base_port()
         b = self.base
         args = [
-            RAY, "start", "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp_dir),
+            RAY, "start", "--node-ip-address", "127.0.0.1", "--temp-dir", str(self.temp_dir),
             "--num-cpus", str(num_cpus), "--disable-usage-stats",
             "--node-manager-port", str(b + 1), "--object-manager-port", str(b + 2),
             "--dashboard-agent-listen-port", str(b + 5), "--dashboard-agent-grpc-port", str(b + 6),
