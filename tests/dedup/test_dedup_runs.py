@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataforge.ops.dedup import runs as runs_module
-from dataforge.ops.dedup.runs import KeyRuns
+from dataforge.ops.dedup.runs import FAN_IN, KeyRuns
 
 
 def _reference(keys: np.ndarray, values: np.ndarray, lo, hi) -> tuple[list, list]:
@@ -103,17 +105,23 @@ def test_a_wrong_number_of_columns_is_refused():
         KeyRuns(np.int64, (np.float64,)).add(np.array([1]))
 
 
-def test_round_cuts_of_spilled_runs_read_keys_without_maps(tmp_path, monkeypatch):
-    """The rounds' cuts search the runs by reads of one key: a map's read-ahead left most
-    of the runs' pages resident (4.7 GB at 5.4 GB of runs). Same cuts as one sorted array."""
+def test_spilled_runs_are_read_never_mapped(tmp_path, monkeypatch):
+    """Runs are written, merged, cut into rounds, counted and read back without a memory
+    map: a map's read-ahead left most of the runs' pages resident (4.7 GB at 5.4 GB of
+    runs). Cuts, histogram and ranges are those of one sorted array."""
+
+    def refuse(*args, **kwargs):
+        pytest.fail("a run was memory-mapped")
+
+    monkeypatch.setattr(np, "memmap", refuse)
+    monkeypatch.setattr(mmap, "mmap", refuse)
     rng = np.random.default_rng(3)
-    keys = rng.integers(0, 1 << 40, 50_000).astype(np.int64)
-    runs = KeyRuns(np.int64, (), 8 * 4096, str(tmp_path))
-    for part in np.array_split(keys, 25):
-        runs.add(part)
+    keys = rng.integers(0, 1 << 40, 100_000).astype(np.int64)
+    runs = KeyRuns(np.int64, (np.int32,), 8 * 4096, str(tmp_path))
+    for part in np.array_split(keys, 40):
+        runs.add(part, (part & 0xFFFF).astype(np.int32))
     runs.finish()
-    assert runs.spilled_runs > 1
-    monkeypatch.setattr(KeyRuns, "_map", lambda *a: pytest.fail("a run was mapped"))
+    assert runs.spilled_runs > FAN_IN  # a level was merged
     rounds, ordered = 7, np.sort(keys)
     cuts = [runs.round_range(r, rounds, align=8) for r in range(rounds)]
     for lo, hi in cuts:
@@ -123,4 +131,9 @@ def test_round_cuts_of_spilled_runs_read_keys_without_maps(tmp_path, monkeypatch
         )
         assert lo % 256 == 0 and (hi is None or hi % 256 == 0)
         assert abs(int(rows[1] - rows[0]) - len(keys) / rounds) <= 256  # about equal rows
+        got_keys, got_values = runs.between(lo, hi)
+        assert np.array_equal(got_keys, ordered[rows[0] : rows[1]])
+        assert np.array_equal(got_values, (got_keys & 0xFFFF).astype(np.int32))
     assert [c[1] for c in cuts[:-1]] == [c[0] for c in cuts[1:]] and cuts[-1][1] is None
+    expected = np.bincount(np.minimum(keys >> 30, 99), minlength=100)
+    assert np.array_equal(runs.histogram(30, 100), expected)

@@ -9,8 +9,9 @@ directory made for the shard (under ``spill_root`` where that is a directory on 
 else the system's temporary directory). When :data:`FAN_IN` runs of one level are on disk
 they are merged into one run of the next, range by range of at most ``hold_bytes`` (so a
 range query reads at most :data:`FAN_IN` runs per level, a level per factor of
-:data:`FAN_IN` of rows over ``hold_bytes``). A range is cut from each run by binary search in
-a memory map opened for that query, so only its pages are read and none stay resident.
+:data:`FAN_IN` of rows over ``hold_bytes``). A range is cut from each run by binary search,
+one key read at a time, and its rows are read into memory: runs are never memory-mapped (a
+map's page faults read ahead, and its pages stay in the process's resident set while open).
 
 :meth:`KeyRuns.histogram` counts rows per bin of keys without holding them (the planner
 cuts ranges over every shard's rows from it), and :meth:`KeyRuns.round_range` cuts one
@@ -29,7 +30,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -169,7 +170,7 @@ class KeyRuns:
         self._runs = [r for r, lv in zip(self._runs, self._levels, strict=True) if lv != level]
         self._levels = [lv for lv in self._levels if lv != level]
         step = max(1, self._hold_rows() // (2 * len(runs)))
-        cuts = np.unique(np.concatenate([self._map(r, 0)[step::step] for r in runs]))
+        cuts = np.unique(np.concatenate([self._samples(r, step) for r in runs]))
         # each run holds at most ``step`` keys between two of its samples: a range between
         # two cuts chosen every ``len(runs)`` samples holds at most 2 * step * len(runs)
         bounds = [None, *cuts[len(runs) :: len(runs)].tolist(), None]
@@ -185,28 +186,47 @@ class KeyRuns:
         for run in runs:
             shutil.rmtree(run, ignore_errors=True)
 
-    def _map(self, run: Path, column: int) -> np.ndarray:
-        """Column ``column`` of a run as a read-only memory map (empty: an empty array)."""
-        dtype = self.dtypes[column].newbyteorder("<")
-        path = run / self._names()[column]
-        if path.stat().st_size == 0:
+    def _rows(self, run: Path, column: int) -> int:
+        return (run / self._names()[column]).stat().st_size // self.dtypes[column].itemsize
+
+    def _read(self, run: Path, column: int, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` of column ``column`` of a run, read into memory."""
+        dtype = self.dtypes[column]
+        if stop <= start:
             return np.zeros(0, dtype)
-        return np.memmap(path, dtype=dtype, mode="r")
+        little = dtype.newbyteorder("<")
+        with open(run / self._names()[column], "rb") as file:
+            found = np.fromfile(file, little, stop - start, offset=start * little.itemsize)
+        return found.astype(dtype, copy=False)
+
+    def _chunks(self, run: Path, chunk: int = _SCAN) -> Iterator[tuple[int, np.ndarray]]:
+        """A run's keys, ``chunk`` at a time, with the row each chunk starts at."""
+        rows = self._rows(run, 0)
+        for lo in range(0, rows, chunk):
+            yield lo, self._read(run, 0, lo, min(rows, lo + chunk))
+
+    def _samples(self, run: Path, step: int) -> np.ndarray:
+        """Keys at rows ``step, 2 step, ...`` of a run."""
+        chunk = step * max(1, _SCAN // step)  # a multiple of step: every chunk starts at one
+        found = [keys[::step] for _, keys in self._chunks(run, chunk)]
+        return np.concatenate([np.zeros(0, self.dtypes[0]), *found])[1:]
 
     def _gather(self, runs: list[Path], lo: int | None, hi: int | None, held=None) -> list:
         """The rows with ``lo <= key < hi`` (``None``: unbounded) of the held rows and
-        every run, sorted by key (copies: no map stays open)."""
+        every run, sorted by key (read into memory)."""
         key_dtype = self.dtypes[0]
         parts = []
-        sources = [held] if held is not None and len(held[0]) else []
-        for run in runs:
-            sources.append([self._map(run, i) for i in range(len(self.dtypes))])
-        for columns in sources:
-            keys = columns[0]
+        if held is not None and len(held[0]):
+            keys = held[0]
             a = 0 if lo is None else int(np.searchsorted(keys, np.array(lo, key_dtype)))
             b = len(keys) if hi is None else int(np.searchsorted(keys, np.array(hi, key_dtype)))
-            parts.append([np.array(c[a:b], d) for c, d in zip(columns, self.dtypes, strict=True)])
-        del sources
+            parts.append([np.array(c[a:b]) for c in held])
+        for run in runs:
+            with open(run / _KEYS, "rb") as file:
+                fd = file.fileno()
+                a = 0 if lo is None else _file_below(fd, key_dtype, lo)
+                b = self._rows(run, 0) if hi is None else _file_below(fd, key_dtype, hi)
+            parts.append([self._read(run, i, a, b) for i in range(len(self.dtypes))])
         if len(parts) == 1:
             return parts[0]
         columns = [
@@ -228,10 +248,11 @@ class KeyRuns:
         self.finish()
         assert self._held is not None
         counts = np.zeros(bins, np.int64)
-        sources = [self._held[0]] + [self._map(r, 0) for r in self._runs]
-        for keys in sources:
-            for lo in range(0, len(keys), _SCAN):
-                part = np.asarray(keys[lo : lo + _SCAN]) >> np.array(shift, keys.dtype)
+        held = self._held[0]
+        chunks = [((lo, held[lo : lo + _SCAN]) for lo in range(0, len(held), _SCAN))]
+        for source in chunks + [self._chunks(run) for run in self._runs]:
+            for _, keys in source:
+                part = keys >> np.array(shift, keys.dtype)
                 counts += np.bincount(np.minimum(part, bins - 1).astype(np.int64), minlength=bins)
         return counts
 
@@ -244,9 +265,8 @@ class KeyRuns:
         if (rounds, align) not in self._cuts:
             self.finish()
             held, dtype = self._held[0], self.dtypes[0]
-            # The runs are searched by reads of one key, not through maps: the page faults
-            # of a map read ahead, and 61 cuts of 5.4 GB of runs left 4.4 GB of their pages
-            # resident in the shard (VmHWM) while the maps were open.
+            # one key read at a time (61 cuts of 5.4 GB of runs through maps had left 4.4 GB
+            # of their pages resident in the shard)
             files = [open(run / _KEYS, "rb") for run in self._runs]  # noqa: SIM115
 
             def below(unit: int) -> int:  # rows with a key below unit << align
