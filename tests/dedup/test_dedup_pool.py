@@ -138,3 +138,25 @@ def test_doc_bytes_are_each_documents_rows_without_reading_the_blocks(tmp_path, 
     assert pool.doc_bytes(nodes).tolist() == [*own[:3], 0, own[3]]
     everything = pool.doc_bytes(joined.nodes).sum()
     assert everything == joined.nbytes - 8 * len(sets)
+
+
+def test_a_spilled_pool_holds_twenty_four_bytes_a_candidate(tmp_path):
+    """Spilled, the pool keeps per candidate only what sizes and routes a pass without a
+    read: its node, template length and bytes (4 bytes each) and the sorted lookup (node,
+    block, bytes: 4 each); and it still finds every node's block and bytes."""
+    blocks = [_block(i * 50, 50) for i in range(40)]
+    pool = CandidatePool(1, str(tmp_path))
+    for block in blocks:
+        pool.add(block)
+    nodes = np.concatenate([b.nodes for b in blocks])
+    where = pool.block_of(nodes[::-1])
+    sizes = pool.doc_bytes(nodes)
+    held = [*pool._nodes, *pool._lengths, *pool._row_bytes, *pool._lookup]
+    assert sum(a.nbytes for a in held) == 24 * len(nodes)
+    read = [b for _, b in pool.blocks()]
+    for node, i in zip(nodes[::-1].tolist(), where.tolist(), strict=True):
+        assert node in read[i].nodes
+    fresh = CandidatePool(None, str(tmp_path / "held"))
+    for block in blocks:
+        fresh.add(block)
+    assert sizes.dtype == np.int64 and sizes.tolist() == fresh.doc_bytes(nodes).tolist()

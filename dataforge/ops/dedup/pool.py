@@ -70,7 +70,7 @@ class CandidatePool:
         self._blocks: list[Block | Path] = []
         self._sizes: list[int] = []
         self._nodes: list[np.ndarray] = []
-        """Each block's nodes, held even when the block is spilled (8 bytes a candidate)."""
+        """Each block's nodes, held even when the block is spilled (int32: 4 bytes a candidate)."""
         self._lengths: list[np.ndarray] = []
         """Each block's documents' ``chars`` counts where the template rule applies, else
         0 (held beside the nodes: the template's size needs no read of the blocks)."""
@@ -141,12 +141,15 @@ class CandidatePool:
     def _note(self, i: int, block: Block) -> None:
         """Keep what is known of block ``i`` without reading it (new or replaced)."""
         texts = block.texts
-        lengths = np.diff(texts.chars.offsets)
+        lengths = _int32(np.diff(texts.chars.offsets))
         if texts.templated is None:
             lengths = np.zeros_like(lengths)
         else:
-            lengths = lengths * texts.templated
-        entry = (block.nbytes, block.nodes, lengths, _row_bytes(block))
+            lengths = lengths * texts.templated.astype(np.int32)
+        # spilled, a block's nodes are a copy held for the whole pass: 4 bytes (keys are
+        # below MAX_NODE); held, they are the block's own array
+        nodes = block.nodes.astype(np.int32) if self.spilled else block.nodes
+        entry = (block.nbytes, nodes, lengths, _int32(_row_bytes(block)))
         if i == len(self._sizes):
             self._sizes.append(entry[0])
             self._nodes.append(entry[1])
@@ -169,27 +172,29 @@ class CandidatePool:
         """The index of the block that holds each of ``nodes`` (every one must be held)."""
         self._join_held()
         if len(self._nodes) <= 1:
-            return np.zeros(len(nodes), np.int64)
+            return np.zeros(len(nodes), np.int32)
         held, which, _ = self._sorted()
-        return which[np.searchsorted(held, nodes)]
+        return which[np.searchsorted(held, np.asarray(nodes).astype(np.int32))]
 
     def doc_bytes(self, nodes: np.ndarray) -> np.ndarray:
         """The bytes each of ``nodes`` takes in its block (0 for a node not held), without
         reading the blocks."""
         self._join_held()
-        nodes = np.asarray(nodes, np.int64)
+        nodes = np.asarray(nodes).astype(np.int32)
         held, _, sizes = self._sorted()
         if len(held) == 0:
             return np.zeros(len(nodes), np.int64)
         at = np.minimum(np.searchsorted(held, nodes), len(held) - 1)
-        return np.where(held[at] == nodes, sizes[at], 0)
+        return np.where(held[at] == nodes, sizes[at], 0).astype(np.int64)
 
     def _sorted(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every node sorted, with its block and its document's bytes."""
+        """Every node sorted, with its block and its document's bytes (4 bytes each: 12
+        a candidate, held while the pool is read)."""
         if self._lookup is None:
-            held = np.concatenate([np.zeros(0, np.int64), *self._nodes])
-            which = np.repeat(np.arange(len(self._nodes)), [len(n) for n in self._nodes])
-            sizes = np.concatenate([np.zeros(0, np.int64), *self._row_bytes])
+            held = np.concatenate([np.zeros(0, np.int32), *(_int32(n) for n in self._nodes)])
+            counts = [len(n) for n in self._nodes]
+            which = np.repeat(np.arange(len(self._nodes), dtype=np.int32), counts)
+            sizes = np.concatenate([np.zeros(0, np.int32), *self._row_bytes])
             order = np.argsort(held, kind="stable")
             self._lookup = (held[order], which[order], sizes[order])
         return self._lookup
@@ -227,6 +232,12 @@ class CandidatePool:
         for name, array in _arrays(block).items():
             np.save(path / f"{name}.npy", array, allow_pickle=False)
         return path
+
+
+def _int32(values: np.ndarray) -> np.ndarray:
+    """``values`` (non-negative) as int32, clipped at its largest value (node keys are below
+    it; a count past it only weighs a round, never decides a pair)."""
+    return np.minimum(values, np.iinfo(np.int32).max).astype(np.int32)
 
 
 def _row_bytes(block: Block) -> np.ndarray:
