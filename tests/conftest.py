@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import json
+import signal
 import textwrap
 from pathlib import Path
 
 import pytest
+
+# A suite started with SIGINT ignored (`nohup make test &` or `make test &` from a script)
+# would hand that to every child process it spawns: ignored signals stay ignored across
+# exec, so the tests that interrupt a run would see it carry on. A handled signal is reset
+# to the default at exec, so installing Python's own handler here gives the children the
+# disposition an interactive shell gives them.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Real sentences (People's Daily style news and Python documentation), enough to run the
 # pipeline end to end without the demo corpus.
