@@ -136,12 +136,29 @@ def _zh_corpus(seed: int = 7) -> pa.Table:
 
 
 @pytest.mark.parametrize("method", ["minhash", "simhash"])
-def test_the_template_counted_in_rounds_is_the_same(tmp_path, method):
+def test_the_template_counted_in_rounds_is_the_same(tmp_path, monkeypatch, method):
+    """The same template, counts and output in one round or in many; in many, each
+    document's n-grams are still made once (each round's kept in a file until its turn,
+    every file removed after the last)."""
+    from dataforge.ops.dedup import index
+
+    made = [0]
+    real = index.doc_ngrams
+
+    def counted(*args):
+        found = real(*args)
+        made[0] += len(found)
+        return found
+
+    monkeypatch.setattr(index, "doc_ngrams", counted)
     table = _zh_corpus()
     free = run_dedup(tmp_path / "free", table, batch=120, method=method, index_shards=3)
+    made_free, made[0] = made[0], 0
     tiny = run_dedup(
         tmp_path / "tiny", table, batch=120, method=method, index_shards=3, memory_bytes=TINY
     )
+    assert made[0] == made_free > 0
+    assert list((tiny[2].parent / "spill").rglob("dedup-ngrams-*")) == []
     # one round without a budget; within it, a share of the n-grams per round
     assert free[0]["template_rounds"] == 1
     assert tiny[0]["template_rounds"] == MAX_VERIFY_ROUNDS

@@ -46,7 +46,10 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -129,6 +132,7 @@ class IndexShard:
         self.config = method.config
         self.fixed = fixed
         self.hold_bytes = hold_bytes
+        self.spill_root = spill_root
         self._packed = method.key_bits == 32
         columns = [] if self._packed else [np.uint32]  # the node beside a 64-bit key
         if method.max_hamming() is not None:
@@ -151,6 +155,8 @@ class IndexShard:
         self._edges = EdgeRuns(hold_bytes, spill_root)
         """The decided pairs, by larger node (spilled past ``hold_bytes``)."""
         self._template = np.zeros(0, np.uint32)
+        self._ngram_dir: Path | None = None
+        """In template rounds: each round's n-grams, made once at the first (a file each)."""
         self._text_hashes: list[tuple[np.ndarray, np.ndarray]] = []
         self._group_heads = np.zeros(0, np.int64)
         self._group_sizes = np.zeros(0, np.int64)
@@ -424,19 +430,53 @@ class IndexShard:
         """The distinct character n-grams of each owned candidate document, routed to the
         shards that count them. In ``rounds`` rounds, round ``round_`` sends the n-grams
         ``n`` with ``(n // shards) % rounds == round_``: a share of them, each n-gram in
-        exactly one round (counted there whole)."""
-        ngrams = [np.zeros(0, np.uint32)]
+        exactly one round (counted there whole). The first round reads the pool and
+        makes every n-gram once, writing each round's to a file of its own (on disk: the
+        rounds hold a share each); a later round reads its file (the pool read, and the
+        n-grams made, once per round had made the rounds' time grow with their number)."""
+        if rounds <= 1:
+            found = [np.tile(ngrams, t) for ngrams, t in self._template_ngrams()]
+            return route_ngrams(np.concatenate([np.zeros(0, np.uint32), *found]), self.shards)
+        if round_ == 0:
+            self._drop_ngram_files()
+            root = self.spill_root if self.spill_root and os.path.isdir(self.spill_root) else None
+            self._ngram_dir = Path(tempfile.mkdtemp(prefix="dedup-ngrams-", dir=root))
+            for ngrams, t in self._template_ngrams():
+                which = (ngrams // np.uint32(self.shards)) % np.uint32(rounds)
+                order = np.argsort(which, kind="stable")
+                cuts = np.searchsorted(which[order], np.arange(rounds + 1)).tolist()
+                del which
+                for r in range(rounds):
+                    if cuts[r] == cuts[r + 1]:
+                        continue
+                    piece = ngrams[order[cuts[r] : cuts[r + 1]]]
+                    with open(self._ngram_dir / f"round-{r:06d}", "ab") as file:
+                        for _ in range(t):  # a document counts t times
+                            piece.tofile(file)
+                del order
+        assert self._ngram_dir is not None, "template_counts: round 0 comes first"
+        path = self._ngram_dir / f"round-{round_:06d}"
+        found = np.fromfile(path, np.uint32) if path.exists() else np.zeros(0, np.uint32)
+        path.unlink(missing_ok=True)
+        if round_ == rounds - 1:
+            self._drop_ngram_files()
+        return route_ngrams(found, self.shards)
+
+    def _template_ngrams(self) -> Iterator[tuple[np.ndarray, int]]:
+        """``(n-grams, times)``: per block of the pool and per count, the distinct n-grams
+        of each templated document that counts ``times`` times."""
         for _, block in self._pool.blocks():
             texts = block.texts
             if texts.templated is None:
                 continue
             times = self._template_times(block.nodes)
             for t in np.unique(times).tolist():
-                mine = doc_ngrams(texts.chars, texts.templated & (times == t))
-                if rounds > 1:
-                    mine = mine[(mine // np.uint32(self.shards)) % np.uint32(rounds) == round_]
-                ngrams.append(np.tile(mine, t))
-        return route_ngrams(np.concatenate(ngrams), self.shards)
+                yield doc_ngrams(texts.chars, texts.templated & (times == t)), t
+
+    def _drop_ngram_files(self) -> None:
+        if self._ngram_dir is not None:
+            shutil.rmtree(self._ngram_dir, ignore_errors=True)
+            self._ngram_dir = None
 
     def count_template(self, *parts: np.ndarray) -> int:
         """Keep the n-grams of this shard's share (of this round) in at least
@@ -455,6 +495,7 @@ class IndexShard:
     def receive_template(self, *parts: np.ndarray) -> int:
         """Take the whole template (every shard's share) and cut the owned documents'
         residues from it; returns the residue n-grams."""
+        self._drop_ngram_files()
         flat = [p for p in _flatten(parts) if len(p)]
         template = Template(np.sort(np.concatenate(flat)) if flat else np.zeros(0, np.uint32))
         del flat
