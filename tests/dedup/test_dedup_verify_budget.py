@@ -151,6 +151,14 @@ def test_the_template_counted_in_rounds_is_the_same(tmp_path, monkeypatch, metho
         return found
 
     monkeypatch.setattr(index, "doc_ngrams", counted)
+    made_dirs = []
+    real_dir = index.spill_dir
+
+    def recorded(root, prefix):
+        made_dirs.append(real_dir(root, prefix))
+        return made_dirs[-1]
+
+    monkeypatch.setattr(index, "spill_dir", recorded)
     table = _zh_corpus()
     free = run_dedup(tmp_path / "free", table, batch=120, method=method, index_shards=3)
     made_free, made[0] = made[0], 0
@@ -158,7 +166,10 @@ def test_the_template_counted_in_rounds_is_the_same(tmp_path, monkeypatch, metho
         tmp_path / "tiny", table, batch=120, method=method, index_shards=3, memory_bytes=TINY
     )
     assert made[0] == made_free > 0
-    assert list((tiny[2].parent / "spill").rglob("dedup-ngrams-*")) == []
+    spill = tiny[2].parent / "spill"
+    ngram_dirs = [d for d in made_dirs if d.name.startswith("dedup-ngrams-")]
+    assert len(ngram_dirs) == 3 and all(d.parent == spill for d in ngram_dirs)  # a shard each
+    assert not any(d.exists() for d in ngram_dirs)
     # one round without a budget; within it, a share of the n-grams per round
     assert free[0]["template_rounds"] == 1
     assert tiny[0]["template_rounds"] == MAX_VERIFY_ROUNDS
@@ -170,6 +181,50 @@ def test_the_template_counted_in_rounds_is_the_same(tmp_path, monkeypatch, metho
     assert tiny[1].equals(free[1])
     assert planner_files(tiny[2]) == planner_files(free[2])
     assert free[0]["dropped"] > BIG_CLUSTER // 2  # most of the big cluster found
+
+
+def _template_shard(tmp_path, monkeypatch, made):
+    """A shard of 2 whose pool's n-grams are ``made`` (``(n-grams, times)`` pairs)."""
+    from dataforge.ops.base import OpContext
+    from dataforge.ops.dedup import Dedup
+
+    op = Dedup(Dedup.Config(method="minhash"), OpContext())
+    shard = IndexShard(2, op.method, spill_root=str(tmp_path))
+    monkeypatch.setattr(shard, "_template_ngrams", lambda: iter(made()))
+    return shard
+
+
+def test_template_rounds_send_each_ngram_once_in_its_round(tmp_path, monkeypatch):
+    """Rounds partition what one round sends: n-gram n in round (n // shards) % rounds,
+    a document that stands for t copies counted t times; routed by n % shards; the round
+    files gone after the last."""
+    rng = np.random.default_rng(3)
+    pieces = [(rng.integers(0, 2**32, 500, dtype=np.uint64).astype(np.uint32), t)
+              for t in (1, 3, 1, 2)]  # fmt: skip
+    shard = _template_shard(tmp_path, monkeypatch, lambda: pieces)
+    one = np.concatenate(shard.template_counts(0, 1))
+    rounds = 5
+    got = []
+    for r in range(rounds):
+        sent = shard.template_counts(r, rounds)
+        for owner, part in enumerate(sent):
+            assert np.all(part % 2 == owner)
+            assert np.all((part // 2) % rounds == r)
+        got.append(np.concatenate(sent))
+    assert np.array_equal(np.sort(np.concatenate(got)), np.sort(one))
+    assert len(one) == sum(len(n) * t for n, t in pieces)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failure_while_the_template_rounds_are_written_leaves_no_file(tmp_path, monkeypatch):
+    def made():
+        yield np.arange(100, dtype=np.uint32), 1
+        raise OSError(28, "No space left on device")
+
+    shard = _template_shard(tmp_path, monkeypatch, made)
+    with pytest.raises(OSError, match="No space"):
+        shard.template_counts(0, 4)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_forward_rounds_cut_at_equal_bytes_of_texts_and_pairs():

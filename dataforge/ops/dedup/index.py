@@ -44,10 +44,10 @@ as Ray actors (this module has no ray import). Lifecycle of a shard:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -66,7 +66,7 @@ from dataforge.ops.dedup.buckets import (
 from dataforge.ops.dedup.copies import copy_pairs
 from dataforge.ops.dedup.method import DedupMethod
 from dataforge.ops.dedup.pool import Block, CandidatePool
-from dataforge.ops.dedup.runs import MIN_RUN_ROWS, EdgeRuns, KeyRuns
+from dataforge.ops.dedup.runs import MIN_RUN_ROWS, EdgeRuns, KeyRuns, spill_dir
 from dataforge.ops.dedup.simhash import hamming_pairs
 from dataforge.ops.dedup.template import (
     Template,
@@ -439,28 +439,40 @@ class IndexShard:
             return route_ngrams(np.concatenate([np.zeros(0, np.uint32), *found]), self.shards)
         if round_ == 0:
             self._drop_ngram_files()
-            root = self.spill_root if self.spill_root and os.path.isdir(self.spill_root) else None
-            self._ngram_dir = Path(tempfile.mkdtemp(prefix="dedup-ngrams-", dir=root))
+            self._ngram_dir = spill_dir(self.spill_root, "dedup-ngrams-")
+            try:
+                self._write_ngram_rounds(rounds)
+            except BaseException:  # a full disk, a stop: no half-written rounds left
+                self._drop_ngram_files()
+                raise
+        assert self._ngram_dir is not None, "template_counts: round 0 comes first"
+        path = self._ngram_dir / f"round-{round_:06d}"
+        found = np.fromfile(path, np.uint32)
+        path.unlink()
+        if round_ == rounds - 1:
+            self._drop_ngram_files()
+        return route_ngrams(found, self.shards)
+
+    def _write_ngram_rounds(self, rounds: int) -> None:
+        """Every n-gram of :meth:`_template_ngrams`, made once, appended to the file of its
+        round (``(n // shards) % rounds``; one file per round, each opened once)."""
+        assert self._ngram_dir is not None
+        with contextlib.ExitStack() as stack:
+            files = [
+                stack.enter_context(open(self._ngram_dir / f"round-{r:06d}", "wb"))
+                for r in range(rounds)
+            ]  # every round has its file, empty or not
             for ngrams, t in self._template_ngrams():
                 which = (ngrams // np.uint32(self.shards)) % np.uint32(rounds)
                 order = np.argsort(which, kind="stable")
                 cuts = np.searchsorted(which[order], np.arange(rounds + 1)).tolist()
                 del which
                 for r in range(rounds):
-                    if cuts[r] == cuts[r + 1]:
-                        continue
-                    piece = ngrams[order[cuts[r] : cuts[r + 1]]]
-                    with open(self._ngram_dir / f"round-{r:06d}", "ab") as file:
-                        for _ in range(t):  # a document counts t times
-                            piece.tofile(file)
+                    if cuts[r] < cuts[r + 1]:
+                        piece = ngrams[order[cuts[r] : cuts[r + 1]]]
+                        for _ in range(t):  # a document that stands for t counts t times
+                            piece.tofile(files[r])
                 del order
-        assert self._ngram_dir is not None, "template_counts: round 0 comes first"
-        path = self._ngram_dir / f"round-{round_:06d}"
-        found = np.fromfile(path, np.uint32) if path.exists() else np.zeros(0, np.uint32)
-        path.unlink(missing_ok=True)
-        if round_ == rounds - 1:
-            self._drop_ngram_files()
-        return route_ngrams(found, self.shards)
 
     def _template_ngrams(self) -> Iterator[tuple[np.ndarray, int]]:
         """``(n-grams, times)``: per block of the pool and per count, the distinct n-grams

@@ -19,14 +19,13 @@ and the blocks are joined into one, as one pool in memory.
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from dataforge.ops.dedup.runs import spill_dir
 from dataforge.ops.dedup.shingles import ShingleSet
 from dataforge.ops.dedup.verify import Texts
 
@@ -107,8 +106,7 @@ class CandidatePool:
         self._blocks.append(block)
         self._note(len(self._blocks) - 1, block)
         if self.hold_bytes is not None and self.nbytes > self.hold_bytes:
-            root = self.spill_root if self.spill_root and os.path.isdir(self.spill_root) else None
-            self._dir = Path(tempfile.mkdtemp(prefix="dedup-shard-", dir=root))
+            self._dir = spill_dir(self.spill_root, "dedup-shard-")
             held, self._blocks = self._blocks, []
             self._sizes, self._nodes, self._lengths, self._row_bytes = [], [], [], []
             for one in held:  # the held ones, gathered as later ones are

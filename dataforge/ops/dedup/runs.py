@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FAN_IN", "MIN_RUN_ROWS", "EdgeRuns", "KeyRuns", "cut_ranges"]
+__all__ = ["FAN_IN", "MIN_RUN_ROWS", "EdgeRuns", "KeyRuns", "cut_ranges", "spill_dir"]
 
 MIN_RUN_ROWS = 4096
 """Rows a run holds at least, whatever ``hold_bytes``: below that the runs' count, not the
@@ -48,6 +48,14 @@ the sorted columns with their order (8 bytes a row)."""
 _SCAN = 1 << 20
 """Keys of a spilled run read at once by :meth:`KeyRuns.histogram`."""
 _KEYS = "keys"
+
+
+def spill_dir(spill_root: str | None, prefix: str) -> Path:
+    """A new directory for one shard structure's files: under ``spill_root`` where that is
+    a directory on this node (the run's spill dir), else in the system's temporary
+    directory (a shard on another node of a cluster)."""
+    root = spill_root if spill_root and os.path.isdir(spill_root) else None
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
 
 
 class KeyRuns:
@@ -145,8 +153,7 @@ class KeyRuns:
 
     def _write_run(self, columns: list[np.ndarray] | None, level: int) -> Path:
         if self._dir is None:
-            root = self.spill_root if self.spill_root and os.path.isdir(self.spill_root) else None
-            self._dir = Path(tempfile.mkdtemp(prefix=self.prefix, dir=root))
+            self._dir = spill_dir(self.spill_root, self.prefix)
         self._made += 1
         run = self._dir / f"run-{self._made:06d}"
         run.mkdir()
